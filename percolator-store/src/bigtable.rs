@@ -1,0 +1,479 @@
+//! The seam: what Bigtable gives Percolator.
+//!
+//! Percolator is a client library over Bigtable, and this trait is that boundary. A backend
+//! stores versioned cells keyed by (table, row, column, timestamp), applies **conditional
+//! mutations of one row atomically**, reads a row's columns at a timestamp, scans in key order,
+//! keeps notify cells in a separate locality group, and offers a small metadata keyspace (the
+//! Chubby analog: oracle high-water mark, worker leases, dead letters). Everything above this
+//! trait relies on single-row atomicity only; a backend may batch many row operations into one
+//! underlying commit (group commit) as long as each keeps its own outcome.
+
+use crate::error::Result;
+use crate::timestamp::Timestamp;
+
+/// Where a cell lives.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CellRef {
+    /// Table name.
+    pub table: String,
+    /// Row key.
+    pub row: Vec<u8>,
+    /// Column name (`family:qualifier` by convention).
+    pub column: String,
+}
+
+impl CellRef {
+    /// Builds a cell reference.
+    pub fn new(table: impl Into<String>, row: impl Into<Vec<u8>>, column: impl Into<String>) -> CellRef {
+        CellRef { table: table.into(), row: row.into(), column: column.into() }
+    }
+}
+
+impl std::fmt::Display for CellRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.table, String::from_utf8_lossy(&self.row), self.column)
+    }
+}
+
+/// The paper's `c:lock` value: who holds the cell and where their primary is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockRecord {
+    /// The transaction's primary cell: its fate decides this lock's.
+    pub primary: CellRef,
+    /// Wall-clock milliseconds when the lock was written or last refreshed by a heartbeat.
+    pub wall_ms: u64,
+    /// How long after `wall_ms` the lock may be rolled back even if its owner looks alive.
+    pub ttl_ms: u64,
+    /// The owning worker's liveness token.
+    pub worker: u64,
+}
+
+/// What a committed write record says happened to a cell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WriteKind {
+    /// The cell holds this value from the record's commit_ts on (values are always inlined).
+    Put(Vec<u8>),
+    /// The cell is deleted from the record's commit_ts on.
+    Delete,
+    /// The transaction that started at `start_ts` was rolled back. Kept at `ts = start_ts` so a
+    /// delayed prewrite of that transaction finds a write at its start and fails.
+    Rollback,
+}
+
+/// The paper's `c:write` value, keyed by commit_ts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteRecord {
+    /// Start timestamp of the transaction that wrote it.
+    pub start_ts: Timestamp,
+    /// What it did.
+    pub kind: WriteKind,
+}
+
+/// A condition checked atomically before a row mutation; the mutation applies only if all hold.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Condition {
+    /// No lock on `column`, at any timestamp.
+    NoLock {
+        /// Column checked.
+        column: String,
+    },
+    /// No write record on `column` with commit timestamp `>= since`.
+    NoWriteSince {
+        /// Column checked.
+        column: String,
+        /// Start of the forbidden range.
+        since: Timestamp,
+    },
+    /// `column` holds no lock of the transaction that started at `start_ts` (other locks may exist).
+    LockAbsent {
+        /// Column checked.
+        column: String,
+        /// The owner's start timestamp.
+        start_ts: Timestamp,
+    },
+    /// `column` holds the lock of the transaction that started at `start_ts`.
+    LockIs {
+        /// Column checked.
+        column: String,
+        /// The owner's start timestamp.
+        start_ts: Timestamp,
+    },
+}
+
+/// One change inside a row mutation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Mutation {
+    /// Write a lock at `start_ts`.
+    PutLock {
+        /// Column.
+        column: String,
+        /// Owner's start timestamp.
+        start_ts: Timestamp,
+        /// The lock.
+        lock: LockRecord,
+    },
+    /// Remove the lock at `start_ts`, if present.
+    DeleteLock {
+        /// Column.
+        column: String,
+        /// Owner's start timestamp.
+        start_ts: Timestamp,
+    },
+    /// Stage a prewritten value at `start_ts`.
+    PutData {
+        /// Column.
+        column: String,
+        /// Owner's start timestamp.
+        start_ts: Timestamp,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Remove the staged value at `start_ts`, if present.
+    DeleteData {
+        /// Column.
+        column: String,
+        /// Owner's start timestamp.
+        start_ts: Timestamp,
+    },
+    /// Write a write record at `commit_ts`.
+    PutWrite {
+        /// Column.
+        column: String,
+        /// Commit timestamp (for a rollback record, the start timestamp).
+        commit_ts: Timestamp,
+        /// The record.
+        write: WriteRecord,
+    },
+    /// Remove the write record at `commit_ts` (garbage collection only).
+    DeleteWrite {
+        /// Column.
+        column: String,
+        /// Its timestamp.
+        commit_ts: Timestamp,
+    },
+    /// Set the column's notify cell to `max(current, ts)`.
+    SetNotify {
+        /// Column.
+        column: String,
+        /// Timestamp of the write that triggered it.
+        ts: Timestamp,
+    },
+    /// Remove the column's notify cell if its timestamp is `<= max_ts`.
+    ClearNotify {
+        /// Column.
+        column: String,
+        /// Only notifications at or before this are cleared.
+        max_ts: Timestamp,
+    },
+}
+
+/// An atomic conditional mutation of one row: the paper's Bigtable row transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowMutation {
+    /// Table.
+    pub table: String,
+    /// Row.
+    pub row: Vec<u8>,
+    /// Checked first, all against the same state; any failure means nothing is written.
+    pub conditions: Vec<Condition>,
+    /// Applied in order if every condition holds.
+    pub mutations: Vec<Mutation>,
+}
+
+/// What a failed condition found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// A lock held by the transaction that started at `start_ts`.
+    Lock {
+        /// The owner's start timestamp.
+        start_ts: Timestamp,
+        /// The lock.
+        lock: LockRecord,
+    },
+    /// A write record at `commit_ts`.
+    Write {
+        /// Its timestamp.
+        commit_ts: Timestamp,
+    },
+    /// The expected lock is absent.
+    NoLock,
+    /// A lock that was expected absent is present.
+    LockPresent,
+}
+
+/// The result of one row mutation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every condition held and every mutation was applied.
+    Applied,
+    /// Condition number `index` failed; nothing was written.
+    ConditionFailed {
+        /// Index into [`RowMutation::conditions`].
+        index: usize,
+        /// What was there instead.
+        found: Found,
+    },
+}
+
+/// One operation of a group-committed batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A conditional row mutation.
+    Row(RowMutation),
+    /// Set a metadata key.
+    MetaPut {
+        /// Key.
+        key: String,
+        /// Value.
+        value: Vec<u8>,
+    },
+    /// Remove a metadata key.
+    MetaDelete {
+        /// Key.
+        key: String,
+    },
+}
+
+/// A cell as seen by a reader at some timestamp.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CellRead {
+    /// The newest lock with start_ts `<=` the read timestamp (the paper's `[0, start_ts]` range).
+    pub lock: Option<(Timestamp, LockRecord)>,
+    /// The newest Put or Delete write record with commit_ts `<=` the read timestamp
+    /// (rollback records are skipped).
+    pub write: Option<(Timestamp, WriteRecord)>,
+}
+
+impl CellRead {
+    /// The visible value, if the newest write is a Put.
+    pub fn value(&self) -> Option<&[u8]> {
+        match &self.write {
+            Some((_, WriteRecord { kind: WriteKind::Put(v), .. })) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// A cell found by a scan.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScannedCell {
+    /// Row key.
+    pub row: Vec<u8>,
+    /// Column.
+    pub column: String,
+    /// What a reader at the scan timestamp sees.
+    pub read: CellRead,
+}
+
+/// Every stored version of one cell (for GC and diagnostics).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CellVersions {
+    /// Column.
+    pub column: String,
+    /// Locks, newest first.
+    pub locks: Vec<(Timestamp, LockRecord)>,
+    /// Write records, newest first.
+    pub writes: Vec<(Timestamp, WriteRecord)>,
+    /// Start timestamps of staged data, newest first.
+    pub data: Vec<Timestamp>,
+}
+
+/// Every version of every cell of one row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowVersions {
+    /// Table.
+    pub table: String,
+    /// Row.
+    pub row: Vec<u8>,
+    /// Cells in column order.
+    pub cells: Vec<CellVersions>,
+}
+
+/// A pending notification (a set notify cell).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotifyEntry {
+    /// The notified cell.
+    pub cell: CellRef,
+    /// Timestamp of the newest write that set it.
+    pub ts: Timestamp,
+}
+
+/// Counters a backend keeps about its commits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// Underlying commits (for redb: write transactions, each one fsync when durable).
+    pub commits: u64,
+    /// Operations applied in those commits.
+    pub ops: u64,
+}
+
+/// What Bigtable gives Percolator. See the module docs.
+pub trait Bigtable: Send + Sync + 'static {
+    /// Applies operations, each atomically and independently; returns one outcome per op, in
+    /// order. A backend may commit them together (group commit); a failed condition affects only
+    /// its own op. If the call returns `Err`, none, some or all ops may be durable.
+    fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>>;
+
+    /// Reads `columns` of one row as seen at `ts`.
+    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>>;
+
+    /// Finds the write record of the transaction that started at `start_ts` on one cell
+    /// (its commit record, or its rollback record), searching commit timestamps `>= start_ts`.
+    fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>>;
+
+    /// Reads the staged value of a prewrite.
+    fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>>;
+
+    /// Scans rows `[start, end)` of `table` at `ts`, returning at most `limit` cells that have a
+    /// lock or a visible Put (deleted cells are skipped), in key order. With `after_column`, the
+    /// scan starts strictly after that cell of row `start`. `columns` filters when given.
+    /// Reserved (`__`) columns are included only if named in `columns`.
+    #[allow(clippy::too_many_arguments)]
+    fn scan(
+        &self,
+        table: &str,
+        start: &[u8],
+        after_column: Option<&str>,
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        ts: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ScannedCell>>;
+
+    /// Every version of up to `limit` rows, across tables, starting at `(table, row)` inclusive
+    /// (or at the beginning). For GC and diagnostics.
+    fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>>;
+
+    /// Up to `limit` notify cells from `from` (an encoded notify position, inclusive) in key
+    /// order. `None` starts at the beginning. Costs ∝ notify cells, not all cells.
+    fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>>;
+
+    /// Reads a metadata key.
+    fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>>;
+
+    /// Lists metadata keys starting with `prefix`, in order.
+    fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>>;
+
+    /// True if this process is the only one that can open the store (embedded backends): every
+    /// reader goes through this process, which allows one-phase commit and lets a new process
+    /// treat every earlier worker as dead.
+    fn exclusive(&self) -> bool;
+
+    /// Commit counters.
+    fn stats(&self) -> BackendStats;
+}
+
+/// The notify-position encoding of a cell, as passed to [`Bigtable::scan_notify`].
+pub fn notify_position(cell: &CellRef) -> Vec<u8> {
+    crate::key::cell_prefix(&cell.table, &cell.row, &cell.column)
+}
+
+// ---- value encodings shared by every backend ------------------------------------------------
+
+pub(crate) mod codec {
+    use super::*;
+    use crate::error::Error;
+
+    fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(b);
+    }
+
+    struct Reader<'a>(&'a [u8]);
+
+    impl<'a> Reader<'a> {
+        fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+            if self.0.len() < n {
+                return Err(Error::Corrupt("truncated record".into()));
+            }
+            let (a, b) = self.0.split_at(n);
+            self.0 = b;
+            Ok(a)
+        }
+        fn u8(&mut self) -> Result<u8> {
+            Ok(self.take(1)?[0])
+        }
+        fn u64(&mut self) -> Result<u64> {
+            Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        }
+        fn bytes(&mut self) -> Result<&'a [u8]> {
+            let n = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")) as usize;
+            self.take(n)
+        }
+        fn string(&mut self) -> Result<String> {
+            String::from_utf8(self.bytes()?.to_vec()).map_err(|_| Error::Corrupt("non-UTF-8 name".into()))
+        }
+    }
+
+    const LOCK_V1: u8 = 1;
+    const WRITE_PUT: u8 = 1;
+    const WRITE_DELETE: u8 = 2;
+    const WRITE_ROLLBACK: u8 = 3;
+
+    pub(crate) fn encode_lock(l: &LockRecord) -> Vec<u8> {
+        let mut out = vec![LOCK_V1];
+        put_bytes(&mut out, l.primary.table.as_bytes());
+        put_bytes(&mut out, &l.primary.row);
+        put_bytes(&mut out, l.primary.column.as_bytes());
+        out.extend_from_slice(&l.wall_ms.to_le_bytes());
+        out.extend_from_slice(&l.ttl_ms.to_le_bytes());
+        out.extend_from_slice(&l.worker.to_le_bytes());
+        out
+    }
+
+    pub(crate) fn decode_lock(b: &[u8]) -> Result<LockRecord> {
+        let mut r = Reader(b);
+        if r.u8()? != LOCK_V1 {
+            return Err(Error::Corrupt("unknown lock record version".into()));
+        }
+        Ok(LockRecord {
+            primary: CellRef { table: r.string()?, row: r.bytes()?.to_vec(), column: r.string()? },
+            wall_ms: r.u64()?,
+            ttl_ms: r.u64()?,
+            worker: r.u64()?,
+        })
+    }
+
+    pub(crate) fn encode_write(w: &WriteRecord) -> Vec<u8> {
+        let mut out = Vec::with_capacity(13 + if let WriteKind::Put(v) = &w.kind { v.len() } else { 0 });
+        match &w.kind {
+            WriteKind::Put(v) => {
+                out.push(WRITE_PUT);
+                out.extend_from_slice(&w.start_ts.raw().to_le_bytes());
+                out.extend_from_slice(v);
+            }
+            WriteKind::Delete => {
+                out.push(WRITE_DELETE);
+                out.extend_from_slice(&w.start_ts.raw().to_le_bytes());
+            }
+            WriteKind::Rollback => {
+                out.push(WRITE_ROLLBACK);
+                out.extend_from_slice(&w.start_ts.raw().to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Decodes only the kind tag and start_ts (cheap: no value copy).
+    pub(crate) fn write_header(b: &[u8]) -> Result<(u8, Timestamp)> {
+        if b.len() < 9 {
+            return Err(Error::Corrupt("truncated write record".into()));
+        }
+        Ok((b[0], Timestamp::from_raw(u64::from_le_bytes(b[1..9].try_into().expect("8 bytes")))))
+    }
+
+    pub(crate) fn is_rollback(b: &[u8]) -> Result<bool> {
+        Ok(write_header(b)?.0 == WRITE_ROLLBACK)
+    }
+
+    pub(crate) fn decode_write(b: &[u8]) -> Result<WriteRecord> {
+        let (tag, start_ts) = write_header(b)?;
+        let kind = match tag {
+            WRITE_PUT => WriteKind::Put(b[9..].to_vec()),
+            WRITE_DELETE => WriteKind::Delete,
+            WRITE_ROLLBACK => WriteKind::Rollback,
+            t => return Err(Error::Corrupt(format!("unknown write record tag {t}"))),
+        };
+        Ok(WriteRecord { start_ts, kind })
+    }
+}

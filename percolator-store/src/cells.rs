@@ -1,0 +1,308 @@
+//! Row logic shared by every ordered-key-value backend: how a [`RowMutation`] is checked and
+//! applied, and how a cell is read at a timestamp, over the key encoding of [`crate::key`].
+//!
+//! A backend supplies the ordered maps (cells, notify, meta) and the atomicity; this module
+//! supplies the meaning. Keeping it in one place means the redb backend and the in-memory test
+//! backend cannot drift apart.
+
+use crate::bigtable::codec::{decode_lock, decode_write, encode_lock, encode_write, is_rollback, write_header};
+use crate::bigtable::*;
+use crate::error::{Error, Result};
+use crate::key::{self, Kind, cell_prefix, decode_version_key, prefix_end, version_key};
+use crate::timestamp::Timestamp;
+
+/// Read access to one ordered map.
+pub(crate) trait KvRead {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Calls `f` on each entry with `from <= key < to` in order until it returns `false`.
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()>;
+}
+
+/// Write access to one ordered map.
+pub(crate) trait KvWrite: KvRead {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()>;
+    fn delete(&mut self, key: &[u8]) -> Result<()>;
+}
+
+/// Checks every condition, then applies every mutation of one row.
+pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &RowMutation) -> Result<Outcome> {
+    for (index, c) in m.conditions.iter().enumerate() {
+        if let Some(found) = check(cells, &m.table, &m.row, c)? {
+            return Ok(Outcome::ConditionFailed { index, found });
+        }
+    }
+    for mu in &m.mutations {
+        match mu {
+            Mutation::PutLock { column, start_ts, lock } => {
+                cells.put(&vk(m, column, Kind::Lock, *start_ts), &encode_lock(lock))?
+            }
+            Mutation::DeleteLock { column, start_ts } => cells.delete(&vk(m, column, Kind::Lock, *start_ts))?,
+            Mutation::PutData { column, start_ts, value } => cells.put(&vk(m, column, Kind::Data, *start_ts), value)?,
+            Mutation::DeleteData { column, start_ts } => cells.delete(&vk(m, column, Kind::Data, *start_ts))?,
+            Mutation::PutWrite { column, commit_ts, write } => {
+                cells.put(&vk(m, column, Kind::Write, *commit_ts), &encode_write(write))?
+            }
+            Mutation::DeleteWrite { column, commit_ts } => cells.delete(&vk(m, column, Kind::Write, *commit_ts))?,
+            Mutation::SetNotify { column, ts } => {
+                let k = cell_prefix(&m.table, &m.row, column);
+                let current = notify.get(&k)?.map(|v| decode_ts(&v)).transpose()?;
+                if current.is_none_or(|c| c < *ts) {
+                    notify.put(&k, &ts.raw().to_be_bytes())?;
+                }
+            }
+            Mutation::ClearNotify { column, max_ts } => {
+                let k = cell_prefix(&m.table, &m.row, column);
+                if let Some(v) = notify.get(&k)?
+                    && decode_ts(&v)? <= *max_ts
+                {
+                    notify.delete(&k)?;
+                }
+            }
+        }
+    }
+    Ok(Outcome::Applied)
+}
+
+fn vk(m: &RowMutation, column: &str, kind: Kind, ts: Timestamp) -> Vec<u8> {
+    version_key(&cell_prefix(&m.table, &m.row, column), kind, ts)
+}
+
+fn decode_ts(v: &[u8]) -> Result<Timestamp> {
+    let b: [u8; 8] = v.try_into().map_err(|_| Error::Corrupt("notify value is not 8 bytes".into()))?;
+    Ok(Timestamp::from_raw(u64::from_be_bytes(b)))
+}
+
+fn kind_range(cell: &[u8], kind: Kind) -> (Vec<u8>, Vec<u8>) {
+    (version_key(cell, kind, Timestamp::MAX), version_key(cell, kind, Timestamp::ZERO))
+}
+
+/// Returns what violates `c`, or `None` if it holds.
+fn check(cells: &dyn KvRead, table: &str, row: &[u8], c: &Condition) -> Result<Option<Found>> {
+    match c {
+        Condition::NoLock { column } => {
+            let cell = cell_prefix(table, row, column);
+            let (from, to) = kind_range(&cell, Kind::Lock);
+            let mut found = None;
+            cells.for_range(&from, Some(&to), &mut |k, v| {
+                let ts = decode_version_key(k)?.ts;
+                found = Some(Found::Lock { start_ts: ts, lock: decode_lock(v)? });
+                Ok(false)
+            })?;
+            // The range end (ts = 0) is exclusive, but ts 0 is never issued.
+            Ok(found)
+        }
+        Condition::NoWriteSince { column, since } => {
+            let cell = cell_prefix(table, row, column);
+            let from = version_key(&cell, Kind::Write, Timestamp::MAX);
+            let to = version_key(&cell, Kind::Write, *since);
+            let mut found = None;
+            // Newest first: the first write record at or after `since`, if any.
+            cells.for_range(&from, Some(&to), &mut |k, _| {
+                found = Some(Found::Write { commit_ts: decode_version_key(k)?.ts });
+                Ok(false)
+            })?;
+            if found.is_none() && cells.get(&to)?.is_some() {
+                found = Some(Found::Write { commit_ts: *since });
+            }
+            Ok(found)
+        }
+        Condition::LockAbsent { column, start_ts } => {
+            let k = version_key(&cell_prefix(table, row, column), Kind::Lock, *start_ts);
+            Ok(if cells.get(&k)?.is_some() { Some(Found::LockPresent) } else { None })
+        }
+        Condition::LockIs { column, start_ts } => {
+            let k = version_key(&cell_prefix(table, row, column), Kind::Lock, *start_ts);
+            Ok(if cells.get(&k)?.is_some() { None } else { Some(Found::NoLock) })
+        }
+    }
+}
+
+/// Reads one cell at `ts`: one forward seek from `(cell, LOCK, !ts)`.
+pub(crate) fn read_cell(cells: &dyn KvRead, cell: &[u8], ts: Timestamp) -> Result<CellRead> {
+    let from = version_key(cell, Kind::Lock, ts);
+    let to = version_key(cell, Kind::Data, Timestamp::MAX);
+    let mut out = CellRead::default();
+    cells.for_range(&from, Some(&to), &mut |k, v| {
+        let n = k.len();
+        let kind = k[n - 9];
+        let kts = Timestamp::from_raw(!u64::from_be_bytes(k[n - 8..].try_into().expect("8 bytes")));
+        if kind == Kind::Lock as u8 {
+            if out.lock.is_none() {
+                out.lock = Some((kts, decode_lock(v)?));
+            }
+            return Ok(true);
+        }
+        if kts > ts || is_rollback(v)? {
+            return Ok(true);
+        }
+        out.write = Some((kts, decode_write(v)?));
+        Ok(false)
+    })?;
+    Ok(out)
+}
+
+pub(crate) fn read_row(cells: &dyn KvRead, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
+    columns.iter().map(|c| read_cell(cells, &cell_prefix(table, row, c), ts)).collect()
+}
+
+pub(crate) fn find_write(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
+    let prefix = cell_prefix(&cell.table, &cell.row, &cell.column);
+    let from = version_key(&prefix, Kind::Write, Timestamp::MAX);
+    let to = version_key(&prefix, Kind::Write, start_ts);
+    let mut out = None;
+    let visit = |k: &[u8], v: &[u8], out: &mut Option<(Timestamp, WriteRecord)>| -> Result<bool> {
+        if write_header(v)?.1 == start_ts {
+            *out = Some((decode_version_key(k)?.ts, decode_write(v)?));
+            return Ok(false);
+        }
+        Ok(true)
+    };
+    cells.for_range(&from, Some(&to), &mut |k, v| visit(k, v, &mut out))?;
+    if out.is_none()
+        && let Some(v) = cells.get(&to)?
+    {
+        visit(&to, &v, &mut out)?;
+    }
+    Ok(out)
+}
+
+pub(crate) fn read_data(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
+    cells.get(&version_key(&cell_prefix(&cell.table, &cell.row, &cell.column), Kind::Data, start_ts))
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn scan(
+    cells: &dyn KvRead,
+    table: &str,
+    start: &[u8],
+    after_column: Option<&str>,
+    end: Option<&[u8]>,
+    columns: Option<&[&str]>,
+    ts: Timestamp,
+    limit: usize,
+) -> Result<Vec<ScannedCell>> {
+    let from = match after_column {
+        // Past every version of that cell: enc() is prefix-free, so any later column sorts
+        // above `cell ‖ 0xFF`.
+        Some(c) => {
+            let mut k = cell_prefix(table, start, c);
+            k.push(0xFF);
+            k
+        }
+        None => key::row_prefix(table, start),
+    };
+    let to = match end {
+        Some(e) => Some(key::row_prefix(table, e)),
+        None => prefix_end(&key::table_prefix(table)),
+    };
+    let mut out: Vec<ScannedCell> = Vec::new();
+    // The cell being assembled: its prefix and what has been seen of it so far.
+    let mut current: Option<(Vec<u8>, ScannedCell, bool)> = None;
+    let wanted = |col: &str| match columns {
+        Some(cols) => cols.contains(&col),
+        None => !col.starts_with(key::RESERVED_COLUMN_PREFIX),
+    };
+    let flush = |cur: Option<(Vec<u8>, ScannedCell, bool)>, out: &mut Vec<ScannedCell>| {
+        if let Some((_, cell, _)) = cur
+            && (cell.read.lock.is_some() || cell.read.value().is_some())
+        {
+            out.push(cell);
+        }
+    };
+    cells.for_range(&from, to.as_deref(), &mut |k, v| {
+        let d = decode_version_key(k)?;
+        let same = current.as_ref().is_some_and(|(p, _, _)| p.as_slice() == &k[..d.cell_len]);
+        if !same {
+            flush(current.take(), &mut out);
+            if out.len() >= limit {
+                return Ok(false);
+            }
+            // An unwanted column starts out done, so its versions are skipped and it is never emitted.
+            let done = !wanted(&d.column);
+            current = Some((k[..d.cell_len].to_vec(), ScannedCell { row: d.row, column: d.column, read: CellRead::default() }, done));
+        }
+        let (_, cell, done) = current.as_mut().expect("set above");
+        if *done {
+            return Ok(true);
+        }
+        match d.kind {
+            Kind::Lock if d.ts <= ts && cell.read.lock.is_none() => cell.read.lock = Some((d.ts, decode_lock(v)?)),
+            Kind::Write if d.ts <= ts && !is_rollback(v)? => {
+                cell.read.write = Some((d.ts, decode_write(v)?));
+                *done = true;
+            }
+            _ => {}
+        }
+        Ok(true)
+    })?;
+    if out.len() < limit {
+        flush(current.take(), &mut out);
+    }
+    Ok(out)
+}
+
+pub(crate) fn scan_versions(cells: &dyn KvRead, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
+    let start = from.map(|(t, r)| key::row_prefix(t, r)).unwrap_or_default();
+    let mut rows: Vec<RowVersions> = Vec::new();
+    let mut stop_after: Option<Vec<u8>> = None;
+    cells.for_range(&start, None, &mut |k, v| {
+        let d = decode_version_key(k)?;
+        let row_key = key::row_prefix(&d.table, &d.row);
+        let new_row = rows.last().is_none_or(|r| r.table != d.table || r.row != d.row);
+        if new_row {
+            if rows.len() >= limit {
+                stop_after = Some(row_key);
+                return Ok(false);
+            }
+            rows.push(RowVersions { table: d.table.clone(), row: d.row.clone(), cells: Vec::new() });
+        }
+        let r = rows.last_mut().expect("pushed");
+        if r.cells.last().is_none_or(|c| c.column != d.column) {
+            r.cells.push(CellVersions { column: d.column.clone(), ..Default::default() });
+        }
+        let c = r.cells.last_mut().expect("pushed");
+        match d.kind {
+            Kind::Lock => c.locks.push((d.ts, decode_lock(v)?)),
+            Kind::Write => c.writes.push((d.ts, decode_write(v)?)),
+            Kind::Data => c.data.push(d.ts),
+        }
+        Ok(true)
+    })?;
+    Ok(rows)
+}
+
+pub(crate) fn scan_notify(notify: &dyn KvRead, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
+    let mut out = Vec::new();
+    notify.for_range(from.unwrap_or(&[]), None, &mut |k, v| {
+        let ((table, row, column), _) =
+            key::decode_cell(k).ok_or_else(|| Error::Corrupt(format!("malformed notify key {k:02x?}")))?;
+        out.push(NotifyEntry { cell: CellRef { table, row, column }, ts: decode_ts(v)? });
+        Ok(out.len() < limit)
+    })?;
+    Ok(out)
+}
+
+pub(crate) fn meta_scan(meta: &dyn KvRead, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let end = prefix_end(prefix.as_bytes());
+    meta.for_range(prefix.as_bytes(), end.as_deref(), &mut |k, v| {
+        out.push((String::from_utf8_lossy(k).into_owned(), v.to_vec()));
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// Applies one op of a batch to the three maps.
+pub(crate) fn apply_op(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, meta: &mut dyn KvWrite, op: &Op) -> Result<Outcome> {
+    match op {
+        Op::Row(m) => apply_row(cells, notify, m),
+        Op::MetaPut { key, value } => {
+            meta.put(key.as_bytes(), value)?;
+            Ok(Outcome::Applied)
+        }
+        Op::MetaDelete { key } => {
+            meta.delete(key.as_bytes())?;
+            Ok(Outcome::Applied)
+        }
+    }
+}

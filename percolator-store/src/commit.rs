@@ -1,0 +1,342 @@
+//! The commit protocol (paper §2.2, Figure 6): prewrite the primary, prewrite the secondaries,
+//! take a commit timestamp, commit the primary (the commit point), commit the secondaries.
+//!
+//! Named failpoints (feature `failpoints`) sit between the phases; see `docs/design.md`.
+
+use std::sync::atomic::Ordering;
+
+use fail::fail_point;
+
+use crate::bigtable::*;
+use crate::error::{ConflictKind, Error, Result};
+use crate::key;
+use crate::lock::{self, Force, rollback_mutations};
+use crate::notify::{NotifyKind, Registry};
+use crate::store::Inner;
+use crate::timestamp::Timestamp;
+use crate::transaction::Transaction;
+use crate::worker::now_ms;
+
+/// Rows per prewrite/commit batch of secondaries; between batches the primary's lock is
+/// refreshed if the commit is running long (the heartbeat).
+const SECONDARY_BATCH: usize = 1024;
+
+/// One row's share of a transaction.
+struct RowWrites {
+    table: String,
+    row: Vec<u8>,
+    /// (column, value or delete).
+    cells: Vec<(String, Option<Vec<u8>>)>,
+    /// Weak notifications to send to this row.
+    weak: Vec<String>,
+}
+
+fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
+    let mut rows: Vec<RowWrites> = Vec::new();
+    fn index_of(rows: &mut Vec<RowWrites>, c: &CellRef) -> usize {
+        match rows.iter().rposition(|r| r.table == c.table && r.row == c.row) {
+            Some(i) => i,
+            None => {
+                rows.push(RowWrites { table: c.table.clone(), row: c.row.clone(), cells: Vec::new(), weak: Vec::new() });
+                rows.len() - 1
+            }
+        }
+    }
+    for (c, v) in &txn.writes {
+        let i = index_of(&mut rows, c);
+        rows[i].cells.push((c.column.clone(), v.clone()));
+    }
+    for c in &txn.weak {
+        let i = index_of(&mut rows, c);
+        rows[i].weak.push(c.column.clone());
+    }
+    // Rows with writes first (the primary is the first cell of the first row); weak-only after.
+    rows.sort_by_key(|r| r.cells.is_empty());
+    rows
+}
+
+fn write_kind(v: &Option<Vec<u8>>) -> WriteKind {
+    match v {
+        Some(v) => WriteKind::Put(v.clone()),
+        None => WriteKind::Delete,
+    }
+}
+
+fn conflict(found: &Found, table: &str, row: &[u8], column: &str) -> Error {
+    let kind = match found {
+        Found::Write { .. } => ConflictKind::WriteAfterStart,
+        Found::Lock { .. } | Found::LockPresent => ConflictKind::Locked,
+        Found::NoLock => ConflictKind::RolledBack,
+    };
+    Error::conflict(kind, table, row, column)
+}
+
+/// Notify cells a row's writes set: strong observed columns, and weak notifications.
+fn notify_mutations(registry: &Registry, r: &RowWrites, ts: Timestamp, strong: bool, out: &mut Vec<Mutation>) {
+    if strong {
+        for (column, _) in &r.cells {
+            if registry.kind_of(&r.table, column) == Some(NotifyKind::Strong) {
+                out.push(Mutation::SetNotify { column: column.clone(), ts });
+            }
+        }
+    }
+    for column in &r.weak {
+        out.push(Mutation::SetNotify { column: column.clone(), ts });
+    }
+}
+
+fn prewrite_op(registry: &Registry, r: &RowWrites, start_ts: Timestamp, lock: &LockRecord) -> RowMutation {
+    let mut conditions = Vec::with_capacity(2 * r.cells.len());
+    let mut mutations = Vec::with_capacity(3 * r.cells.len());
+    for (column, value) in &r.cells {
+        conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
+        conditions.push(Condition::NoLock { column: column.clone() });
+        mutations.push(Mutation::PutLock { column: column.clone(), start_ts, lock: lock.clone() });
+        if let Some(v) = value {
+            mutations.push(Mutation::PutData { column: column.clone(), start_ts, value: v.clone() });
+        }
+    }
+    // Notify is written at prewrite, not at commit: a reader that rolls this transaction
+    // forward does not know to set it (the lesson of Fluo issue 642).
+    notify_mutations(registry, r, start_ts, true, &mut mutations);
+    RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations }
+}
+
+fn commit_op(registry: &Registry, r: &RowWrites, start_ts: Timestamp, commit_ts: Timestamp, condition: Option<Condition>) -> RowMutation {
+    let mut mutations = Vec::with_capacity(3 * r.cells.len());
+    for (column, value) in &r.cells {
+        mutations.push(Mutation::DeleteLock { column: column.clone(), start_ts });
+        mutations.push(Mutation::DeleteData { column: column.clone(), start_ts });
+        mutations.push(Mutation::PutWrite {
+            column: column.clone(),
+            commit_ts,
+            write: WriteRecord { start_ts, kind: write_kind(value) },
+        });
+    }
+    notify_mutations(registry, r, commit_ts, false, &mut mutations);
+    RowMutation { table: r.table.clone(), row: r.row.clone(), conditions: condition.into_iter().collect(), mutations }
+}
+
+/// Removes the locks of rows this transaction prewrote; the primary gets a rollback record.
+fn roll_back(inner: &Inner, rows: &[&RowWrites], start_ts: Timestamp, primary: &CellRef) {
+    let ops = rows
+        .iter()
+        .map(|r| {
+            let mut mutations = Vec::new();
+            for (column, _) in &r.cells {
+                let is_primary = r.table == primary.table && r.row == primary.row && *column == primary.column;
+                mutations.extend(rollback_mutations(column, start_ts, is_primary));
+            }
+            let first = &r.cells[0].0;
+            Op::Row(RowMutation {
+                table: r.table.clone(),
+                row: r.row.clone(),
+                conditions: vec![Condition::LockIs { column: first.clone(), start_ts }],
+                mutations,
+            })
+        })
+        .collect();
+    // Best effort: whatever stays locked is rolled back by the next reader via the primary.
+    let _ = inner.backend.apply(ops);
+}
+
+pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
+    let inner = txn.inner.clone();
+    if txn.writes.is_empty() && txn.weak.is_empty() {
+        return Ok(txn.start_ts);
+    }
+    let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
+    let rows = group_rows(txn);
+    let writing = rows.iter().filter(|r| !r.cells.is_empty()).count();
+    let result = if writing == 0 {
+        // Weak notifications only: nothing to make atomic.
+        let ts = inner.oracle.next()?;
+        let ops = rows.iter().map(|r| Op::Row(commit_op(&registry, r, txn.start_ts, ts, None))).collect();
+        inner.backend.apply(ops)?;
+        Ok(ts)
+    } else if writing == 1 && inner.config.one_phase_commit && inner.backend.exclusive() {
+        one_phase(&inner, &registry, &rows, txn.start_ts)
+    } else {
+        two_phase(&inner, &registry, &rows, txn.start_ts)
+    };
+    match &result {
+        Ok(_) => {
+            inner.counters.commits.fetch_add(1, Ordering::Relaxed);
+            let notified = !txn.weak.is_empty()
+                || txn.writes.keys().any(|c| registry.kind_of(&c.table, &c.column) == Some(NotifyKind::Strong));
+            if notified {
+                inner.signal.bump();
+            }
+        }
+        Err(e) if e.is_retryable() => {
+            inner.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(_) => {}
+    }
+    txn.writes.clear();
+    txn.weak.clear();
+    result
+}
+
+/// Leaves the 1PC fence even if the commit fails or panics.
+struct FenceGuard<'a>(&'a Inner, Vec<u8>);
+
+impl Drop for FenceGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fence.exit(&self.1);
+    }
+}
+
+/// One row op: check for conflicts and write the commit records directly. The row sits in the
+/// 1PC fence from before commit_ts is taken until the write is visible, so no reader with a
+/// later start_ts can miss it.
+fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: Timestamp) -> Result<Timestamp> {
+    let r = &rows[0];
+    let row_key = key::row_prefix(&r.table, &r.row);
+    inner.fence.enter(&row_key);
+    let _guard = FenceGuard(inner, row_key);
+    let commit_ts = inner.oracle.next()?;
+    let mut op = commit_op(registry, r, start_ts, commit_ts, None);
+    for (column, _) in &r.cells {
+        op.conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
+        op.conditions.push(Condition::NoLock { column: column.clone() });
+    }
+    // Strong notifications: the same row op, so they are exactly as durable as the write.
+    notify_mutations(registry, &RowWrites { weak: Vec::new(), ..clone_row(r) }, commit_ts, true, &mut op.mutations);
+    let mut ops = vec![Op::Row(op)];
+    ops.extend(rows[1..].iter().map(|w| Op::Row(commit_op(registry, w, start_ts, commit_ts, None))));
+    let outcomes = inner.backend.apply(ops)?;
+    if let Outcome::ConditionFailed { index, found } = &outcomes[0] {
+        resolve_found(inner, found);
+        let column = &r.cells[index / 2].0;
+        return Err(conflict(found, &r.table, &r.row, column));
+    }
+    inner.counters.one_pc_commits.fetch_add(1, Ordering::Relaxed);
+    Ok(commit_ts)
+}
+
+fn clone_row(r: &RowWrites) -> RowWrites {
+    RowWrites { table: r.table.clone(), row: r.row.clone(), cells: r.cells.clone(), weak: r.weak.clone() }
+}
+
+/// A prewrite that found a lock helps clean it up if its owner is dead, so the retry can win.
+fn resolve_found(inner: &Inner, found: &Found) {
+    if let Found::Lock { start_ts, lock } = found {
+        // Deciding the owner through its primary is what unblocks the retry; a later reader
+        // finishes the secondary this prewrite met. Errors here change nothing: we conflict anyway.
+        let _ = lock::primary_status(inner, &lock.primary, *start_ts, Force::No);
+    }
+}
+
+fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: Timestamp) -> Result<Timestamp> {
+    let primary_row = &rows[0];
+    let primary = CellRef::new(primary_row.table.clone(), primary_row.row.clone(), primary_row.cells[0].0.clone());
+    let mut lock = LockRecord {
+        primary: primary.clone(),
+        wall_ms: now_ms(),
+        ttl_ms: inner.config.lock_ttl.as_millis() as u64,
+        worker: inner.worker,
+    };
+
+    // Phase 1a: prewrite the primary row.
+    let outcome = inner.backend.apply(vec![Op::Row(prewrite_op(registry, primary_row, start_ts, &lock))])?;
+    if let Outcome::ConditionFailed { index, found } = &outcome[0] {
+        resolve_found(inner, found);
+        return Err(conflict(found, &primary_row.table, &primary_row.row, &primary_row.cells[index / 2].0));
+    }
+    fail_point!("after-prewrite-primary", |_| Err(Error::Storage("failpoint after-prewrite-primary".into())));
+
+    // Phase 1b: prewrite the secondaries, in batches.
+    let secondaries: Vec<&RowWrites> = rows[1..].iter().collect();
+    let mut prewritten: Vec<&RowWrites> = vec![primary_row];
+    for (n, chunk) in secondaries.chunks(SECONDARY_BATCH).enumerate() {
+        if n > 0 {
+            heartbeat(inner, &primary, start_ts, &mut lock)?;
+        }
+        // With failpoints compiled in, the first secondary goes alone so a test can stop
+        // between it and the rest.
+        let split = if cfg!(feature = "failpoints") && n == 0 && chunk.len() > 1 { 1 } else { chunk.len() };
+        for part in [&chunk[..split], &chunk[split..]] {
+            if part.is_empty() {
+                continue;
+            }
+            let ops = part
+                .iter()
+                .map(|r| if r.cells.is_empty() { commit_op(registry, r, start_ts, start_ts, None) } else { prewrite_op(registry, r, start_ts, &lock) })
+                .map(Op::Row)
+                .collect();
+            let outcomes = match inner.backend.apply(ops) {
+                Ok(o) => o,
+                Err(e) => {
+                    roll_back(inner, &prewritten, start_ts, &primary);
+                    return Err(e);
+                }
+            };
+            let mut failed = None;
+            for (r, o) in part.iter().zip(&outcomes) {
+                match o {
+                    Outcome::Applied if !r.cells.is_empty() => prewritten.push(r),
+                    Outcome::Applied => {}
+                    Outcome::ConditionFailed { index, found } => {
+                        resolve_found(inner, found);
+                        failed.get_or_insert_with(|| conflict(found, &r.table, &r.row, &r.cells[index / 2].0));
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                roll_back(inner, &prewritten, start_ts, &primary);
+                return Err(e);
+            }
+            fail_point!("after-prewrite-first-secondary", |_| Err(Error::Storage("failpoint after-prewrite-first-secondary".into())));
+        }
+    }
+
+    // Phase 2: the commit point.
+    heartbeat(inner, &primary, start_ts, &mut lock)?;
+    let commit_ts = inner.oracle.next()?;
+    fail_point!("before-commit-primary", |_| Err(Error::Storage("failpoint before-commit-primary".into())));
+    let op = commit_op(registry, primary_row, start_ts, commit_ts, Some(Condition::LockIs { column: primary.column.clone(), start_ts }));
+    let outcome = inner.backend.apply(vec![Op::Row(op)])?;
+    if let Outcome::ConditionFailed { found, .. } = &outcome[0] {
+        // Someone rolled us back (we looked dead or expired). Clean our other locks.
+        roll_back(inner, &prewritten[1..], start_ts, &primary);
+        return Err(conflict(found, &primary.table, &primary.row, &primary.column));
+    }
+    fail_point!("after-commit-primary", |_| Ok(commit_ts));
+
+    // Phase 3: the secondaries' commit records. Unconditional and idempotent: a resolver that
+    // rolled a secondary forward wrote exactly the same record. Failures are left to readers.
+    for (i, chunk) in secondaries.chunks(SECONDARY_BATCH).enumerate() {
+        let split = if cfg!(feature = "failpoints") && i == 0 && chunk.len() > 1 { 1 } else { chunk.len() };
+        for part in [&chunk[..split], &chunk[split..]] {
+            if part.is_empty() {
+                continue;
+            }
+            let ops = part.iter().map(|r| Op::Row(commit_op(registry, r, start_ts, commit_ts, None))).collect();
+            if inner.backend.apply(ops).is_err() {
+                return Ok(commit_ts);
+            }
+            fail_point!("after-commit-first-secondary", |_| Ok(commit_ts));
+        }
+    }
+    Ok(commit_ts)
+}
+
+/// Refreshes the primary lock's wall time when a commit has been running for more than half the
+/// TTL, so resolvers do not take a slow-but-alive transaction for an abandoned one.
+fn heartbeat(inner: &Inner, primary: &CellRef, start_ts: Timestamp, lock: &mut LockRecord) -> Result<()> {
+    if now_ms() < lock.wall_ms + lock.ttl_ms / 2 {
+        return Ok(());
+    }
+    lock.wall_ms = now_ms();
+    let op = RowMutation {
+        table: primary.table.clone(),
+        row: primary.row.clone(),
+        conditions: vec![Condition::LockIs { column: primary.column.clone(), start_ts }],
+        mutations: vec![Mutation::PutLock { column: primary.column.clone(), start_ts, lock: lock.clone() }],
+    };
+    match &inner.backend.apply(vec![Op::Row(op)])?[0] {
+        Outcome::Applied => Ok(()),
+        Outcome::ConditionFailed { found, .. } => Err(conflict(found, &primary.table, &primary.row, &primary.column)),
+    }
+}

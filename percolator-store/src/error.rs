@@ -1,0 +1,105 @@
+//! Error types. [`Error`] is the one error every public operation returns; match on
+//! [`Error::is_retryable`] (or [`Error::Conflict`]) to decide whether to run the transaction again.
+
+use std::fmt;
+
+/// Why a transaction lost a race. Every conflict is retryable with a new start timestamp.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConflictKind {
+    /// Prewrite found a write committed at or after this transaction's start (write-write
+    /// conflict: the snapshot-isolation "first committer wins" rule).
+    WriteAfterStart,
+    /// Prewrite found another transaction's lock on a cell this one writes.
+    Locked,
+    /// A read waited for a lock longer than `lock_wait` and the lock's owner is still alive.
+    LockWaitTimeout,
+    /// The primary lock was gone at the commit point: another transaction rolled this one back
+    /// (it looked dead or its TTL had expired).
+    RolledBack,
+}
+
+impl fmt::Display for ConflictKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConflictKind::WriteAfterStart => "a newer write was committed after this transaction started",
+            ConflictKind::Locked => "another transaction holds a lock on the cell",
+            ConflictKind::LockWaitTimeout => "timed out waiting for a live transaction's lock",
+            ConflictKind::RolledBack => "the transaction was rolled back by another worker before its commit point",
+        })
+    }
+}
+
+/// The error of every operation in this crate.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The transaction lost a race; nothing it wrote is visible. Retry with a new transaction
+    /// (see [`Store::run`](crate::Store::run)).
+    #[error("conflict on {cell}: {kind}")]
+    Conflict {
+        /// What happened.
+        kind: ConflictKind,
+        /// The cell, as `table/row/column`.
+        cell: String,
+    },
+    /// A caller passed something unusable: an empty or over-long name, a write to a
+    /// reserved or weak-only column, an unknown observer.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A named thing does not exist (a dead letter, an observer).
+    #[error("not found: {0}")]
+    NotFound(String),
+    /// The backend failed (I/O, redb). Whether a commit took effect is described on
+    /// [`Transaction::commit`](crate::Transaction::commit).
+    #[error("storage: {0}")]
+    Storage(String),
+    /// Stored bytes do not decode: the file is damaged or was written by an incompatible version.
+    #[error("corrupt store: {0}")]
+    Corrupt(String),
+    /// The store is shutting down.
+    #[error("store is closed")]
+    Closed,
+}
+
+impl Error {
+    /// True for errors that a new transaction may not meet again (conflicts).
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Conflict { .. })
+    }
+
+    pub(crate) fn conflict(kind: ConflictKind, table: &str, row: &[u8], column: &str) -> Error {
+        Error::Conflict {
+            kind,
+            cell: format!("{table}/{}/{column}", String::from_utf8_lossy(row)),
+        }
+    }
+}
+
+impl From<redb::Error> for Error {
+    fn from(e: redb::Error) -> Error {
+        Error::Storage(e.to_string())
+    }
+}
+
+macro_rules! storage_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Error {
+                Error::Storage(e.to_string())
+            }
+        }
+    )*};
+}
+storage_from!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError,
+    redb::SetDurabilityError,
+    std::io::Error
+);
+
+/// Result alias for this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,108 @@
+//! Garbage collection of versions no reader can see.
+//!
+//! The safepoint is the oldest start timestamp of a running transaction of this store (a live
+//! [`Transaction`](crate::Transaction) pins its snapshot), or a fresh timestamp if none runs.
+//! Pass 1 resolves every lock below the safepoint — its owner cannot be running — so that no
+//! commit record another lock's fate depends on is removed. Pass 2 keeps, per cell, every write
+//! record above the safepoint and the newest Put at or below it, and removes older records,
+//! rollback records below the safepoint, deletes that no one can see past, and orphaned data.
+
+use crate::bigtable::*;
+use crate::error::Result;
+use crate::lock::{self, Force, TxnStatus};
+use crate::store::Store;
+use crate::timestamp::Timestamp;
+
+/// Rows per scan page.
+const PAGE: usize = 256;
+
+/// What a GC pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GcStats {
+    /// Versions at or below this timestamp were considered.
+    pub safepoint: Timestamp,
+    /// Rows examined.
+    pub rows: u64,
+    /// Abandoned locks below the safepoint rolled forward or back.
+    pub locks_resolved: u64,
+    /// Write records and staged values removed.
+    pub versions_removed: u64,
+    /// True if a lock below the safepoint belonged to a live worker (non-exclusive backends
+    /// only): removal was skipped this time.
+    pub deferred: bool,
+}
+
+impl Store {
+    /// Removes versions that no running or future transaction can read.
+    pub fn gc(&self) -> Result<GcStats> {
+        let safepoint = self.safepoint()?;
+        let mut stats = GcStats { safepoint, ..GcStats::default() };
+        let force = if self.inner.backend.exclusive() { Force::Yes } else { Force::No };
+        // Pass 1: resolve abandoned locks below the safepoint.
+        for_each_row(self, |row| {
+            for cell in &row.cells {
+                for (start_ts, l) in cell.locks.iter().filter(|(ts, _)| *ts < safepoint) {
+                    let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
+                    match lock::resolve(&self.inner, &c, *start_ts, l, force)? {
+                        TxnStatus::Live => stats.deferred = true,
+                        _ => stats.locks_resolved += 1,
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        if stats.deferred {
+            return Ok(stats);
+        }
+        // Pass 2: remove invisible versions.
+        for_each_row(self, |row| {
+            stats.rows += 1;
+            let mut mutations = Vec::new();
+            for cell in &row.cells {
+                let mut kept_visible = false;
+                for (ts, w) in &cell.writes {
+                    if *ts > safepoint {
+                        continue;
+                    }
+                    let keep = !kept_visible && matches!(w.kind, WriteKind::Put(_));
+                    if !kept_visible && w.kind != WriteKind::Rollback {
+                        kept_visible = true;
+                    }
+                    if !keep {
+                        mutations.push(Mutation::DeleteWrite { column: cell.column.clone(), commit_ts: *ts });
+                    }
+                }
+                for ts in &cell.data {
+                    if *ts < safepoint && !cell.locks.iter().any(|(l, _)| l == ts) {
+                        mutations.push(Mutation::DeleteData { column: cell.column.clone(), start_ts: *ts });
+                    }
+                }
+            }
+            if !mutations.is_empty() {
+                stats.versions_removed += mutations.len() as u64;
+                let op = RowMutation { table: row.table.clone(), row: row.row.clone(), conditions: vec![], mutations };
+                self.inner.backend.apply(vec![Op::Row(op)])?;
+            }
+            Ok(())
+        })?;
+        Ok(stats)
+    }
+}
+
+fn for_each_row(store: &Store, mut f: impl FnMut(&RowVersions) -> Result<()>) -> Result<()> {
+    let mut from: Option<(String, Vec<u8>)> = None;
+    loop {
+        let page = store.inner.backend.scan_versions(from.as_ref().map(|(t, r)| (t.as_str(), r.as_slice())), PAGE)?;
+        for row in &page {
+            f(row)?;
+        }
+        if page.len() < PAGE {
+            return Ok(());
+        }
+        let last = page.last().expect("full page");
+        let mut next = last.row.clone();
+        next.push(0);
+        from = Some((last.table.clone(), next));
+    }
+}

@@ -1,0 +1,106 @@
+//! Group commit: many callers' operations, one underlying commit.
+//!
+//! Leader/follower, with no dedicated thread: a caller enqueues its ops; if no commit is in
+//! progress it becomes the leader, drains the whole queue, runs one backend commit (for redb:
+//! one write transaction and one fsync) and hands every caller its own outcomes; callers that
+//! arrived meanwhile wait and are served by the next round. An uncontended caller therefore
+//! pays no thread hand-off, and under contention the fsync cost is shared.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+
+use crate::bigtable::{Op, Outcome};
+use crate::error::{Error, Result};
+
+/// Upper bound of ops in one underlying commit (bounds the write transaction's size).
+const MAX_BATCH_OPS: usize = 4096;
+
+/// Where a leader puts one caller's outcomes; the caller reads it after `leader_done`.
+type Slot = Arc<Mutex<Option<Result<Vec<Outcome>>>>>;
+
+struct Pending {
+    ops: Vec<Op>,
+    slot: Slot,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: VecDeque<Pending>,
+    leader_active: bool,
+}
+
+/// Batches ops from concurrent callers into shared commits.
+pub(crate) struct GroupCommit {
+    queue: Mutex<Queue>,
+    /// Signalled when a leader finishes, so a waiting caller can take over leadership.
+    leader_done: Condvar,
+}
+
+impl GroupCommit {
+    pub(crate) fn new() -> GroupCommit {
+        GroupCommit { queue: Mutex::new(Queue::default()), leader_done: Condvar::new() }
+    }
+
+    /// Submits `ops` and returns their outcomes once they are committed. `commit` applies a
+    /// batch in one underlying transaction; it returns one outcome list per submitted group, or
+    /// an error that fails the whole batch.
+    pub(crate) fn submit(
+        &self,
+        ops: Vec<Op>,
+        commit: &dyn Fn(&[&[Op]]) -> Result<Vec<Vec<Outcome>>>,
+    ) -> Result<Vec<Outcome>> {
+        let slot: Slot = Arc::new(Mutex::new(None));
+        let mut q = self.queue.lock().map_err(|_| Error::Closed)?;
+        q.pending.push_back(Pending { ops, slot: slot.clone() });
+        loop {
+            // Served by another leader?
+            if let Some(r) = slot.lock().map_err(|_| Error::Closed)?.take() {
+                return r;
+            }
+            if !q.leader_active {
+                break;
+            }
+            q = self.leader_done.wait(q).map_err(|_| Error::Closed)?;
+        }
+        // Lead: drain and commit rounds until our own slot is filled.
+        q.leader_active = true;
+        loop {
+            let mut batch = Vec::new();
+            let mut n = 0;
+            while !q.pending.is_empty() && (n == 0 || n + q.pending[0].ops.len() <= MAX_BATCH_OPS) {
+                let p = q.pending.pop_front().expect("checked non-empty");
+                n += p.ops.len();
+                batch.push(p);
+            }
+            drop(q);
+            let groups: Vec<&[Op]> = batch.iter().map(|p| p.ops.as_slice()).collect();
+            let result = commit(&groups);
+            match result {
+                Ok(outcomes) => {
+                    for (p, o) in batch.iter().zip(outcomes) {
+                        deliver(&p.slot, Ok(o));
+                    }
+                }
+                Err(e) => {
+                    for p in &batch {
+                        deliver(&p.slot, Err(Error::Storage(e.to_string())));
+                    }
+                }
+            }
+            q = self.queue.lock().map_err(|_| Error::Closed)?;
+            let mine = slot.lock().map_err(|_| Error::Closed)?.take();
+            if let Some(r) = mine {
+                q.leader_active = false;
+                drop(q);
+                self.leader_done.notify_all();
+                return r;
+            }
+        }
+    }
+}
+
+fn deliver(slot: &Slot, r: Result<Vec<Outcome>>) {
+    if let Ok(mut g) = slot.lock() {
+        *g = Some(r);
+    }
+}

@@ -1,0 +1,65 @@
+//! Percolator (Peng & Dabek, OSDI 2010): snapshot-isolation transactions and observer
+//! notifications over a Bigtable-like seam, with an embedded redb backend.
+//!
+//! ```
+//! use percolator_store::{MemBigtable, Store, StoreConfig};
+//! use std::sync::Arc;
+//!
+//! let store = Store::with_backend(Arc::new(MemBigtable::new()), StoreConfig::default())?;
+//! // Figure 4's bank: Bob pays Joe $7.
+//! store.run(|t| {
+//!     t.set("bank", "Bob", "bal:data", 10u64.to_be_bytes())?;
+//!     t.set("bank", "Joe", "bal:data", 2u64.to_be_bytes())
+//! })?;
+//! store.run(|t| {
+//!     let get = |row: &str| -> percolator_store::Result<u64> {
+//!         Ok(u64::from_be_bytes(t.get("bank", row, "bal:data")?.unwrap().try_into().unwrap()))
+//!     };
+//!     let (bob, joe) = (get("Bob")?, get("Joe")?);
+//!     t.set("bank", "Bob", "bal:data", (bob - 7).to_be_bytes())?;
+//!     t.set("bank", "Joe", "bal:data", (joe + 7).to_be_bytes())
+//! })?;
+//! let t = store.begin()?;
+//! assert_eq!(t.get("bank", "Joe", "bal:data")?, Some(9u64.to_be_bytes().to_vec()));
+//! # Ok::<(), percolator_store::Error>(())
+//! ```
+//!
+//! Layers, bottom up: [`Bigtable`] (the seam: versioned cells, conditional single-row
+//! mutations, the notify locality group) with [`RedbBigtable`] and [`MemBigtable`]; the
+//! [`Oracle`]; [`Transaction`] (prewrite, commit primary, commit secondaries, lock resolution);
+//! notifications ([`Observer`], [`Store::start_scanner`]); and [`Store::gc`].
+//! `docs/design.md` in the repository describes the key encoding and protocol.
+
+mod bigtable;
+mod cells;
+mod commit;
+mod error;
+mod gc;
+mod group_commit;
+mod key;
+mod lock;
+mod mem_backend;
+mod notify;
+mod oracle;
+mod redb_backend;
+mod scanner;
+mod store;
+mod timestamp;
+mod transaction;
+mod worker;
+
+pub use bigtable::{
+    BackendStats, Bigtable, CellRead, CellRef, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op, Outcome,
+    RowMutation, RowVersions, ScannedCell, WriteKind, WriteRecord, notify_position,
+};
+pub use error::{ConflictKind, Error, Result};
+pub use gc::GcStats;
+pub use key::{MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, validate_column, validate_row, validate_table};
+pub use mem_backend::MemBigtable;
+pub use notify::{CellOutcome, DeadLetter, Notification, NotifyKind, ObserveError, Observer, ObserverSpec};
+pub use oracle::Oracle;
+pub use redb_backend::{Durability, RedbBigtable, RedbConfig};
+pub use scanner::{Scanner, ScannerConfig};
+pub use store::{Metrics, RetryPolicy, Store, StoreConfig};
+pub use timestamp::Timestamp;
+pub use transaction::{ScanEntry, Transaction};

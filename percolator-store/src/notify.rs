@@ -1,0 +1,433 @@
+//! Notifications and observers (paper §2.4).
+//!
+//! A write to an observed column sets that column's notify cell (in the notify locality group)
+//! at prewrite. Each strong observer `O` keeps an ack column `__ack:O` in the row holding the
+//! start timestamp of its last successful run; a run happens only if the column's newest write
+//! is newer than the ack, and writes the ack in its own transaction, so two racing runs
+//! conflict and at most one commits per change, and many writes before a run collapse into
+//! one run. Weak observers have no ack: any weak notification runs them. The notify cell is a
+//! hint: it is cleared after every observer of the column is satisfied, and only if no write
+//! newer than the runs' snapshot (and no lock) has arrived. A run that keeps failing is moved to
+//! a dead-letter record after `max_attempts` and can be retried from there.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::bigtable::*;
+use crate::error::{Error, Result};
+use crate::key;
+use crate::store::{Inner, Store};
+use crate::timestamp::Timestamp;
+use crate::transaction::Transaction;
+use crate::worker::now_ms;
+
+/// Strong notifications are transactional and collapse; weak ones never conflict.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotifyKind {
+    /// Triggered by every committed write to the column; at most one observer commit per change.
+    Strong,
+    /// Triggered by [`Transaction::notify_weak`]; the column cannot be written. Runs may repeat.
+    Weak,
+}
+
+/// How an observer is bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObserverSpec {
+    /// Unique name (`[A-Za-z0-9_.-]`, at most 64 bytes); names the ack column `__ack:<name>`.
+    pub name: String,
+    /// Observed table.
+    pub table: String,
+    /// Observed column.
+    pub column: String,
+    /// Strong or weak.
+    pub kind: NotifyKind,
+    /// Failed runs of one notification before it moves to dead letters (at least 1).
+    pub max_attempts: u32,
+}
+
+/// What an observer is told.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notification {
+    /// The changed (or notified) cell.
+    pub cell: CellRef,
+    /// Strong or weak.
+    pub kind: NotifyKind,
+    /// Commit timestamp of the newest write the run's snapshot sees (strong only).
+    pub commit_ts: Option<Timestamp>,
+    /// 1 for the first run of this notification, more for retries after failures.
+    pub attempt: u32,
+}
+
+/// Why an observer run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ObserveError {
+    /// A store operation failed; a conflict is retried without counting as a failure.
+    #[error(transparent)]
+    Store(#[from] Error),
+    /// The observer itself failed (an error it returned, a trap, a deadline).
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// User code run on notifications. The host implements it for Wasm components.
+pub trait Observer: Send + Sync + 'static {
+    /// Reacts to a notification inside `txn`. Returning `Ok` lets the runtime commit `txn`
+    /// (with the observer's ack); returning `Err` discards everything it wrote.
+    fn observe(&self, txn: &mut Transaction, notification: &Notification) -> Result<(), ObserveError>;
+}
+
+pub(crate) struct Bound {
+    pub(crate) spec: ObserverSpec,
+    pub(crate) observer: Arc<dyn Observer>,
+}
+
+/// Which observers watch which columns. Copy-on-write behind the store's lock: a swap is
+/// atomic, and runs already holding the old registry finish on it.
+#[derive(Default, Clone)]
+pub(crate) struct Registry {
+    by_column: HashMap<(String, String), Vec<Arc<Bound>>>,
+    by_name: BTreeMap<String, Arc<Bound>>,
+}
+
+impl Registry {
+    pub(crate) fn kind_of(&self, table: &str, column: &str) -> Option<NotifyKind> {
+        if self.by_column.is_empty() {
+            return None;
+        }
+        self.by_column.get(&(table.to_owned(), column.to_owned())).and_then(|v| v.first()).map(|b| b.spec.kind)
+    }
+
+    fn observers(&self, table: &str, column: &str) -> Vec<Arc<Bound>> {
+        self.by_column.get(&(table.to_owned(), column.to_owned())).cloned().unwrap_or_default()
+    }
+
+    fn rebuild(by_name: BTreeMap<String, Arc<Bound>>) -> Registry {
+        let mut by_column: HashMap<(String, String), Vec<Arc<Bound>>> = HashMap::new();
+        for b in by_name.values() {
+            by_column.entry((b.spec.table.clone(), b.spec.column.clone())).or_default().push(b.clone());
+        }
+        Registry { by_column, by_name }
+    }
+}
+
+/// Failure bookkeeping of one (notification, observer) pair.
+pub(crate) struct FailState {
+    attempts: u32,
+    retry_at: Instant,
+}
+
+/// A notification whose observer failed `attempts` times.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// Identifier for [`Store::retry_dead_letter`].
+    pub id: String,
+    /// The notified cell.
+    pub cell: CellRef,
+    /// The observer that failed.
+    pub observer: String,
+    /// Failed runs.
+    pub attempts: u32,
+    /// The last error, as text.
+    pub error: String,
+    /// Wall-clock milliseconds when it was dead-lettered.
+    pub wall_ms: u64,
+}
+
+const DEAD_PREFIX: &str = "dead/";
+
+/// What processing one notify cell did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CellOutcome {
+    /// Every observer is satisfied and the notify cell was cleared.
+    Cleared,
+    /// Something is left to do (a conflict, a failure awaiting retry, a newer write): the notify
+    /// cell stays and the cell is processed again later.
+    Pending,
+}
+
+fn ack_column(observer: &str) -> String {
+    format!("{}ack:{observer}", key::RESERVED_COLUMN_PREFIX)
+}
+
+fn validate_observer_name(name: &str) -> Result<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidArgument(format!("observer name {name:?} must be 1-64 characters of [A-Za-z0-9_.-]")))
+    }
+}
+
+impl Store {
+    /// Binds `observer` to its column. Fails if the name is taken or the column is already
+    /// bound with the other [`NotifyKind`].
+    pub fn register_observer(&self, spec: ObserverSpec, observer: Arc<dyn Observer>) -> Result<()> {
+        validate_observer_name(&spec.name)?;
+        key::validate_table(&spec.table)?;
+        key::validate_column(&spec.column)?;
+        if spec.max_attempts == 0 {
+            return Err(Error::InvalidArgument(format!("observer {}: max_attempts must be at least 1", spec.name)));
+        }
+        let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
+        if reg.by_name.contains_key(&spec.name) {
+            return Err(Error::InvalidArgument(format!("an observer named {:?} is already registered", spec.name)));
+        }
+        if let Some(kind) = reg.kind_of(&spec.table, &spec.column)
+            && kind != spec.kind
+        {
+            return Err(Error::InvalidArgument(format!(
+                "observer {}: column {}/{} is already bound as {kind:?}, cannot also be {:?}",
+                spec.name, spec.table, spec.column, spec.kind
+            )));
+        }
+        let mut by_name = reg.by_name.clone();
+        by_name.insert(spec.name.clone(), Arc::new(Bound { spec, observer }));
+        *reg = Arc::new(Registry::rebuild(by_name));
+        Ok(())
+    }
+
+    /// Swaps the implementation of a registered observer atomically (hot reload): runs that
+    /// already started finish on the old one.
+    pub fn replace_observer(&self, name: &str, observer: Arc<dyn Observer>) -> Result<()> {
+        let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
+        let old = reg.by_name.get(name).ok_or_else(|| Error::NotFound(format!("observer {name:?}")))?;
+        let mut by_name = reg.by_name.clone();
+        by_name.insert(name.to_owned(), Arc::new(Bound { spec: old.spec.clone(), observer }));
+        *reg = Arc::new(Registry::rebuild(by_name));
+        Ok(())
+    }
+
+    /// Unbinds an observer. Pending notifications of its column stay for other observers, or
+    /// are cleared if none is left.
+    pub fn unregister_observer(&self, name: &str) -> Result<()> {
+        let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
+        if !reg.by_name.contains_key(name) {
+            return Err(Error::NotFound(format!("observer {name:?}")));
+        }
+        let mut by_name = reg.by_name.clone();
+        by_name.remove(name);
+        *reg = Arc::new(Registry::rebuild(by_name));
+        Ok(())
+    }
+
+    /// The registered observers.
+    pub fn observers(&self) -> Vec<ObserverSpec> {
+        self.inner.registry.read().map(|r| r.by_name.values().map(|b| b.spec.clone()).collect()).unwrap_or_default()
+    }
+
+    /// Up to `limit` pending notifications, in key order.
+    pub fn pending_notifications(&self, limit: usize) -> Result<Vec<NotifyEntry>> {
+        self.inner.backend.scan_notify(None, limit)
+    }
+
+    /// Runs the observers of one notify cell and clears it if all are satisfied. The scanner
+    /// calls this under an advisory row lock; calling it directly (tests, tools) is safe too:
+    /// concurrent runs conflict on the ack and at most one commits.
+    pub fn process_notification(&self, entry: &NotifyEntry) -> Result<CellOutcome> {
+        process(&self.inner, entry)
+    }
+
+    /// Lists dead letters.
+    pub fn dead_letters(&self) -> Result<Vec<DeadLetter>> {
+        self.inner.backend.meta_scan(DEAD_PREFIX)?.into_iter().map(|(id, v)| decode_dead(id, &v)).collect()
+    }
+
+    /// Moves a dead letter back to pending: its observer runs again from attempt 1.
+    pub fn retry_dead_letter(&self, id: &str) -> Result<()> {
+        let raw = self.inner.backend.meta_get(id)?.ok_or_else(|| Error::NotFound(format!("dead letter {id:?}")))?;
+        let dead = decode_dead(id.to_owned(), &raw)?;
+        // Forget the ack so the observer runs even though it "acknowledged" the change when it
+        // was dead-lettered.
+        let ack = CellRef::new(dead.cell.table.clone(), dead.cell.row.clone(), ack_column(&dead.observer));
+        self.run(|txn| {
+            txn.set_reserved(ack.clone(), None);
+            Ok(())
+        })?;
+        let ts = self.inner.oracle.next()?;
+        let notify = Op::Row(RowMutation {
+            table: dead.cell.table.clone(),
+            row: dead.cell.row.clone(),
+            conditions: vec![],
+            mutations: vec![Mutation::SetNotify { column: dead.cell.column.clone(), ts }],
+        });
+        // Notify first, then forget the record: a crash in between leaves a duplicate, never a loss.
+        self.inner.backend.apply(vec![notify])?;
+        self.inner.backend.apply(vec![Op::MetaDelete { key: id.to_owned() }])?;
+        if let Ok(mut f) = self.inner.failures.lock() {
+            f.remove(&(notify_position(&dead.cell), dead.observer.clone()));
+        }
+        self.inner.signal.bump();
+        Ok(())
+    }
+
+    /// Waits until no notification is pending and no scanner is mid-row (the pipeline reached
+    /// its fixed point). Returns false on timeout.
+    pub fn wait_quiescent(&self, timeout: Duration) -> Result<bool> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let idle = self.inner.row_locks.lock().map(|l| l.is_empty()).unwrap_or(false);
+            if idle && self.inner.backend.scan_notify(None, 1)?.is_empty() {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                return Ok(false);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}
+
+fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
+    let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
+    let cell = &entry.cell;
+    let observers = registry.observers(&cell.table, &cell.column);
+    let t0 = if observers.is_empty() { entry.ts } else { inner.oracle.next()? };
+    let mut settled = true;
+    let position = notify_position(cell);
+    for b in &observers {
+        let key = (position.clone(), b.spec.name.clone());
+        let attempts = {
+            let failures = inner.failures.lock().map_err(|_| Error::Closed)?;
+            match failures.get(&key) {
+                Some(f) if f.retry_at > Instant::now() => {
+                    settled = false;
+                    continue;
+                }
+                Some(f) => f.attempts,
+                None => 0,
+            }
+        };
+        match run_observer(inner, b, cell, attempts + 1) {
+            Ok(()) => {
+                inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
+            }
+            Err(ObserveError::Store(e)) if e.is_retryable() => settled = false,
+            Err(e) => {
+                inner.counters.observer_failures.fetch_add(1, Ordering::Relaxed);
+                let attempts = attempts + 1;
+                if attempts >= b.spec.max_attempts {
+                    dead_letter(inner, b, cell, attempts, &e.to_string())?;
+                    inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
+                } else {
+                    let backoff = Duration::from_millis(10u64 << attempts.min(9));
+                    inner
+                        .failures
+                        .lock()
+                        .map_err(|_| Error::Closed)?
+                        .insert(key, FailState { attempts, retry_at: Instant::now() + backoff });
+                    settled = false;
+                }
+            }
+        }
+    }
+    if !settled {
+        return Ok(CellOutcome::Pending);
+    }
+    // Clear only if every write and lock the runs could have missed is absent.
+    let op = RowMutation {
+        table: cell.table.clone(),
+        row: cell.row.clone(),
+        conditions: if observers.is_empty() {
+            vec![]
+        } else {
+            vec![
+                Condition::NoLock { column: cell.column.clone() },
+                Condition::NoWriteSince { column: cell.column.clone(), since: t0 },
+            ]
+        },
+        mutations: vec![Mutation::ClearNotify { column: cell.column.clone(), max_ts: t0 }],
+    };
+    Ok(match inner.backend.apply(vec![Op::Row(op)])?[0] {
+        Outcome::Applied => {
+            inner.counters.notifications_cleared.fetch_add(1, Ordering::Relaxed);
+            CellOutcome::Cleared
+        }
+        Outcome::ConditionFailed { .. } => CellOutcome::Pending,
+    })
+}
+
+fn run_observer(inner: &Arc<Inner>, b: &Bound, cell: &CellRef, attempt: u32) -> Result<(), ObserveError> {
+    let mut txn = Transaction::begin(inner.clone())?;
+    let mut commit_ts = None;
+    if b.spec.kind == NotifyKind::Strong {
+        let ack_col = ack_column(&b.spec.name);
+        let reads = txn.read_row(&cell.table, &cell.row, &[&cell.column, &ack_col])?;
+        let latest = reads[0].write.as_ref().map(|(ts, _)| *ts);
+        let ack = match reads[1].value() {
+            Some(v) => Timestamp::from_raw(u64::from_be_bytes(
+                v.try_into().map_err(|_| Error::Corrupt(format!("ack column {ack_col} of {cell} is not 8 bytes")))?,
+            )),
+            None => Timestamp::ZERO,
+        };
+        // The last run (at `ack`) saw every write committed before it.
+        if latest.is_none_or(|c| c < ack) {
+            inner.counters.observer_skips.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        commit_ts = latest;
+        let ack_cell = CellRef::new(cell.table.clone(), cell.row.clone(), ack_col);
+        txn.set_reserved(ack_cell, Some(txn.start_ts().raw().to_be_bytes().to_vec()));
+    }
+    let n = Notification { cell: cell.clone(), kind: b.spec.kind, commit_ts, attempt };
+    b.observer.observe(&mut txn, &n)?;
+    txn.commit()?;
+    inner.counters.observer_runs.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn dead_letter(inner: &Arc<Inner>, b: &Bound, cell: &CellRef, attempts: u32, error: &str) -> Result<()> {
+    let id = format!("{DEAD_PREFIX}{}/{}", hex(&notify_position(cell)), b.spec.name);
+    let record = encode_dead(cell, &b.spec.name, attempts, error, now_ms());
+    inner.backend.apply(vec![Op::MetaPut { key: id, value: record }])?;
+    if b.spec.kind == NotifyKind::Strong {
+        // Acknowledge the change so the observer stops running on it; a retry forgets the ack.
+        let ack = CellRef::new(cell.table.clone(), cell.row.clone(), ack_column(&b.spec.name));
+        Store { inner: inner.clone() }.run(|txn| {
+            txn.set_reserved(ack.clone(), Some(txn.start_ts().raw().to_be_bytes().to_vec()));
+            Ok(())
+        })?;
+    }
+    inner.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn encode_dead(cell: &CellRef, observer: &str, attempts: u32, error: &str, wall_ms: u64) -> Vec<u8> {
+    let mut out = vec![1u8];
+    for part in [cell.table.as_bytes(), &cell.row, cell.column.as_bytes(), observer.as_bytes(), error.as_bytes()] {
+        out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+        out.extend_from_slice(part);
+    }
+    out.extend_from_slice(&attempts.to_le_bytes());
+    out.extend_from_slice(&wall_ms.to_le_bytes());
+    out
+}
+
+fn decode_dead(id: String, b: &[u8]) -> Result<DeadLetter> {
+    let bad = || Error::Corrupt(format!("dead letter {id:?} does not decode"));
+    let mut rest = b.strip_prefix(&[1u8]).ok_or_else(bad)?;
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..5 {
+        let n = u32::from_le_bytes(rest.get(..4).ok_or_else(bad)?.try_into().map_err(|_| bad())?) as usize;
+        parts.push(rest.get(4..4 + n).ok_or_else(bad)?.to_vec());
+        rest = &rest[4 + n..];
+    }
+    let attempts = u32::from_le_bytes(rest.get(..4).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+    let wall_ms = u64::from_le_bytes(rest.get(4..12).ok_or_else(bad)?.try_into().map_err(|_| bad())?);
+    let s = |v: &Vec<u8>| String::from_utf8(v.clone()).map_err(|_| bad());
+    Ok(DeadLetter {
+        cell: CellRef { table: s(&parts[0])?, row: parts[1].clone(), column: s(&parts[2])? },
+        observer: s(&parts[3])?,
+        error: s(&parts[4])?,
+        attempts,
+        wall_ms,
+        id,
+    })
+}

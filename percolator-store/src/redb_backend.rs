@@ -1,0 +1,213 @@
+//! The embedded default backend: one redb file, group-committed.
+//!
+//! Three redb tables: `cells` (locks, write records and staged data, see [`crate::key`]),
+//! `notify` (the notify locality group: scanning it costs ∝ pending notifications), and `meta`
+//! (oracle high-water mark, worker leases, dead letters). redb holds an exclusive lock on the
+//! file, so this process is the only reader and writer ([`Bigtable::exclusive`]).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::bigtable::*;
+use crate::cells::{self, KvRead, KvWrite};
+use crate::error::{Error, Result};
+use crate::group_commit::GroupCommit;
+use crate::timestamp::Timestamp;
+
+const CELLS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("cells");
+const NOTIFY: TableDefinition<&[u8], &[u8]> = TableDefinition::new("notify");
+const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("meta");
+
+/// How durable a group commit is before its callers are answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync once per group commit (the default): an answered commit survives power loss.
+    #[default]
+    Fsync,
+    /// No fsync: survives a process crash only if a later commit was fsynced, never power loss.
+    /// For tests and benchmarks.
+    None,
+}
+
+/// Settings of the redb backend.
+#[derive(Clone, Debug)]
+pub struct RedbConfig {
+    /// fsync per group commit, or not.
+    pub durability: Durability,
+    /// redb page cache size in bytes.
+    pub cache_bytes: usize,
+}
+
+impl Default for RedbConfig {
+    fn default() -> RedbConfig {
+        RedbConfig { durability: Durability::Fsync, cache_bytes: 256 << 20 }
+    }
+}
+
+/// [`Bigtable`] over one redb file.
+pub struct RedbBigtable {
+    db: Database,
+    config: RedbConfig,
+    group: GroupCommit,
+    commits: AtomicU64,
+    ops: AtomicU64,
+}
+
+impl RedbBigtable {
+    /// Opens or creates the store file at `path`.
+    pub fn open(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbBigtable> {
+        let path = path.as_ref();
+        let db = Database::builder()
+            .set_cache_size(config.cache_bytes)
+            .create(path)
+            .map_err(|e| Error::Storage(format!("opening {}: {e}", path.display())))?;
+        let tx = db.begin_write()?;
+        tx.open_table(CELLS)?;
+        tx.open_table(NOTIFY)?;
+        tx.open_table(META)?;
+        tx.commit()?;
+        Ok(RedbBigtable { db, config, group: GroupCommit::new(), commits: AtomicU64::new(0), ops: AtomicU64::new(0) })
+    }
+
+    fn commit_batch(&self, groups: &[&[Op]]) -> Result<Vec<Vec<Outcome>>> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(match self.config.durability {
+            Durability::Fsync => redb::Durability::Immediate,
+            Durability::None => redb::Durability::None,
+        })?;
+        let mut out = Vec::with_capacity(groups.len());
+        {
+            let mut cells = W(tx.open_table(CELLS)?);
+            let mut notify = W(tx.open_table(NOTIFY)?);
+            let mut meta = W(tx.open_table(META)?);
+            for ops in groups {
+                let mut outcomes = Vec::with_capacity(ops.len());
+                for op in *ops {
+                    outcomes.push(cells::apply_op(&mut cells, &mut notify, &mut meta, op)?);
+                }
+                out.push(outcomes);
+            }
+        }
+        tx.commit()?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.ops.fetch_add(groups.iter().map(|g| g.len() as u64).sum(), Ordering::Relaxed);
+        Ok(out)
+    }
+
+    fn read<T>(&self, table: TableDefinition<&[u8], &[u8]>, f: impl FnOnce(&dyn KvRead) -> Result<T>) -> Result<T> {
+        let tx = self.db.begin_read()?;
+        let t = tx.open_table(table)?;
+        f(&R(t))
+    }
+}
+
+struct R(redb::ReadOnlyTable<&'static [u8], &'static [u8]>);
+struct W<'t>(redb::Table<'t, &'static [u8], &'static [u8]>);
+
+fn for_range_impl<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    t: &T,
+    from: &[u8],
+    to: Option<&[u8]>,
+    f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+) -> Result<()> {
+    let iter = match to {
+        Some(to) => t.range::<&[u8]>(from..to)?,
+        None => t.range::<&[u8]>(from..)?,
+    };
+    for item in iter {
+        let (k, v) = item?;
+        if !f(k.value(), v.value())? {
+            break;
+        }
+    }
+    Ok(())
+}
+
+impl KvRead for R {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.0.get(key)?.map(|v| v.value().to_vec()))
+    }
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+        for_range_impl(&self.0, from, to, f)
+    }
+}
+
+impl KvRead for W<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        Ok(self.0.get(key)?.map(|v| v.value().to_vec()))
+    }
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+        for_range_impl(&self.0, from, to, f)
+    }
+}
+
+impl KvWrite for W<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.0.insert(key, value)?;
+        Ok(())
+    }
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.0.remove(key)?;
+        Ok(())
+    }
+}
+
+impl Bigtable for RedbBigtable {
+    fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.group.submit(ops, &|groups| self.commit_batch(groups))
+    }
+
+    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
+        self.read(CELLS, |c| cells::read_row(c, table, row, columns, ts))
+    }
+
+    fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
+        self.read(CELLS, |c| cells::find_write(c, cell, start_ts))
+    }
+
+    fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
+        self.read(CELLS, |c| cells::read_data(c, cell, start_ts))
+    }
+
+    fn scan(
+        &self,
+        table: &str,
+        start: &[u8],
+        after_column: Option<&str>,
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        ts: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ScannedCell>> {
+        self.read(CELLS, |c| cells::scan(c, table, start, after_column, end, columns, ts, limit))
+    }
+
+    fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
+        self.read(CELLS, |c| cells::scan_versions(c, from, limit))
+    }
+
+    fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
+        self.read(NOTIFY, |n| cells::scan_notify(n, from, limit))
+    }
+
+    fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.read(META, |m| m.get(key.as_bytes()))
+    }
+
+    fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.read(META, |m| cells::meta_scan(m, prefix))
+    }
+
+    fn exclusive(&self) -> bool {
+        true
+    }
+
+    fn stats(&self) -> BackendStats {
+        BackendStats { commits: self.commits.load(Ordering::Relaxed), ops: self.ops.load(Ordering::Relaxed) }
+    }
+}

@@ -1,0 +1,177 @@
+//! The notification scanner (paper §2.4, "bus clumping").
+//!
+//! Several threads each start at a random position in the notify locality group and walk it in
+//! key order. Before running observers on a row a thread takes an advisory in-memory row lock;
+//! if another thread holds it, the thread **teleports** to a new random position instead of
+//! trailing it. A thread that completes a full lap without clearing anything sleeps until a
+//! commit sets a notify cell (or a short timeout, for retries after failures).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rand::RngExt;
+
+use crate::bigtable::NotifyEntry;
+use crate::key;
+use crate::notify::CellOutcome;
+use crate::store::{Inner, Store};
+
+/// Scanner settings.
+#[derive(Clone, Debug)]
+pub struct ScannerConfig {
+    /// Scanning threads.
+    pub threads: usize,
+    /// Notify cells read per scan step.
+    pub batch: usize,
+    /// Longest an idle thread sleeps before looking again without being woken (bounds the
+    /// delay of retries after failures).
+    pub idle_wait: Duration,
+}
+
+impl Default for ScannerConfig {
+    fn default() -> ScannerConfig {
+        ScannerConfig { threads: 2, batch: 256, idle_wait: Duration::from_millis(100) }
+    }
+}
+
+/// Running scanner threads; stopped (and joined) by [`Scanner::stop`] or on drop.
+pub struct Scanner {
+    inner: Arc<Inner>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Store {
+    /// Starts scanner threads that run observers on pending notifications.
+    pub fn start_scanner(&self, config: ScannerConfig) -> Scanner {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..config.threads.max(1))
+            .map(|i| {
+                let (store, stop, config) = (self.clone(), stop.clone(), config.clone());
+                std::thread::Builder::new()
+                    .name(format!("percolator-scanner-{i}"))
+                    .spawn(move || scan_loop(&store, &stop, &config))
+                    .expect("spawning a scanner thread")
+            })
+            .collect();
+        Scanner { inner: self.inner.clone(), stop, threads }
+    }
+}
+
+impl Scanner {
+    /// Stops the threads after their current row and waits for them.
+    pub fn stop(mut self) {
+        self.shutdown();
+    }
+
+    fn shutdown(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.inner.signal.bump();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Scanner {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn random_position() -> Vec<u8> {
+    let mut b = vec![0u8; 8];
+    rand::rng().fill(&mut b[..]);
+    b
+}
+
+/// Releases an advisory row lock even if an observer panics.
+struct RowLock<'a>(&'a Inner, Vec<u8>);
+
+impl<'a> RowLock<'a> {
+    fn try_take(inner: &'a Inner, row: Vec<u8>) -> Option<RowLock<'a>> {
+        let mut locks = inner.row_locks.lock().ok()?;
+        locks.insert(row.clone()).then(|| RowLock(inner, row))
+    }
+}
+
+impl Drop for RowLock<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut l) = self.0.row_locks.lock() {
+            l.remove(&self.1);
+        }
+    }
+}
+
+fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
+    let inner = &store.inner;
+    let mut pos: Option<Vec<u8>> = Some(random_position());
+    // Progress since the last time this thread reached the end of the notify group. Starts
+    // true so the part before the random start is scanned before the first sleep.
+    let mut progressed = true;
+    let mut generation = inner.signal.generation();
+    while !stop.load(Ordering::SeqCst) {
+        let batch = match inner.backend.scan_notify(pos.as_deref(), config.batch) {
+            Ok(b) => b,
+            Err(_) => {
+                inner.signal.wait_change(generation, config.idle_wait);
+                continue;
+            }
+        };
+        let full = batch.len() >= config.batch;
+        let rows = split_rows(&batch);
+        let mut teleported = false;
+        for (n, row) in rows.iter().enumerate() {
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let first = &row[0].cell;
+            let row_key = key::row_prefix(&first.table, &first.row);
+            // A full batch may cut its last row short: leave it for the next step, unless it is
+            // the only row.
+            if full && n + 1 == rows.len() && n > 0 {
+                pos = Some(row_key);
+                break;
+            }
+            let Some(_lock) = RowLock::try_take(inner, row_key.clone()) else {
+                inner.counters.teleports.fetch_add(1, Ordering::Relaxed);
+                pos = Some(random_position());
+                teleported = true;
+                break;
+            };
+            for entry in row.iter() {
+                if let Ok(CellOutcome::Cleared) = store.process_notification(entry) {
+                    progressed = true;
+                }
+            }
+            let mut next = row_key;
+            next.push(0xFF);
+            pos = Some(next);
+        }
+        if teleported || full {
+            continue;
+        }
+        // Reached the end of the notify group: wrap around, or sleep if a whole lap did nothing.
+        let now = inner.signal.generation();
+        if !progressed && now == generation {
+            inner.signal.wait_change(generation, config.idle_wait);
+        }
+        generation = inner.signal.generation();
+        progressed = false;
+        pos = None;
+    }
+}
+
+fn split_rows(batch: &[NotifyEntry]) -> Vec<&[NotifyEntry]> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for i in 1..=batch.len() {
+        if i == batch.len() || batch[i].cell.table != batch[start].cell.table || batch[i].cell.row != batch[start].cell.row {
+            out.push(&batch[start..i]);
+            start = i;
+        }
+    }
+    out
+}

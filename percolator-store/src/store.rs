@@ -1,0 +1,349 @@
+//! [`Store`]: the entry point. Owns the backend, the oracle, the worker lease, the set of
+//! running transactions (for GC's safepoint) and the observer registry.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::bigtable::{BackendStats, Bigtable};
+use crate::error::{Error, Result};
+use crate::notify::{FailState, Registry};
+use crate::oracle::Oracle;
+use crate::redb_backend::{RedbBigtable, RedbConfig};
+use crate::timestamp::Timestamp;
+use crate::transaction::Transaction;
+use crate::worker::{self, Stop};
+
+/// How [`Store::run`] retries conflicts.
+#[derive(Clone, Debug)]
+pub struct RetryPolicy {
+    /// Attempts in all, including the first.
+    pub max_attempts: u32,
+    /// Backoff before the second attempt; doubles per attempt, with jitter.
+    pub initial_backoff: Duration,
+    /// Backoff ceiling.
+    pub max_backoff: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy { max_attempts: 50, initial_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(200) }
+    }
+}
+
+/// Settings of the Percolator layer (backend settings are separate, e.g. [`RedbConfig`]).
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Time after a lock's wall time (written at prewrite, refreshed by the commit's heartbeat)
+    /// after which another transaction may roll it back even if its worker looks alive.
+    pub lock_ttl: Duration,
+    /// Longest a read waits for a live transaction's lock before failing with a retryable
+    /// conflict. Nothing waits forever.
+    pub lock_wait: Duration,
+    /// Worker lease period; a worker that misses it is dead and its locks are cleaned at once.
+    pub worker_lease: Duration,
+    /// Commit single-row transactions in one row operation. Used only on exclusive backends,
+    /// where every reader passes this process's 1PC fence (see `docs/design.md`).
+    pub one_phase_commit: bool,
+    /// Conflict retries of [`Store::run`].
+    pub retry: RetryPolicy,
+}
+
+impl Default for StoreConfig {
+    fn default() -> StoreConfig {
+        StoreConfig {
+            lock_ttl: Duration::from_secs(5),
+            lock_wait: Duration::from_secs(10),
+            worker_lease: Duration::from_secs(10),
+            one_phase_commit: true,
+            retry: RetryPolicy::default(),
+        }
+    }
+}
+
+/// Counters of what the store has done since it was opened.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) commits: AtomicU64,
+    pub(crate) one_pc_commits: AtomicU64,
+    pub(crate) conflicts: AtomicU64,
+    pub(crate) rolled_forward: AtomicU64,
+    pub(crate) rolled_back: AtomicU64,
+    pub(crate) lock_waits: AtomicU64,
+    pub(crate) observer_runs: AtomicU64,
+    pub(crate) observer_skips: AtomicU64,
+    pub(crate) observer_failures: AtomicU64,
+    pub(crate) dead_letters: AtomicU64,
+    pub(crate) notifications_cleared: AtomicU64,
+    pub(crate) teleports: AtomicU64,
+}
+
+/// A snapshot of the store's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Metrics {
+    /// Committed read-write transactions.
+    pub commits: u64,
+    /// Of those, committed in one row operation.
+    pub one_pc_commits: u64,
+    /// Commits that failed with a conflict.
+    pub conflicts: u64,
+    /// Locks of committed transactions finished by someone else (roll forward).
+    pub rolled_forward: u64,
+    /// Locks of dead or expired transactions removed (roll back).
+    pub rolled_back: u64,
+    /// Times a read backed off on a live lock.
+    pub lock_waits: u64,
+    /// Observer runs that committed.
+    pub observer_runs: u64,
+    /// Notifications an observer skipped because its ack was already newer.
+    pub observer_skips: u64,
+    /// Observer runs that failed (trap, error) — conflicts not included.
+    pub observer_failures: u64,
+    /// Notifications moved to dead letters.
+    pub dead_letters: u64,
+    /// Notify cells cleared.
+    pub notifications_cleared: u64,
+    /// Scanner teleports (a scanner met a row another scanner held).
+    pub teleports: u64,
+    /// Backend commit counters.
+    pub backend: BackendStats,
+}
+
+/// Wakes idle scanners when a commit sets notify cells.
+#[derive(Default)]
+pub(crate) struct Signal {
+    generation: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Signal {
+    pub(crate) fn bump(&self) {
+        if let Ok(mut g) = self.generation.lock() {
+            *g += 1;
+        }
+        self.cv.notify_all();
+    }
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.lock().map(|g| *g).unwrap_or(0)
+    }
+    /// Waits until the generation differs from `seen`, or `timeout`.
+    pub(crate) fn wait_change(&self, seen: u64, timeout: Duration) {
+        if let Ok(g) = self.generation.lock() {
+            let _ = self.cv.wait_timeout_while(g, timeout, |g| *g == seen);
+        }
+    }
+}
+
+/// Rows with a one-phase commit in flight (between taking commit_ts and the write landing).
+/// Readers wait for a row to leave the fence before reading it, which is what makes 1PC safe:
+/// a reader whose start_ts is above the 1PC's commit_ts either sees the write or waits for it.
+#[derive(Default)]
+pub(crate) struct OnePcFence {
+    count: AtomicUsize,
+    rows: Mutex<HashMap<Vec<u8>, usize>>,
+    cv: Condvar,
+}
+
+impl OnePcFence {
+    pub(crate) fn enter(&self, row_key: &[u8]) {
+        let mut rows = self.rows.lock().expect("1PC fence poisoned");
+        *rows.entry(row_key.to_vec()).or_default() += 1;
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+    pub(crate) fn exit(&self, row_key: &[u8]) {
+        let mut rows = self.rows.lock().expect("1PC fence poisoned");
+        if let Some(n) = rows.get_mut(row_key) {
+            *n -= 1;
+            if *n == 0 {
+                rows.remove(row_key);
+            }
+        }
+        self.count.fetch_sub(1, Ordering::SeqCst);
+        self.cv.notify_all();
+    }
+    /// Waits while any fenced row satisfies `hit` (one atomic load when nothing is fenced).
+    pub(crate) fn wait(&self, hit: impl Fn(&[u8]) -> bool) {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let rows = self.rows.lock().expect("1PC fence poisoned");
+        let _unused = self.cv.wait_while(rows, |rows| rows.keys().any(|k| hit(k))).expect("1PC fence poisoned");
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) backend: Arc<dyn Bigtable>,
+    pub(crate) oracle: Oracle,
+    pub(crate) config: StoreConfig,
+    /// This store's worker id (liveness token).
+    pub(crate) worker: u64,
+    /// Start timestamps of running transactions (with multiplicity), for GC's safepoint.
+    pub(crate) active: Mutex<BTreeMap<Timestamp, usize>>,
+    pub(crate) registry: RwLock<Arc<Registry>>,
+    pub(crate) signal: Signal,
+    pub(crate) fence: OnePcFence,
+    /// Advisory row locks taken by scanners (row key prefixes).
+    pub(crate) row_locks: Mutex<HashSet<Vec<u8>>>,
+    /// Failed observer runs awaiting retry, keyed by (notified cell, observer name).
+    pub(crate) failures: Mutex<HashMap<(Vec<u8>, String), FailState>>,
+    pub(crate) counters: Counters,
+    stop: Arc<Stop>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.stop();
+    }
+}
+
+/// A Percolator store: transactions, notifications, observers and GC over a [`Bigtable`].
+///
+/// Cheap to clone; clones share everything.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Store {
+    /// Opens (or creates) the embedded redb store at `path`.
+    pub fn open(path: impl AsRef<Path>, config: StoreConfig, redb: RedbConfig) -> Result<Store> {
+        Store::with_backend(Arc::new(RedbBigtable::open(path, redb)?), config)
+    }
+
+    /// Runs Percolator over any backend.
+    pub fn with_backend(backend: Arc<dyn Bigtable>, config: StoreConfig) -> Result<Store> {
+        let oracle = Oracle::open(backend.clone())?;
+        if backend.exclusive() {
+            worker::clear_stale_leases(backend.as_ref())?;
+        }
+        let worker = oracle.next()?.raw();
+        worker::write_lease(backend.as_ref(), worker, config.worker_lease)?;
+        let stop = Arc::new(Stop::default());
+        let lease = config.worker_lease;
+        let inner = Arc::new(Inner {
+            backend,
+            oracle,
+            config,
+            worker,
+            active: Mutex::new(BTreeMap::new()),
+            registry: RwLock::new(Arc::new(Registry::default())),
+            signal: Signal::default(),
+            fence: OnePcFence::default(),
+            row_locks: Mutex::new(HashSet::new()),
+            failures: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            stop: stop.clone(),
+        });
+        worker::spawn_heartbeat(Arc::downgrade(&inner), stop, lease);
+        Ok(Store { inner })
+    }
+
+    /// Starts a snapshot-isolation transaction. Its reads see every transaction that committed
+    /// before its start timestamp was issued, and none after.
+    pub fn begin(&self) -> Result<Transaction> {
+        Transaction::begin(self.inner.clone())
+    }
+
+    /// Runs `body` in a transaction and commits it, retrying on conflict with backoff (per
+    /// [`StoreConfig::retry`]). `body` may run several times and must have no side effects
+    /// outside the transaction. Returns `body`'s value from the attempt that committed.
+    pub fn run<T>(&self, mut body: impl FnMut(&mut Transaction) -> Result<T>) -> Result<T> {
+        let policy = &self.inner.config.retry;
+        let mut backoff = policy.initial_backoff;
+        let mut attempt = 1;
+        loop {
+            let result = self.begin().and_then(|mut txn| {
+                let v = body(&mut txn)?;
+                txn.commit()?;
+                Ok(v)
+            });
+            match result {
+                Err(e) if e.is_retryable() && attempt < policy.max_attempts => {
+                    let jitter = rand::random_range(0..=backoff.as_micros() as u64);
+                    std::thread::sleep(backoff / 2 + Duration::from_micros(jitter / 2));
+                    backoff = (backoff * 2).min(policy.max_backoff);
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The timestamp oracle.
+    pub fn oracle(&self) -> &Oracle {
+        &self.inner.oracle
+    }
+
+    /// The backend below the protocol.
+    pub fn backend(&self) -> &Arc<dyn Bigtable> {
+        &self.inner.backend
+    }
+
+    /// This store's worker id (its liveness token).
+    pub fn worker_id(&self) -> u64 {
+        self.inner.worker
+    }
+
+    /// The oldest start timestamp any running transaction of this store holds, or a fresh
+    /// timestamp if none runs: GC may drop versions that no reader at or after it can see.
+    pub fn safepoint(&self) -> Result<Timestamp> {
+        let active = self.inner.active.lock().map_err(|_| Error::Closed)?;
+        match active.keys().next() {
+            Some(ts) => Ok(*ts),
+            None => self.inner.oracle.next(),
+        }
+    }
+
+    /// The store's counters.
+    pub fn metrics(&self) -> Metrics {
+        let c = &self.inner.counters;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        Metrics {
+            commits: l(&c.commits),
+            one_pc_commits: l(&c.one_pc_commits),
+            conflicts: l(&c.conflicts),
+            rolled_forward: l(&c.rolled_forward),
+            rolled_back: l(&c.rolled_back),
+            lock_waits: l(&c.lock_waits),
+            observer_runs: l(&c.observer_runs),
+            observer_skips: l(&c.observer_skips),
+            observer_failures: l(&c.observer_failures),
+            dead_letters: l(&c.dead_letters),
+            notifications_cleared: l(&c.notifications_cleared),
+            teleports: l(&c.teleports),
+            backend: self.inner.backend.stats(),
+        }
+    }
+}
+
+impl Inner {
+    pub(crate) fn register_active(&self) -> Result<Timestamp> {
+        // Taking the timestamp under the lock means GC never computes a safepoint above a
+        // transaction that has its timestamp but is not yet registered.
+        let mut active = self.active.lock().map_err(|_| Error::Closed)?;
+        let ts = self.oracle.next()?;
+        *active.entry(ts).or_default() += 1;
+        Ok(ts)
+    }
+
+    pub(crate) fn unregister_active(&self, ts: Timestamp) {
+        if let Ok(mut active) = self.active.lock()
+            && let Some(n) = active.get_mut(&ts)
+        {
+            *n -= 1;
+            if *n == 0 {
+                active.remove(&ts);
+            }
+        }
+    }
+
+    pub(crate) fn worker_alive(&self, worker: u64) -> Result<bool> {
+        if worker == self.worker {
+            return Ok(true);
+        }
+        worker::lease_alive(self.backend.as_ref(), worker)
+    }
+}

@@ -1,0 +1,241 @@
+//! [`Transaction`]: snapshot reads and buffered writes. The commit protocol is in `commit.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use crate::bigtable::{CellRead, CellRef};
+use crate::error::{Error, Result};
+use crate::key::{self, validate_column, validate_row, validate_table};
+use crate::lock::LockWaiter;
+use crate::notify::NotifyKind;
+use crate::store::Inner;
+use crate::timestamp::Timestamp;
+
+/// A cell returned by [`Transaction::scan`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScanEntry {
+    /// Row key.
+    pub row: Vec<u8>,
+    /// Column.
+    pub column: String,
+    /// Value.
+    pub value: Vec<u8>,
+}
+
+/// A snapshot-isolation transaction (the paper's `Transaction`, Figure 6).
+///
+/// Reads see the snapshot at [`start_ts`](Transaction::start_ts) plus this transaction's own
+/// buffered writes. Writes are buffered until [`commit`](Transaction::commit). Dropping a
+/// transaction without committing discards its writes; nothing was written to the store.
+pub struct Transaction {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) start_ts: Timestamp,
+    /// Buffered writes: `Some(value)` is a set, `None` a delete. Sorted, so a row's cells are
+    /// adjacent and the first cell is the primary.
+    pub(crate) writes: BTreeMap<CellRef, Option<Vec<u8>>>,
+    /// Weak notifications to send at commit.
+    pub(crate) weak: BTreeSet<CellRef>,
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        self.inner.unregister_active(self.start_ts);
+    }
+}
+
+impl Transaction {
+    pub(crate) fn begin(inner: Arc<Inner>) -> Result<Transaction> {
+        let start_ts = inner.register_active()?;
+        Ok(Transaction { inner, start_ts, writes: BTreeMap::new(), weak: BTreeSet::new() })
+    }
+
+    /// Buffers a write without validation: for the system's own reserved columns (acks).
+    pub(crate) fn set_reserved(&mut self, cell: CellRef, value: Option<Vec<u8>>) {
+        self.writes.insert(cell, value);
+    }
+
+    /// The snapshot timestamp.
+    pub fn start_ts(&self) -> Timestamp {
+        self.start_ts
+    }
+
+    fn check(&self, table: &str, row: &[u8], column: &str) -> Result<()> {
+        validate_table(table)?;
+        validate_row(row)?;
+        validate_column(column)
+    }
+
+    /// Reads one cell: this transaction's own buffered write if any, else the newest version
+    /// committed before `start_ts`. Meets locks by backing off and resolving them (see
+    /// [`StoreConfig::lock_wait`](crate::StoreConfig::lock_wait)).
+    pub fn get(&self, table: &str, row: impl AsRef<[u8]>, column: &str) -> Result<Option<Vec<u8>>> {
+        let row = row.as_ref();
+        self.check(table, row, column)?;
+        let cell = CellRef::new(table, row, column);
+        if let Some(w) = self.writes.get(&cell) {
+            return Ok(w.clone());
+        }
+        let mut reads = self.read_row(table, row, &[column])?;
+        Ok(reads.pop().and_then(|r| r.write).and_then(|(_, w)| match w.kind {
+            crate::bigtable::WriteKind::Put(v) => Some(v),
+            _ => None,
+        }))
+    }
+
+    /// Reads several cells at once (one backend read per distinct row), in the order given.
+    pub fn get_many(&self, cells: &[CellRef]) -> Result<Vec<Option<Vec<u8>>>> {
+        for c in cells {
+            self.check(&c.table, &c.row, &c.column)?;
+        }
+        let mut out: Vec<Option<Option<Vec<u8>>>> = cells.iter().map(|c| self.writes.get(c).cloned()).collect();
+        let mut by_row: BTreeMap<(&str, &[u8]), Vec<usize>> = BTreeMap::new();
+        for (i, c) in cells.iter().enumerate() {
+            if out[i].is_none() {
+                by_row.entry((c.table.as_str(), c.row.as_slice())).or_default().push(i);
+            }
+        }
+        for ((table, row), idx) in by_row {
+            let cols: Vec<&str> = idx.iter().map(|&i| cells[i].column.as_str()).collect();
+            for (i, r) in idx.into_iter().zip(self.read_row(table, row, &cols)?) {
+                out[i] = Some(r.value().map(<[u8]>::to_vec));
+            }
+        }
+        Ok(out.into_iter().map(|v| v.expect("every cell read")).collect())
+    }
+
+    /// Scans rows `[start, end)` of `table` (`end = None`: to the end of the table) and returns
+    /// up to `limit` cells with values, in (row, column) order, including this transaction's own
+    /// writes. `columns = None` returns every user column.
+    pub fn scan(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        limit: usize,
+    ) -> Result<Vec<ScanEntry>> {
+        validate_table(table)?;
+        for c in columns.into_iter().flatten() {
+            self.check(table, b"", c)?;
+        }
+        let in_range = |row: &[u8]| row >= start && end.is_none_or(|e| row < e);
+        let col_ok = |c: &str| match columns {
+            Some(cols) => cols.contains(&c),
+            None => !c.starts_with(key::RESERVED_COLUMN_PREFIX),
+        };
+        let buffered: Vec<(&CellRef, &Option<Vec<u8>>)> =
+            self.writes.iter().filter(|(c, _)| c.table == table && in_range(&c.row) && col_ok(&c.column)).collect();
+        // Fetch enough that buffered deletes cannot starve the limit.
+        let fetch = limit.saturating_add(buffered.iter().filter(|(_, v)| v.is_none()).count());
+        let mut merged: BTreeMap<(Vec<u8>, String), Vec<u8>> = BTreeMap::new();
+        // The last cell consumed: the next page starts strictly after it.
+        let mut cursor: (Vec<u8>, Option<String>) = (start.to_vec(), None);
+        let mut waiter = LockWaiter::new();
+        let tp = key::table_prefix(table);
+        let (lo, hi) = (key::row_prefix(table, start), end.map(|e| key::row_prefix(table, e)));
+        'pages: while merged.len() < fetch {
+            self.inner.fence.wait(|k| k.starts_with(&tp) && k >= lo.as_slice() && hi.as_ref().is_none_or(|h| k < h.as_slice()));
+            let want = fetch - merged.len();
+            let page = self.inner.backend.scan(table, &cursor.0, cursor.1.as_deref(), end, columns, self.start_ts, want)?;
+            for cell in &page {
+                if let Some((lock_ts, lock)) = &cell.read.lock {
+                    let c = CellRef::new(table, cell.row.clone(), cell.column.clone());
+                    waiter.handle(&self.inner, &c, *lock_ts, lock)?;
+                    // Re-read from this cell on: the lock's fate decides what is visible.
+                    continue 'pages;
+                }
+                if let Some(v) = cell.read.value() {
+                    merged.insert((cell.row.clone(), cell.column.clone()), v.to_vec());
+                }
+                cursor = (cell.row.clone(), Some(cell.column.clone()));
+            }
+            if page.len() < want {
+                break;
+            }
+        }
+        for (c, v) in buffered {
+            let k = (c.row.clone(), c.column.clone());
+            match v {
+                Some(v) => merged.insert(k, v.clone()),
+                None => merged.remove(&k),
+            };
+        }
+        Ok(merged.into_iter().take(limit).map(|((row, column), value)| ScanEntry { row, column, value }).collect())
+    }
+
+    /// Buffers a write of `value` to a cell.
+    pub fn set(&mut self, table: &str, row: impl AsRef<[u8]>, column: &str, value: impl Into<Vec<u8>>) -> Result<()> {
+        let row = row.as_ref();
+        self.check(table, row, column)?;
+        self.check_writable(table, column)?;
+        self.writes.insert(CellRef::new(table, row, column), Some(value.into()));
+        Ok(())
+    }
+
+    /// Buffers a delete of a cell.
+    pub fn delete(&mut self, table: &str, row: impl AsRef<[u8]>, column: &str) -> Result<()> {
+        let row = row.as_ref();
+        self.check(table, row, column)?;
+        self.check_writable(table, column)?;
+        self.writes.insert(CellRef::new(table, row, column), None);
+        Ok(())
+    }
+
+    /// Sends a weak notification to a weak-notify column at commit: its observers run, with no
+    /// transactional conflict between notifiers (the paper's remedy for hotspots).
+    pub fn notify_weak(&mut self, table: &str, row: impl AsRef<[u8]>, column: &str) -> Result<()> {
+        let row = row.as_ref();
+        self.check(table, row, column)?;
+        self.weak.insert(CellRef::new(table, row, column));
+        Ok(())
+    }
+
+    fn check_writable(&self, table: &str, column: &str) -> Result<()> {
+        let registry = self.inner.registry.read().map_err(|_| Error::Closed)?.clone();
+        if registry.kind_of(table, column) == Some(NotifyKind::Weak) {
+            return Err(Error::InvalidArgument(format!(
+                "column {table}/{column} is bound to a weak-notify observer: it can be notified, not written"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Reads columns of one row at `start_ts`, resolving locks.
+    pub(crate) fn read_row(&self, table: &str, row: &[u8], columns: &[&str]) -> Result<Vec<CellRead>> {
+        let row_key = key::row_prefix(table, row);
+        let mut waiter = LockWaiter::new();
+        loop {
+            self.inner.fence.wait(|k| k == row_key.as_slice());
+            let reads = self.inner.backend.read_row(table, row, columns, self.start_ts)?;
+            let mut blocked = false;
+            for (column, r) in columns.iter().zip(&reads) {
+                if let Some((lock_ts, lock)) = &r.lock {
+                    blocked = true;
+                    waiter.handle(&self.inner, &CellRef::new(table, row, *column), *lock_ts, lock)?;
+                }
+            }
+            if !blocked {
+                return Ok(reads);
+            }
+        }
+    }
+
+    /// Commits: prewrite the primary, prewrite the secondaries, take a commit timestamp, commit
+    /// the primary (the commit point), commit the secondaries. Single-row transactions commit
+    /// in one row operation on exclusive backends. Read-only transactions commit trivially and
+    /// return their start timestamp.
+    ///
+    /// # After a failure
+    /// - [`Error::Conflict`]: nothing this transaction wrote is or will become visible; its
+    ///   locks are removed (or will be, by the next reader). Run it again from the start.
+    /// - Any other error: the outcome is decided by the primary cell. If the failure came before
+    ///   the commit point the transaction is aborted; if the commit point was durable it is
+    ///   committed and readers will roll its secondaries forward. A caller that must know reads
+    ///   the written cells in a new transaction.
+    ///
+    /// Once the commit point is durable, `commit` returns `Ok` even if writing the secondaries'
+    /// commit records fails: those are finished by whoever reads them next.
+    pub fn commit(mut self) -> Result<Timestamp> {
+        crate::commit::commit(&mut self)
+    }
+}

@@ -1,0 +1,86 @@
+//! Worker liveness tokens: the Chubby-lease analog.
+//!
+//! Each open [`Store`](crate::Store) is a worker with a unique id (a timestamp from the oracle)
+//! and a lease row `worker/<id>` in the metadata keyspace holding its expiry in wall-clock
+//! milliseconds, refreshed by a heartbeat thread at a third of the lease period. A lock whose
+//! worker's lease has expired belongs to a dead worker and may be cleaned up at once. On an
+//! exclusive backend (one process owns the file) every lease found at open belongs to an earlier,
+//! dead incarnation and is removed.
+
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::bigtable::{Bigtable, Op};
+use crate::error::Result;
+use crate::store::Inner;
+
+pub(crate) const LEASE_PREFIX: &str = "worker/";
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+pub(crate) fn lease_key(worker: u64) -> String {
+    format!("{LEASE_PREFIX}{worker:020}")
+}
+
+pub(crate) fn write_lease(backend: &dyn Bigtable, worker: u64, lease: Duration) -> Result<()> {
+    let expiry = now_ms() + lease.as_millis() as u64;
+    backend.apply(vec![Op::MetaPut { key: lease_key(worker), value: expiry.to_le_bytes().to_vec() }])?;
+    Ok(())
+}
+
+/// Removes every lease: on an exclusive backend their owners are dead.
+pub(crate) fn clear_stale_leases(backend: &dyn Bigtable) -> Result<()> {
+    let ops: Vec<Op> = backend.meta_scan(LEASE_PREFIX)?.into_iter().map(|(key, _)| Op::MetaDelete { key }).collect();
+    backend.apply(ops)?;
+    Ok(())
+}
+
+/// True if `worker`'s lease is unexpired.
+pub(crate) fn lease_alive(backend: &dyn Bigtable, worker: u64) -> Result<bool> {
+    Ok(match backend.meta_get(&lease_key(worker))? {
+        Some(v) if v.len() == 8 => u64::from_le_bytes(v.try_into().expect("8 bytes")) > now_ms(),
+        _ => false,
+    })
+}
+
+/// Stops the heartbeat thread when the store is dropped.
+#[derive(Default)]
+pub(crate) struct Stop {
+    stopped: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Stop {
+    pub(crate) fn stop(&self) {
+        if let Ok(mut s) = self.stopped.lock() {
+            *s = true;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Sleeps up to `d`; returns true if stopped.
+    pub(crate) fn sleep(&self, d: Duration) -> bool {
+        let Ok(g) = self.stopped.lock() else { return true };
+        match self.cv.wait_timeout_while(g, d, |s| !*s) {
+            Ok((g, _)) => *g,
+            Err(_) => true,
+        }
+    }
+}
+
+/// Spawns the lease heartbeat. It holds only a weak reference, so it never keeps a store alive.
+pub(crate) fn spawn_heartbeat(inner: Weak<Inner>, stop: Arc<Stop>, lease: Duration) {
+    std::thread::Builder::new()
+        .name("percolator-lease".into())
+        .spawn(move || {
+            while !stop.sleep(lease / 3) {
+                let Some(inner) = inner.upgrade() else { return };
+                // A failed refresh is retried at the next beat; the lease has two beats of slack.
+                let _ = write_lease(inner.backend.as_ref(), inner.worker, lease);
+            }
+        })
+        .expect("spawning the lease heartbeat thread");
+}
