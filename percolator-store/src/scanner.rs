@@ -112,7 +112,14 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
     // true so the part before the random start is scanned before the first sleep.
     let mut progressed = true;
     let mut generation = inner.signal.generation();
+    // Teleports since this thread last ran a row: when every pending row is held by others,
+    // teleporting again at once would only spin.
+    let mut idle_teleports = 0u32;
     while !stop.load(Ordering::SeqCst) {
+        if idle_teleports >= 4 {
+            inner.signal.wait_change(generation, Duration::from_millis(5));
+            idle_teleports = 0;
+        }
         let batch = match inner.backend.scan_notify(pos.as_deref(), config.batch) {
             Ok(b) => b,
             Err(_) => {
@@ -137,10 +144,12 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
             }
             let Some(_lock) = RowLock::try_take(inner, row_key.clone()) else {
                 inner.counters.teleports.fetch_add(1, Ordering::Relaxed);
+                idle_teleports += 1;
                 pos = Some(random_position());
                 teleported = true;
                 break;
             };
+            idle_teleports = 0;
             for entry in row.iter() {
                 if let Ok(CellOutcome::Cleared) = store.process_notification(entry) {
                     progressed = true;

@@ -1,0 +1,177 @@
+//! Failpoints between every protocol phase: a transfer "crashes" (its commit stops at the
+//! failpoint and leaves whatever it wrote), and a later transaction finds the store consistent
+//! and cleans up: rolled back before the commit point, rolled forward after it. Also crashes of
+//! the resolver itself, during roll-forward and roll-back, and the notify-at-prewrite rule.
+//!
+//! Run with `cargo test -p percolator-store --features failpoints --test failpoints`.
+#![cfg(feature = "failpoints")]
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use common::*;
+use fail::FailScenario;
+use percolator_store::{NotifyKind, ObserveError, Observer, ObserverSpec, Store, Transaction};
+
+const ROWS: [&str; 4] = ["a", "b", "c", "d"];
+
+fn seeded() -> Store {
+    let store = mem_store(fast_locks());
+    store
+        .run(|t| {
+            for r in ROWS {
+                set_u64(t, "bank", r, "bal:data", 100)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    store
+}
+
+/// a -10, b +4, c +6 (three rows: a primary and two secondaries).
+fn transfer(store: &Store) -> percolator_store::Result<percolator_store::Timestamp> {
+    let mut t = store.begin()?;
+    let (a, b, c) = (get_u64(&t, "bank", "a", "bal:data")?, get_u64(&t, "bank", "b", "bal:data")?, get_u64(&t, "bank", "c", "bal:data")?);
+    set_u64(&mut t, "bank", "a", "bal:data", a - 10)?;
+    set_u64(&mut t, "bank", "b", "bal:data", b + 4)?;
+    set_u64(&mut t, "bank", "c", "bal:data", c + 6)?;
+    t.commit()
+}
+
+fn balances(store: &Store) -> Vec<u64> {
+    let t = store.begin().unwrap();
+    ROWS.iter().map(|r| get_u64(&t, "bank", r, "bal:data").unwrap()).collect()
+}
+
+fn assert_clean(store: &Store) {
+    let versions = store.backend().scan_versions(None, usize::MAX).unwrap();
+    for row in versions {
+        for c in row.cells {
+            assert!(c.locks.is_empty() && c.data.is_empty(), "leftover lock/data in {:?}/{}", row.row, c.column);
+        }
+    }
+}
+
+fn crash_at(failpoint: &str, committed: bool) {
+    let scenario = FailScenario::setup();
+    let store = seeded();
+    fail::cfg(failpoint, "return").unwrap();
+    let result = transfer(&store);
+    fail::remove(failpoint);
+    // The commit stopped at the failpoint; locks it wrote are still there.
+    assert_eq!(result.is_ok(), committed, "{failpoint}: {result:?}");
+    let after = balances(&store);
+    let want = if committed { vec![90, 104, 106, 100] } else { vec![100; 4] };
+    assert_eq!(after, want, "after a crash at {failpoint}");
+    assert_eq!(after.iter().sum::<u64>(), 400);
+    assert_clean(&store);
+    // And the store keeps working.
+    transfer(&store).unwrap();
+    assert_eq!(balances(&store).iter().sum::<u64>(), 400);
+    scenario.teardown();
+}
+
+#[test]
+fn crash_after_prewrite_primary_rolls_back() {
+    crash_at("after-prewrite-primary", false);
+}
+
+#[test]
+fn crash_after_some_secondaries_rolls_back() {
+    crash_at("after-prewrite-first-secondary", false);
+}
+
+#[test]
+fn crash_before_commit_point_rolls_back() {
+    crash_at("before-commit-primary", false);
+}
+
+#[test]
+fn crash_after_commit_point_rolls_forward() {
+    crash_at("after-commit-primary", true);
+}
+
+#[test]
+fn crash_after_some_secondary_commits_rolls_forward() {
+    crash_at("after-commit-first-secondary", true);
+}
+
+#[test]
+fn resolver_crash_during_roll_forward_is_finished_by_the_next_reader() {
+    let scenario = FailScenario::setup();
+    let store = seeded();
+    fail::cfg("after-commit-primary", "return").unwrap();
+    transfer(&store).unwrap();
+    fail::remove("after-commit-primary");
+    fail::cfg("roll-forward-before-secondary", "return").unwrap();
+    let t = store.begin().unwrap();
+    let err = t.get("bank", "b", "bal:data").unwrap_err();
+    assert!(err.to_string().contains("roll-forward"), "{err}");
+    fail::remove("roll-forward-before-secondary");
+    assert_eq!(get_u64(&t, "bank", "b", "bal:data").unwrap(), 104, "the same snapshot, retried, rolls forward");
+    drop(t);
+    assert_eq!(balances(&store), vec![90, 104, 106, 100]);
+    assert_clean(&store);
+    assert!(store.metrics().rolled_forward >= 2);
+    scenario.teardown();
+}
+
+#[test]
+fn resolver_crash_during_roll_back_is_finished_by_the_next_reader() {
+    let scenario = FailScenario::setup();
+    let store = seeded();
+    fail::cfg("before-commit-primary", "return").unwrap();
+    transfer(&store).unwrap_err();
+    fail::remove("before-commit-primary");
+    fail::cfg("roll-back-after-primary", "return").unwrap();
+    // Reading a secondary: the resolver rolls the primary back, then "crashes".
+    let t = store.begin().unwrap();
+    let err = t.get("bank", "c", "bal:data").unwrap_err();
+    assert!(err.to_string().contains("roll-back"), "{err}");
+    fail::remove("roll-back-after-primary");
+    drop(t);
+    // The primary's rollback record decides the secondaries' fate.
+    assert_eq!(balances(&store), vec![100; 4]);
+    assert_clean(&store);
+    scenario.teardown();
+}
+
+struct Counting(AtomicU64);
+
+impl Observer for Counting {
+    fn observe(&self, _: &mut Transaction, _: &percolator_store::Notification) -> Result<(), ObserveError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[test]
+fn notification_survives_roll_forward_of_a_secondary() {
+    // Fluo issue 642: a notify written only at commit is lost when a reader rolls the commit
+    // forward. Here the observed cell is a secondary whose commit never happened.
+    let scenario = FailScenario::setup();
+    let store = seeded();
+    let obs = Arc::new(Counting(AtomicU64::new(0)));
+    let spec = ObserverSpec { name: "audit".into(), table: "bank".into(), column: "bal:data".into(), kind: NotifyKind::Strong, max_attempts: 3 };
+    store.register_observer(spec, obs.clone()).unwrap();
+    // Settle the seed's notifications first.
+    for e in store.pending_notifications(100).unwrap() {
+        store.process_notification(&e).unwrap();
+    }
+    assert!(store.pending_notifications(100).unwrap().is_empty());
+    let before = obs.0.load(Ordering::SeqCst);
+    fail::cfg("after-commit-primary", "return").unwrap();
+    transfer(&store).unwrap();
+    fail::remove("after-commit-primary");
+    let pending = store.pending_notifications(100).unwrap();
+    assert_eq!(pending.len(), 3, "a, b and c were notified at prewrite");
+    for e in &pending {
+        store.process_notification(e).unwrap();
+    }
+    assert_eq!(obs.0.load(Ordering::SeqCst) - before, 3, "every changed cell ran its observer once");
+    assert!(store.pending_notifications(100).unwrap().is_empty());
+    assert_clean(&store);
+    scenario.teardown();
+}

@@ -1,0 +1,292 @@
+//! Notifications: observer chains reach a fixed point, racing runs commit once, writes
+//! collapse into one run, failing observers land in dead letters, weak notifications.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use common::*;
+use percolator_store::{
+    Error, NotifyKind, ObserveError, Observer, ObserverSpec, ScannerConfig, Store, StoreConfig, Transaction,
+};
+
+/// An observer built from a closure, counting its invocations.
+struct FnObserver<F> {
+    f: F,
+    calls: AtomicU64,
+}
+
+impl<F> Observer for FnObserver<F>
+where
+    F: Fn(&mut Transaction, &percolator_store::Notification) -> Result<(), ObserveError> + Send + Sync + 'static,
+{
+    fn observe(&self, txn: &mut Transaction, n: &percolator_store::Notification) -> Result<(), ObserveError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        (self.f)(txn, n)
+    }
+}
+
+fn observer<F>(f: F) -> Arc<FnObserver<F>>
+where
+    F: Fn(&mut Transaction, &percolator_store::Notification) -> Result<(), ObserveError> + Send + Sync + 'static,
+{
+    Arc::new(FnObserver { f, calls: AtomicU64::new(0) })
+}
+
+fn spec(name: &str, table: &str, column: &str, kind: NotifyKind) -> ObserverSpec {
+    ObserverSpec { name: name.into(), table: table.into(), column: column.into(), kind, max_attempts: 3 }
+}
+
+const QUIET: Duration = Duration::from_secs(20);
+
+fn chain(store: Store) {
+    // A: raw:content -> parsed:len ; B: parsed:len -> parsed:double
+    let a = observer(|t, n| {
+        let v = t.get(&n.cell.table, &n.cell.row, "raw:content")?.unwrap_or_default();
+        t.set(&n.cell.table, &n.cell.row, "parsed:len", (v.len() as u64).to_be_bytes())?;
+        Ok(())
+    });
+    let b = observer(|t, n| {
+        let len = u64::from_be_bytes(t.get(&n.cell.table, &n.cell.row, "parsed:len")?.unwrap().try_into().unwrap());
+        t.set(&n.cell.table, &n.cell.row, "parsed:double", (2 * len).to_be_bytes())?;
+        Ok(())
+    });
+    store.register_observer(spec("a", "docs", "raw:content", NotifyKind::Strong), a.clone()).unwrap();
+    store.register_observer(spec("b", "docs", "parsed:len", NotifyKind::Strong), b.clone()).unwrap();
+    let scanner = store.start_scanner(ScannerConfig { threads: 3, ..ScannerConfig::default() });
+    for i in 0..20u64 {
+        store.run(|t| t.set("docs", format!("d{i:02}"), "raw:content", vec![b'x'; i as usize])).unwrap();
+    }
+    assert!(store.wait_quiescent(QUIET).unwrap(), "pipeline reaches a fixed point");
+    let check = |extra: u64| {
+        let t = store.begin().unwrap();
+        for i in 0..20u64 {
+            let want = if i % 2 == 0 { i + extra } else { i };
+            assert_eq!(get_u64(&t, "docs", &format!("d{i:02}"), "parsed:double").unwrap(), 2 * want, "doc {i}");
+        }
+    };
+    check(0);
+    // Incremental update: change the even documents only.
+    for i in (0..20u64).step_by(2) {
+        store.run(|t| t.set("docs", format!("d{i:02}"), "raw:content", vec![b'y'; i as usize + 5])).unwrap();
+    }
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    check(5);
+    scanner.stop();
+    assert_eq!(store.metrics().observer_failures, 0);
+    // Each run of A or B commits once per change it saw; nothing ran more than the changes.
+    assert!(a.calls.load(Ordering::SeqCst) <= 30 + 10, "A ran {} times", a.calls.load(Ordering::SeqCst));
+}
+
+#[test]
+fn observer_chain_reaches_fixed_point_mem() {
+    chain(mem_store(StoreConfig::default()));
+}
+
+#[test]
+fn observer_chain_reaches_fixed_point_redb() {
+    let dir = TempDir::new("chain");
+    chain(redb_store(&dir, StoreConfig::default()));
+}
+
+#[test]
+fn racing_runs_on_one_row_commit_once() {
+    let store = mem_store(StoreConfig::default());
+    let barrier = Arc::new(Barrier::new(2));
+    let bar = barrier.clone();
+    let obs = observer(move |t, n| {
+        let runs = get_u64(t, "c", std::str::from_utf8(&n.cell.row).unwrap(), "out:runs")?;
+        // Both runs have read; now both try to commit.
+        bar.wait();
+        set_u64(t, "c", std::str::from_utf8(&n.cell.row).unwrap(), "out:runs", runs + 1)?;
+        Ok(())
+    });
+    store.register_observer(spec("count", "c", "in:x", NotifyKind::Strong), obs.clone()).unwrap();
+    store.run(|t| t.set("c", "r1", "in:x", "v")).unwrap();
+    let pending = store.pending_notifications(10).unwrap();
+    assert_eq!(pending.len(), 1);
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let (store, entry) = (store.clone(), pending[0].clone());
+            std::thread::spawn(move || store.process_notification(&entry).unwrap())
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 2, "both scanners ran the observer");
+    let t = store.begin().unwrap();
+    assert_eq!(get_u64(&t, "c", "r1", "out:runs").unwrap(), 1, "exactly one run committed");
+    drop(t);
+    // Whatever is left pending is satisfied by the committed run: the next pass only skips.
+    for e in store.pending_notifications(10).unwrap() {
+        store.process_notification(&e).unwrap();
+    }
+    assert!(store.pending_notifications(10).unwrap().is_empty());
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 2, "no third run");
+}
+
+#[test]
+fn ten_writes_collapse_into_one_run() {
+    let store = mem_store(StoreConfig::default());
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s = seen.clone();
+    let obs = observer(move |t, n| {
+        s.lock().unwrap().push(t.get(&n.cell.table, &n.cell.row, &n.cell.column)?.unwrap());
+        Ok(())
+    });
+    store.register_observer(spec("o", "t", "in:v", NotifyKind::Strong), obs.clone()).unwrap();
+    for i in 0..10u8 {
+        store.run(|t| t.set("t", "row", "in:v", vec![i])).unwrap();
+    }
+    let pending = store.pending_notifications(10).unwrap();
+    assert_eq!(pending.len(), 1, "one notify cell for ten writes");
+    store.process_notification(&pending[0]).unwrap();
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(*seen.lock().unwrap(), vec![vec![9u8]], "the run sees the newest value");
+    assert!(store.pending_notifications(10).unwrap().is_empty());
+    // A later write triggers exactly one more run.
+    store.run(|t| t.set("t", "row", "in:v", vec![10])).unwrap();
+    let pending = store.pending_notifications(10).unwrap();
+    store.process_notification(&pending[0]).unwrap();
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 2);
+    assert_eq!(store.metrics().observer_runs, 2);
+}
+
+#[test]
+fn failing_observer_lands_in_dead_letters_and_can_be_retried() {
+    let store = mem_store(StoreConfig::default());
+    let failing = observer(|_, _| Err(ObserveError::Failed("boom: the observer trapped".into())));
+    store.register_observer(spec("fragile", "t", "in:v", NotifyKind::Strong), failing.clone()).unwrap();
+    let scanner = store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() });
+    store.run(|t| t.set("t", "row1", "in:v", "payload")).unwrap();
+    assert!(store.wait_quiescent(QUIET).unwrap(), "a dead-lettered notification stops being pending");
+    let dead = store.dead_letters().unwrap();
+    assert_eq!(dead.len(), 1);
+    assert_eq!(dead[0].attempts, 3);
+    assert_eq!(dead[0].observer, "fragile");
+    assert_eq!(dead[0].cell.row, b"row1");
+    assert!(dead[0].error.contains("boom"), "{}", dead[0].error);
+    assert_eq!(failing.calls.load(Ordering::SeqCst), 3, "exactly max_attempts runs");
+    // Nothing the failing runs wrote is visible.
+    assert_eq!(store.begin().unwrap().scan("t", b"", None, None, 100).unwrap().len(), 1);
+
+    // Fix the observer (hot swap) and retry the dead letter.
+    let fixed = observer(|t, n| {
+        t.set(&n.cell.table, &n.cell.row, "out:v", "done")?;
+        Ok(())
+    });
+    store.replace_observer("fragile", fixed.clone()).unwrap();
+    store.retry_dead_letter(&dead[0].id).unwrap();
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    assert!(store.dead_letters().unwrap().is_empty());
+    assert_eq!(fixed.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(store.begin().unwrap().get("t", "row1", "out:v").unwrap(), Some(b"done".to_vec()));
+    assert!(matches!(store.retry_dead_letter(&dead[0].id), Err(Error::NotFound(_))));
+    scanner.stop();
+}
+
+#[test]
+fn weak_notifications_count_words_without_conflicts() {
+    let store = mem_store(StoreConfig::default());
+    // Documents record per-document counts in the word's row and weakly notify it; the observer
+    // sums the row. Writers never touch the same cell, so they never conflict.
+    let sum = observer(|t, n| {
+        let cells = t.scan(&n.cell.table, &n.cell.row, Some(&[n.cell.row.as_slice(), &[0]].concat()), None, 10_000)?;
+        let total: u64 = cells
+            .iter()
+            .filter(|e| e.column.starts_with("occ:"))
+            .map(|e| u64::from_be_bytes(e.value.clone().try_into().unwrap()))
+            .sum();
+        t.set(&n.cell.table, &n.cell.row, "wc:total", total.to_be_bytes())?;
+        Ok(())
+    });
+    store.register_observer(spec("wordcount", "words", "wc:notify", NotifyKind::Weak), sum.clone()).unwrap();
+    let err = store.begin().unwrap().set("words", "the", "wc:notify", "x").unwrap_err();
+    assert!(matches!(err, Error::InvalidArgument(_)), "weak columns cannot be written: {err}");
+
+    let scanner = store.start_scanner(ScannerConfig::default());
+    let docs = ["the cat the hat", "the dog", "a cat and the bat", "the the the"];
+    let threads: Vec<_> = docs
+        .iter()
+        .enumerate()
+        .map(|(d, text)| {
+            let store = store.clone();
+            let text = text.to_string();
+            std::thread::spawn(move || {
+                store
+                    .run(|t| {
+                        let mut counts = std::collections::BTreeMap::new();
+                        for w in text.split(' ') {
+                            *counts.entry(w).or_insert(0u64) += 1;
+                        }
+                        for (w, c) in counts {
+                            t.set("words", w, &format!("occ:doc{d}"), c.to_be_bytes())?;
+                            t.notify_weak("words", w, "wc:notify")?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap()
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    scanner.stop();
+    let t = store.begin().unwrap();
+    for (w, want) in [("the", 7), ("cat", 2), ("dog", 1), ("a", 1), ("bat", 1), ("hat", 1), ("and", 1)] {
+        assert_eq!(get_u64(&t, "words", w, "wc:total").unwrap(), want, "word {w}");
+    }
+    assert_eq!(store.metrics().conflicts, 0, "weak notifications never conflict");
+}
+
+#[test]
+fn observer_registration_errors_are_clear() {
+    let store = mem_store(StoreConfig::default());
+    let o = observer(|_, _| Ok(()));
+    store.register_observer(spec("x", "t", "c:a", NotifyKind::Strong), o.clone()).unwrap();
+    let dup = store.register_observer(spec("x", "t", "c:b", NotifyKind::Strong), o.clone()).unwrap_err();
+    assert!(dup.to_string().contains("already registered"), "{dup}");
+    let mixed = store.register_observer(spec("y", "t", "c:a", NotifyKind::Weak), o.clone()).unwrap_err();
+    assert!(mixed.to_string().contains("already bound"), "{mixed}");
+    let bad = store.register_observer(spec("bad name!", "t", "c:c", NotifyKind::Strong), o).unwrap_err();
+    assert!(matches!(bad, Error::InvalidArgument(_)));
+    assert!(matches!(store.unregister_observer("nope"), Err(Error::NotFound(_))));
+}
+
+#[test]
+fn idle_scanner_wakes_on_commit_not_on_timeout() {
+    let store = mem_store(StoreConfig::default());
+    let obs = observer(|t, n| {
+        t.set(&n.cell.table, &n.cell.row, "out:v", "seen")?;
+        Ok(())
+    });
+    store.register_observer(spec("o", "t", "in:v", NotifyKind::Strong), obs.clone()).unwrap();
+    // An idle wait far longer than the test: only the commit signal can wake the scanner.
+    let scanner = store.start_scanner(ScannerConfig { threads: 1, idle_wait: Duration::from_secs(600), ..ScannerConfig::default() });
+    std::thread::sleep(Duration::from_millis(100));
+    store.run(|t| t.set("t", "r", "in:v", "x")).unwrap();
+    assert!(store.wait_quiescent(Duration::from_secs(10)).unwrap(), "woken by the commit");
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 1);
+    scanner.stop();
+}
+
+#[test]
+fn scanners_meeting_a_busy_row_teleport() {
+    let store = mem_store(StoreConfig::default());
+    let slow = observer(|_, _| {
+        std::thread::sleep(Duration::from_millis(300));
+        Ok(())
+    });
+    store.register_observer(spec("slow", "t", "in:v", NotifyKind::Strong), slow.clone()).unwrap();
+    store.run(|t| t.set("t", "hot", "in:v", "x")).unwrap();
+    let scanner = store.start_scanner(ScannerConfig { threads: 4, ..ScannerConfig::default() });
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    scanner.stop();
+    assert_eq!(slow.calls.load(Ordering::SeqCst), 1, "the advisory row lock kept the others out");
+    assert!(store.metrics().teleports > 0, "threads that met the held row teleported");
+}
