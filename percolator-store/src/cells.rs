@@ -11,11 +11,14 @@ use crate::error::{Error, Result};
 use crate::key::{self, Kind, cell_prefix, decode_version_key, prefix_end, version_key};
 use crate::timestamp::Timestamp;
 
+/// Called on each entry of a range scan; returns whether to continue.
+pub(crate) type Visitor<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> Result<bool>;
+
 /// Read access to one ordered map.
 pub(crate) trait KvRead {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Calls `f` on each entry with `from <= key < to` in order until it returns `false`.
-    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()>;
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()>;
 }
 
 /// Write access to one ordered map.
@@ -141,11 +144,21 @@ pub(crate) fn read_cell(cells: &dyn KvRead, cell: &[u8], ts: Timestamp) -> Resul
     Ok(out)
 }
 
-pub(crate) fn read_row(cells: &dyn KvRead, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
+pub(crate) fn read_row(
+    cells: &dyn KvRead,
+    table: &str,
+    row: &[u8],
+    columns: &[&str],
+    ts: Timestamp,
+) -> Result<Vec<CellRead>> {
     columns.iter().map(|c| read_cell(cells, &cell_prefix(table, row, c), ts)).collect()
 }
 
-pub(crate) fn find_write(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
+pub(crate) fn find_write(
+    cells: &dyn KvRead,
+    cell: &CellRef,
+    start_ts: Timestamp,
+) -> Result<Option<(Timestamp, WriteRecord)>> {
     let prefix = cell_prefix(&cell.table, &cell.row, &cell.column);
     let from = version_key(&prefix, Kind::Write, Timestamp::MAX);
     let to = version_key(&prefix, Kind::Write, start_ts);
@@ -219,7 +232,11 @@ pub(crate) fn scan(
             }
             // An unwanted column starts out done, so its versions are skipped and it is never emitted.
             let done = !wanted(&d.column);
-            current = Some((k[..d.cell_len].to_vec(), ScannedCell { row: d.row, column: d.column, read: CellRead::default() }, done));
+            current = Some((
+                k[..d.cell_len].to_vec(),
+                ScannedCell { row: d.row, column: d.column, read: CellRead::default() },
+                done,
+            ));
         }
         let (_, cell, done) = current.as_mut().expect("set above");
         if *done {
@@ -293,7 +310,12 @@ pub(crate) fn meta_scan(meta: &dyn KvRead, prefix: &str) -> Result<Vec<(String, 
 }
 
 /// Applies one op of a batch to the three maps.
-pub(crate) fn apply_op(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, meta: &mut dyn KvWrite, op: &Op) -> Result<Outcome> {
+pub(crate) fn apply_op(
+    cells: &mut dyn KvWrite,
+    notify: &mut dyn KvWrite,
+    meta: &mut dyn KvWrite,
+    op: &Op,
+) -> Result<Outcome> {
     match op {
         Op::Row(m) => apply_row(cells, notify, m),
         Op::MetaPut { key, value } => {

@@ -37,7 +37,12 @@ fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
         match rows.iter().rposition(|r| r.table == c.table && r.row == c.row) {
             Some(i) => i,
             None => {
-                rows.push(RowWrites { table: c.table.clone(), row: c.row.clone(), cells: Vec::new(), weak: Vec::new() });
+                rows.push(RowWrites {
+                    table: c.table.clone(),
+                    row: c.row.clone(),
+                    cells: Vec::new(),
+                    weak: Vec::new(),
+                });
                 rows.len() - 1
             }
         }
@@ -102,7 +107,13 @@ fn prewrite_op(registry: &Registry, r: &RowWrites, start_ts: Timestamp, lock: &L
     RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations }
 }
 
-fn commit_op(registry: &Registry, r: &RowWrites, start_ts: Timestamp, commit_ts: Timestamp, condition: Option<Condition>) -> RowMutation {
+fn commit_op(
+    registry: &Registry,
+    r: &RowWrites,
+    start_ts: Timestamp,
+    commit_ts: Timestamp,
+    condition: Option<Condition>,
+) -> RowMutation {
     let mut mutations = Vec::with_capacity(3 * r.cells.len());
     for (column, value) in &r.cells {
         mutations.push(Mutation::DeleteLock { column: column.clone(), start_ts });
@@ -262,7 +273,13 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
             }
             let ops = part
                 .iter()
-                .map(|r| if r.cells.is_empty() { commit_op(registry, r, start_ts, start_ts, None) } else { prewrite_op(registry, r, start_ts, &lock) })
+                .map(|r| {
+                    if r.cells.is_empty() {
+                        commit_op(registry, r, start_ts, start_ts, None)
+                    } else {
+                        prewrite_op(registry, r, start_ts, &lock)
+                    }
+                })
                 .map(Op::Row)
                 .collect();
             let outcomes = match inner.backend.apply(ops) {
@@ -287,7 +304,9 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
                 roll_back(inner, &prewritten, start_ts, &primary);
                 return Err(e);
             }
-            fail_point!("after-prewrite-first-secondary", |_| Err(Error::Storage("failpoint after-prewrite-first-secondary".into())));
+            fail_point!("after-prewrite-first-secondary", |_| Err(Error::Storage(
+                "failpoint after-prewrite-first-secondary".into()
+            )));
         }
     }
 
@@ -295,7 +314,13 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     heartbeat(inner, &primary, start_ts, &mut lock)?;
     let commit_ts = inner.oracle.next()?;
     fail_point!("before-commit-primary", |_| Err(Error::Storage("failpoint before-commit-primary".into())));
-    let op = commit_op(registry, primary_row, start_ts, commit_ts, Some(Condition::LockIs { column: primary.column.clone(), start_ts }));
+    let op = commit_op(
+        registry,
+        primary_row,
+        start_ts,
+        commit_ts,
+        Some(Condition::LockIs { column: primary.column.clone(), start_ts }),
+    );
     let outcome = inner.backend.apply(vec![Op::Row(op)])?;
     if let Outcome::ConditionFailed { found, .. } = &outcome[0] {
         // Someone rolled us back (we looked dead or expired). Clean our other locks.

@@ -69,10 +69,7 @@ impl Error {
     }
 
     pub(crate) fn conflict(kind: ConflictKind, table: &str, row: &[u8], column: &str) -> Error {
-        Error::Conflict {
-            kind,
-            cell: format!("{table}/{}/{column}", String::from_utf8_lossy(row)),
-        }
+        Error::Conflict { kind, cell: format!("{table}/{}/{column}", String::from_utf8_lossy(row)) }
     }
 }
 

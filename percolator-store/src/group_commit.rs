@@ -29,6 +29,9 @@ struct Queue {
     leader_active: bool,
 }
 
+/// Commits a batch (one slice of ops per caller) in one underlying transaction.
+pub(crate) type CommitFn<'a> = dyn Fn(&[&[Op]]) -> Result<Vec<Vec<Outcome>>> + 'a;
+
 /// Batches ops from concurrent callers into shared commits.
 pub(crate) struct GroupCommit {
     queue: Mutex<Queue>,
@@ -44,11 +47,7 @@ impl GroupCommit {
     /// Submits `ops` and returns their outcomes once they are committed. `commit` applies a
     /// batch in one underlying transaction; it returns one outcome list per submitted group, or
     /// an error that fails the whole batch.
-    pub(crate) fn submit(
-        &self,
-        ops: Vec<Op>,
-        commit: &dyn Fn(&[&[Op]]) -> Result<Vec<Vec<Outcome>>>,
-    ) -> Result<Vec<Outcome>> {
+    pub(crate) fn submit(&self, ops: Vec<Op>, commit: &CommitFn<'_>) -> Result<Vec<Outcome>> {
         let slot: Slot = Arc::new(Mutex::new(None));
         let mut q = self.queue.lock().map_err(|_| Error::Closed)?;
         q.pending.push_back(Pending { ops, slot: slot.clone() });

@@ -77,9 +77,7 @@ fn validate_name(what: &str, name: &str) -> Result<()> {
         )));
     }
     if let Some(c) = name.chars().find(|c| c.is_control()) {
-        return Err(Error::InvalidArgument(format!(
-            "{what} name {name:?} contains the control character {c:?}"
-        )));
+        return Err(Error::InvalidArgument(format!("{what} name {name:?} contains the control character {c:?}")));
     }
     Ok(())
 }
@@ -197,10 +195,7 @@ pub(crate) fn decode_cell(key: &[u8]) -> Option<(Cell, &[u8])> {
     let (table, rest) = dec(key)?;
     let (row, rest) = dec(rest)?;
     let (column, rest) = dec(rest)?;
-    Some((
-        (String::from_utf8(table).ok()?, row, String::from_utf8(column).ok()?),
-        rest,
-    ))
+    Some(((String::from_utf8(table).ok()?, row, String::from_utf8(column).ok()?), rest))
 }
 
 #[cfg(test)]

@@ -49,8 +49,8 @@ mod transaction;
 mod worker;
 
 pub use bigtable::{
-    BackendStats, Bigtable, CellRead, CellRef, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op, Outcome,
-    RowMutation, RowVersions, ScannedCell, WriteKind, WriteRecord, notify_position,
+    BackendStats, Bigtable, CellRead, CellRef, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op,
+    Outcome, RowMutation, RowVersions, ScannedCell, WriteKind, WriteRecord, notify_position,
 };
 pub use error::{ConflictKind, Error, Result};
 pub use gc::GcStats;

@@ -59,7 +59,9 @@ pub(crate) fn primary_status(inner: &Inner, primary: &CellRef, start_ts: Timesta
             };
             if inner.backend.apply(vec![Op::Row(op)])?[0] == Outcome::Applied {
                 inner.counters.rolled_back.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                fail::fail_point!("roll-back-after-primary", |_| Err(Error::Storage("failpoint roll-back-after-primary".into())));
+                fail::fail_point!("roll-back-after-primary", |_| Err(Error::Storage(
+                    "failpoint roll-back-after-primary".into()
+                )));
                 return Ok(TxnStatus::RolledBack);
             }
             // The lock changed under us (committed or rolled back meanwhile): look again.
@@ -111,7 +113,13 @@ pub(crate) fn rollback_mutations(column: &str, start_ts: Timestamp, record: bool
 
 /// Resolves the lock at `(cell, start_ts)`; returns the owner's status. After `Committed` or
 /// `RolledBack` the lock is gone.
-pub(crate) fn resolve(inner: &Inner, cell: &CellRef, start_ts: Timestamp, lock: &LockRecord, force: Force) -> Result<TxnStatus> {
+pub(crate) fn resolve(
+    inner: &Inner,
+    cell: &CellRef,
+    start_ts: Timestamp,
+    lock: &LockRecord,
+    force: Force,
+) -> Result<TxnStatus> {
     let status = primary_status(inner, &lock.primary, start_ts, force)?;
     if *cell == lock.primary {
         return Ok(status);
@@ -134,7 +142,9 @@ pub(crate) fn resolve(inner: &Inner, cell: &CellRef, start_ts: Timestamp, lock: 
 
 /// Finishes a committed transaction's secondary: its write record at `commit_ts`, its lock gone.
 pub(crate) fn roll_forward(inner: &Inner, cell: &CellRef, start_ts: Timestamp, commit_ts: Timestamp) -> Result<()> {
-    fail::fail_point!("roll-forward-before-secondary", |_| Err(Error::Storage("failpoint roll-forward-before-secondary".into())));
+    fail::fail_point!("roll-forward-before-secondary", |_| Err(Error::Storage(
+        "failpoint roll-forward-before-secondary".into()
+    )));
     // A Put stages its value at start_ts; a Delete stages nothing. The lock condition below
     // guarantees the staged value did not change between this read and the mutation.
     let kind = match inner.backend.read_data(cell, start_ts)? {
@@ -170,7 +180,13 @@ impl LockWaiter {
 
     /// Handles a lock met by a reader: resolves it if possible, otherwise backs off. Returns an
     /// error once the wait exceeds the store's `lock_wait`.
-    pub(crate) fn handle(&mut self, inner: &Inner, cell: &CellRef, start_ts: Timestamp, lock: &LockRecord) -> Result<()> {
+    pub(crate) fn handle(
+        &mut self,
+        inner: &Inner,
+        cell: &CellRef,
+        start_ts: Timestamp,
+        lock: &LockRecord,
+    ) -> Result<()> {
         if resolve(inner, cell, start_ts, lock, Force::No)? != TxnStatus::Live {
             return Ok(());
         }

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::bigtable::*;
-use crate::cells::{self, KvRead, KvWrite};
+use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, Result};
 use crate::timestamp::Timestamp;
 
@@ -20,7 +20,7 @@ impl KvRead for Map {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.0.get(key).cloned())
     }
-    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
         let upper = to.map_or(Bound::Unbounded, Bound::Excluded);
         for (k, v) in self.0.range::<[u8], _>((Bound::Included(from), upper)) {
             if !f(k, v)? {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::bigtable::*;
-use crate::cells::{self, KvRead, KvWrite};
+use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, Result};
 use crate::group_commit::GroupCommit;
 use crate::timestamp::Timestamp;
@@ -110,7 +110,7 @@ fn for_range_impl<T: ReadableTable<&'static [u8], &'static [u8]>>(
     t: &T,
     from: &[u8],
     to: Option<&[u8]>,
-    f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>,
+    f: Visitor<'_>,
 ) -> Result<()> {
     let iter = match to {
         Some(to) => t.range::<&[u8]>(from..to)?,
@@ -129,7 +129,7 @@ impl KvRead for R {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.0.get(key)?.map(|v| v.value().to_vec()))
     }
-    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
         for_range_impl(&self.0, from, to, f)
     }
 }
@@ -138,7 +138,7 @@ impl KvRead for W<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.0.get(key)?.map(|v| v.value().to_vec()))
     }
-    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<bool>) -> Result<()> {
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
         for_range_impl(&self.0, from, to, f)
     }
 }

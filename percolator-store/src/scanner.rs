@@ -177,7 +177,10 @@ fn split_rows(batch: &[NotifyEntry]) -> Vec<&[NotifyEntry]> {
     let mut out = Vec::new();
     let mut start = 0;
     for i in 1..=batch.len() {
-        if i == batch.len() || batch[i].cell.table != batch[start].cell.table || batch[i].cell.row != batch[start].cell.row {
+        if i == batch.len()
+            || batch[i].cell.table != batch[start].cell.table
+            || batch[i].cell.row != batch[start].cell.row
+        {
             out.push(&batch[start..i]);
             start = i;
         }

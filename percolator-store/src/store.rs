@@ -29,7 +29,11 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> RetryPolicy {
-        RetryPolicy { max_attempts: 50, initial_backoff: Duration::from_millis(1), max_backoff: Duration::from_millis(200) }
+        RetryPolicy {
+            max_attempts: 50,
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(200),
+        }
     }
 }
 

@@ -134,9 +134,12 @@ impl Transaction {
         let tp = key::table_prefix(table);
         let (lo, hi) = (key::row_prefix(table, start), end.map(|e| key::row_prefix(table, e)));
         'pages: while merged.len() < fetch {
-            self.inner.fence.wait(|k| k.starts_with(&tp) && k >= lo.as_slice() && hi.as_ref().is_none_or(|h| k < h.as_slice()));
+            self.inner
+                .fence
+                .wait(|k| k.starts_with(&tp) && k >= lo.as_slice() && hi.as_ref().is_none_or(|h| k < h.as_slice()));
             let want = fetch - merged.len();
-            let page = self.inner.backend.scan(table, &cursor.0, cursor.1.as_deref(), end, columns, self.start_ts, want)?;
+            let page =
+                self.inner.backend.scan(table, &cursor.0, cursor.1.as_deref(), end, columns, self.start_ts, want)?;
             for cell in &page {
                 if let Some((lock_ts, lock)) = &cell.read.lock {
                     let c = CellRef::new(table, cell.row.clone(), cell.column.clone());

@@ -68,7 +68,8 @@ fn concurrent_transfers(store: Store) {
     let conflicts = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..6)
         .map(|w| {
-            let (store, stop, committed, conflicts) = (store.clone(), stop.clone(), committed.clone(), conflicts.clone());
+            let (store, stop, committed, conflicts) =
+                (store.clone(), stop.clone(), committed.clone(), conflicts.clone());
             std::thread::spawn(move || {
                 let mut n = w as u64 * 7919;
                 while !stop.load(Ordering::Relaxed) {

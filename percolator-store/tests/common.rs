@@ -36,16 +36,13 @@ fn rand_suffix() -> u64 {
 }
 
 pub fn redb_store(dir: &TempDir, config: StoreConfig) -> Store {
-    Store::open(dir.file("store.redb"), config, RedbConfig { durability: Durability::None, ..RedbConfig::default() }).unwrap()
+    Store::open(dir.file("store.redb"), config, RedbConfig { durability: Durability::None, ..RedbConfig::default() })
+        .unwrap()
 }
 
 /// Short TTLs so abandoned locks are cleaned quickly in tests.
 pub fn fast_locks() -> StoreConfig {
-    StoreConfig {
-        lock_ttl: Duration::from_millis(200),
-        lock_wait: Duration::from_secs(5),
-        ..StoreConfig::default()
-    }
+    StoreConfig { lock_ttl: Duration::from_millis(200), lock_wait: Duration::from_secs(5), ..StoreConfig::default() }
 }
 
 pub fn get_u64(t: &Transaction, table: &str, row: &str, col: &str) -> percolator_store::Result<u64> {

@@ -91,7 +91,8 @@ fn crash_recovery_after_sigkill() {
             .unwrap();
         let stdout = child.stdout.take().unwrap();
         // Let it commit for a while, then kill it at an arbitrary point.
-        let reader = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
+        let reader =
+            std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
         std::thread::sleep(Duration::from_millis(300 + 97 * round));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
@@ -120,7 +121,10 @@ fn crash_recovery_after_sigkill() {
         let gc = store.gc().unwrap();
         assert!(!gc.deferred);
         let versions = store.backend().scan_versions(None, usize::MAX).unwrap();
-        assert!(versions.iter().all(|r| r.cells.iter().all(|c| c.locks.is_empty())), "round {round}: locks left after GC");
+        assert!(
+            versions.iter().all(|r| r.cells.iter().all(|c| c.locks.is_empty())),
+            "round {round}: locks left after GC"
+        );
     }
     assert!(committed.len() >= 6);
 }

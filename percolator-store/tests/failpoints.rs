@@ -33,7 +33,11 @@ fn seeded() -> Store {
 /// a -10, b +4, c +6 (three rows: a primary and two secondaries).
 fn transfer(store: &Store) -> percolator_store::Result<percolator_store::Timestamp> {
     let mut t = store.begin()?;
-    let (a, b, c) = (get_u64(&t, "bank", "a", "bal:data")?, get_u64(&t, "bank", "b", "bal:data")?, get_u64(&t, "bank", "c", "bal:data")?);
+    let (a, b, c) = (
+        get_u64(&t, "bank", "a", "bal:data")?,
+        get_u64(&t, "bank", "b", "bal:data")?,
+        get_u64(&t, "bank", "c", "bal:data")?,
+    );
     set_u64(&mut t, "bank", "a", "bal:data", a - 10)?;
     set_u64(&mut t, "bank", "b", "bal:data", b + 4)?;
     set_u64(&mut t, "bank", "c", "bal:data", c + 6)?;
@@ -154,7 +158,13 @@ fn notification_survives_roll_forward_of_a_secondary() {
     let scenario = FailScenario::setup();
     let store = seeded();
     let obs = Arc::new(Counting(AtomicU64::new(0)));
-    let spec = ObserverSpec { name: "audit".into(), table: "bank".into(), column: "bal:data".into(), kind: NotifyKind::Strong, max_attempts: 3 };
+    let spec = ObserverSpec {
+        name: "audit".into(),
+        table: "bank".into(),
+        column: "bal:data".into(),
+        kind: NotifyKind::Strong,
+        max_attempts: 3,
+    };
     store.register_observer(spec, obs.clone()).unwrap();
     // Settle the seed's notifications first.
     for e in store.pending_notifications(100).unwrap() {

@@ -267,7 +267,11 @@ fn idle_scanner_wakes_on_commit_not_on_timeout() {
     });
     store.register_observer(spec("o", "t", "in:v", NotifyKind::Strong), obs.clone()).unwrap();
     // An idle wait far longer than the test: only the commit signal can wake the scanner.
-    let scanner = store.start_scanner(ScannerConfig { threads: 1, idle_wait: Duration::from_secs(600), ..ScannerConfig::default() });
+    let scanner = store.start_scanner(ScannerConfig {
+        threads: 1,
+        idle_wait: Duration::from_secs(600),
+        ..ScannerConfig::default()
+    });
     std::thread::sleep(Duration::from_millis(100));
     store.run(|t| t.set("t", "r", "in:v", "x")).unwrap();
     assert!(store.wait_quiescent(Duration::from_secs(10)).unwrap(), "woken by the commit");
