@@ -76,15 +76,17 @@ fn conflict(found: &Found, table: &str, row: &[u8], column: &str) -> Error {
     Error::conflict(kind, table, row, column)
 }
 
-/// Notify cells a row's writes set: strong observed columns, and weak notifications.
-fn notify_mutations(registry: &Registry, r: &RowWrites, ts: Timestamp, strong: bool, out: &mut Vec<Mutation>) {
-    if strong {
-        for (column, _) in &r.cells {
-            if registry.kind_of(&r.table, column) == Some(NotifyKind::Strong) {
-                out.push(Mutation::SetNotify { column: column.clone(), ts });
-            }
+/// Notify cells of the row's writes to strongly observed columns.
+fn strong_notifies(registry: &Registry, r: &RowWrites, ts: Timestamp, out: &mut Vec<Mutation>) {
+    for (column, _) in &r.cells {
+        if registry.kind_of(&r.table, column) == Some(NotifyKind::Strong) {
+            out.push(Mutation::SetNotify { column: column.clone(), ts });
         }
     }
+}
+
+/// Notify cells of the row's weak notifications.
+fn weak_notifies(r: &RowWrites, ts: Timestamp, out: &mut Vec<Mutation>) {
     for column in &r.weak {
         out.push(Mutation::SetNotify { column: column.clone(), ts });
     }
@@ -103,17 +105,12 @@ fn prewrite_op(registry: &Registry, r: &RowWrites, start_ts: Timestamp, lock: &L
     }
     // Notify is written at prewrite, not at commit: a reader that rolls this transaction
     // forward does not know to set it (the lesson of Fluo issue 642).
-    notify_mutations(registry, r, start_ts, true, &mut mutations);
+    strong_notifies(registry, r, start_ts, &mut mutations);
+    weak_notifies(r, start_ts, &mut mutations);
     RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations }
 }
 
-fn commit_op(
-    registry: &Registry,
-    r: &RowWrites,
-    start_ts: Timestamp,
-    commit_ts: Timestamp,
-    condition: Option<Condition>,
-) -> RowMutation {
+fn commit_op(r: &RowWrites, start_ts: Timestamp, commit_ts: Timestamp, condition: Option<Condition>) -> RowMutation {
     let mut mutations = Vec::with_capacity(3 * r.cells.len());
     for (column, value) in &r.cells {
         mutations.push(Mutation::DeleteLock { column: column.clone(), start_ts });
@@ -124,7 +121,7 @@ fn commit_op(
             write: WriteRecord { start_ts, kind: write_kind(value) },
         });
     }
-    notify_mutations(registry, r, commit_ts, false, &mut mutations);
+    weak_notifies(r, commit_ts, &mut mutations);
     RowMutation { table: r.table.clone(), row: r.row.clone(), conditions: condition.into_iter().collect(), mutations }
 }
 
@@ -162,7 +159,7 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
     let result = if writing == 0 {
         // Weak notifications only: nothing to make atomic.
         let ts = inner.oracle.next()?;
-        let ops = rows.iter().map(|r| Op::Row(commit_op(&registry, r, txn.start_ts, ts, None))).collect();
+        let ops = rows.iter().map(|r| Op::Row(commit_op(r, txn.start_ts, ts, None))).collect();
         inner.backend.apply(ops)?;
         Ok(ts)
     } else if writing == 1 && inner.config.one_phase_commit && inner.backend.exclusive() {
@@ -207,15 +204,15 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     inner.fence.enter(&row_key);
     let _guard = FenceGuard(inner, row_key);
     let commit_ts = inner.oracle.next()?;
-    let mut op = commit_op(registry, r, start_ts, commit_ts, None);
+    let mut op = commit_op(r, start_ts, commit_ts, None);
     for (column, _) in &r.cells {
         op.conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
         op.conditions.push(Condition::NoLock { column: column.clone() });
     }
     // Strong notifications: the same row op, so they are exactly as durable as the write.
-    notify_mutations(registry, &RowWrites { weak: Vec::new(), ..clone_row(r) }, commit_ts, true, &mut op.mutations);
+    strong_notifies(registry, r, commit_ts, &mut op.mutations);
     let mut ops = vec![Op::Row(op)];
-    ops.extend(rows[1..].iter().map(|w| Op::Row(commit_op(registry, w, start_ts, commit_ts, None))));
+    ops.extend(rows[1..].iter().map(|w| Op::Row(commit_op(w, start_ts, commit_ts, None))));
     let outcomes = inner.backend.apply(ops)?;
     if let Outcome::ConditionFailed { index, found } = &outcomes[0] {
         resolve_found(inner, found);
@@ -224,10 +221,6 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     }
     inner.counters.one_pc_commits.fetch_add(1, Ordering::Relaxed);
     Ok(commit_ts)
-}
-
-fn clone_row(r: &RowWrites) -> RowWrites {
-    RowWrites { table: r.table.clone(), row: r.row.clone(), cells: r.cells.clone(), weak: r.weak.clone() }
 }
 
 /// A prewrite that found a lock helps clean it up if its owner is dead, so the retry can win.
@@ -275,7 +268,7 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
                 .iter()
                 .map(|r| {
                     if r.cells.is_empty() {
-                        commit_op(registry, r, start_ts, start_ts, None)
+                        commit_op(r, start_ts, start_ts, None)
                     } else {
                         prewrite_op(registry, r, start_ts, &lock)
                     }
@@ -315,7 +308,6 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     let commit_ts = inner.oracle.next()?;
     fail_point!("before-commit-primary", |_| Err(Error::Storage("failpoint before-commit-primary".into())));
     let op = commit_op(
-        registry,
         primary_row,
         start_ts,
         commit_ts,
@@ -337,7 +329,7 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
             if part.is_empty() {
                 continue;
             }
-            let ops = part.iter().map(|r| Op::Row(commit_op(registry, r, start_ts, commit_ts, None))).collect();
+            let ops = part.iter().map(|r| Op::Row(commit_op(r, start_ts, commit_ts, None))).collect();
             if inner.backend.apply(ops).is_err() {
                 return Ok(commit_ts);
             }

@@ -63,6 +63,8 @@ impl GroupCommit {
         }
         // Lead: drain and commit rounds until our own slot is filled.
         q.leader_active = true;
+        // If `commit` panics, hand leadership back so the other callers are not stuck forever.
+        let _leader = LeaderGuard(self);
         loop {
             let mut batch = Vec::new();
             let mut n = 0;
@@ -89,12 +91,21 @@ impl GroupCommit {
             q = self.queue.lock().map_err(|_| Error::Closed)?;
             let mine = slot.lock().map_err(|_| Error::Closed)?.take();
             if let Some(r) = mine {
-                q.leader_active = false;
                 drop(q);
-                self.leader_done.notify_all();
                 return r;
             }
         }
+    }
+}
+
+struct LeaderGuard<'a>(&'a GroupCommit);
+
+impl Drop for LeaderGuard<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut q) = self.0.queue.lock() {
+            q.leader_active = false;
+        }
+        self.0.leader_done.notify_all();
     }
 }
 

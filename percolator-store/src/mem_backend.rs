@@ -21,6 +21,9 @@ impl KvRead for Map {
         Ok(self.0.get(key).cloned())
     }
     fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+        if to.is_some_and(|to| to <= from) {
+            return Ok(()); // an empty (or inverted) range
+        }
         let upper = to.map_or(Bound::Unbounded, Bound::Excluded);
         for (k, v) in self.0.range::<[u8], _>((Bound::Included(from), upper)) {
             if !f(k, v)? {

@@ -112,6 +112,9 @@ fn for_range_impl<T: ReadableTable<&'static [u8], &'static [u8]>>(
     to: Option<&[u8]>,
     f: Visitor<'_>,
 ) -> Result<()> {
+    if to.is_some_and(|to| to <= from) {
+        return Ok(()); // an empty (or inverted) range
+    }
     let iter = match to {
         Some(to) => t.range::<&[u8]>(from..to)?,
         None => t.range::<&[u8]>(from..)?,
@@ -151,6 +154,18 @@ impl KvWrite for W<'_> {
     fn delete(&mut self, key: &[u8]) -> Result<()> {
         self.0.remove(key)?;
         Ok(())
+    }
+}
+
+impl Drop for RedbBigtable {
+    fn drop(&mut self) {
+        // redb persists non-durable commits only when a durable one follows: make a clean close
+        // keep everything, whatever the durability setting.
+        if self.config.durability == Durability::None
+            && let Ok(tx) = self.db.begin_write()
+        {
+            let _ = tx.commit();
+        }
     }
 }
 
