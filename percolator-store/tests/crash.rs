@@ -90,13 +90,26 @@ fn crash_recovery_after_sigkill() {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        // Let it commit for a while, then kill it at an arbitrary point.
-        let reader =
-            std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
-        std::thread::sleep(Duration::from_millis(300 + 97 * round));
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        // Let it commit a few transfers (however slow the machine), then kill it at an
+        // arbitrary point a little later, mid-commit as likely as not.
+        let mut lines = Vec::new();
+        while lines.len() < 5 {
+            match rx.recv_timeout(Duration::from_secs(120)) {
+                Ok(l) => lines.push(l),
+                Err(e) => panic!("round {round}: the child stopped committing: {e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20 + 37 * round));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        let lines = reader.join().unwrap();
+        reader.join().unwrap();
+        lines.extend(rx.try_iter());
         let mut this_round = 0;
         for l in lines.iter().filter(|l| l.starts_with("COMMITTED ")) {
             let parts: Vec<&str> = l.split(' ').collect();
