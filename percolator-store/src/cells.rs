@@ -99,8 +99,13 @@ fn check(cells: &dyn KvRead, table: &str, row: &[u8], c: &Condition) -> Result<O
             let from = version_key(&cell, Kind::Write, Timestamp::MAX);
             let to = version_key(&cell, Kind::Write, *since);
             let mut found = None;
-            // Newest first: the first write record at or after `since`, if any.
-            cells.for_range(&from, Some(&to), &mut |k, _| {
+            // Newest first: the first write record after `since`, if any. Other transactions'
+            // rollback records change nothing and do not conflict; a record at exactly `since`
+            // (checked below) is this transaction's own rollback record, which must.
+            cells.for_range(&from, Some(&to), &mut |k, v| {
+                if is_rollback(v)? {
+                    return Ok(true);
+                }
                 found = Some(Found::Write { commit_ts: decode_version_key(k)?.ts });
                 Ok(false)
             })?;
