@@ -307,8 +307,35 @@ pub struct BackendStats {
     pub ops: u64,
 }
 
+/// A consistent read view of the cells (for redb: one read transaction). A transaction keeps
+/// one across its reads instead of opening a new one per read; see `docs/design.md` ("Read
+/// views") for why that is safe.
+pub trait Snapshot: Send {
+    /// Like [`Bigtable::read_row`], as of when the view was opened.
+    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>>;
+
+    /// Like [`Bigtable::scan`], as of when the view was opened.
+    #[allow(clippy::too_many_arguments)]
+    fn scan(
+        &self,
+        table: &str,
+        start: &[u8],
+        after_column: Option<&str>,
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        ts: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ScannedCell>>;
+}
+
 /// What Bigtable gives Percolator. See the module docs.
 pub trait Bigtable: Send + Sync + 'static {
+    /// Opens a read view, or `None` if the backend has no cheap views (reads then go to the
+    /// live store, which is always at least as fresh).
+    fn snapshot(&self) -> Result<Option<Box<dyn Snapshot>>> {
+        Ok(None)
+    }
+
     /// Applies operations, each atomically and independently; returns one outcome per op, in
     /// order. A backend may commit them together (group commit); a failed condition affects only
     /// its own op. If the call returns `Err`, none, some or all ops may be durable.

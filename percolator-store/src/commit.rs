@@ -110,19 +110,27 @@ fn prewrite_op(registry: &Registry, r: &RowWrites, start_ts: Timestamp, lock: &L
     RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations }
 }
 
+/// The commit of a prewritten row: each cell's write record at `commit_ts`, lock and staged
+/// data removed; weak notifications at `commit_ts`.
 fn commit_op(r: &RowWrites, start_ts: Timestamp, commit_ts: Timestamp, condition: Option<Condition>) -> RowMutation {
     let mut mutations = Vec::with_capacity(3 * r.cells.len());
-    for (column, value) in &r.cells {
+    for (column, _) in &r.cells {
         mutations.push(Mutation::DeleteLock { column: column.clone(), start_ts });
         mutations.push(Mutation::DeleteData { column: column.clone(), start_ts });
-        mutations.push(Mutation::PutWrite {
+    }
+    write_records(r, start_ts, commit_ts, &mut mutations);
+    RowMutation { table: r.table.clone(), row: r.row.clone(), conditions: condition.into_iter().collect(), mutations }
+}
+
+fn write_records(r: &RowWrites, start_ts: Timestamp, commit_ts: Timestamp, out: &mut Vec<Mutation>) {
+    for (column, value) in &r.cells {
+        out.push(Mutation::PutWrite {
             column: column.clone(),
             commit_ts,
             write: WriteRecord { start_ts, kind: write_kind(value) },
         });
     }
-    weak_notifies(r, commit_ts, &mut mutations);
-    RowMutation { table: r.table.clone(), row: r.row.clone(), conditions: condition.into_iter().collect(), mutations }
+    weak_notifies(r, commit_ts, out);
 }
 
 /// Removes the locks of rows this transaction prewrote; the primary gets a rollback record.
@@ -204,13 +212,17 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     inner.fence.enter(&row_key);
     let _guard = FenceGuard(inner, row_key);
     let commit_ts = inner.oracle.next()?;
-    let mut op = commit_op(r, start_ts, commit_ts, None);
+    let mut conditions = Vec::with_capacity(2 * r.cells.len());
     for (column, _) in &r.cells {
-        op.conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
-        op.conditions.push(Condition::NoLock { column: column.clone() });
+        conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
+        conditions.push(Condition::NoLock { column: column.clone() });
     }
-    // Strong notifications: the same row op, so they are exactly as durable as the write.
-    strong_notifies(registry, r, commit_ts, &mut op.mutations);
+    // No lock and no staged data exist to remove: the write records go straight in, with the
+    // strong notifications in the same row op (exactly as durable as the write).
+    let mut mutations = Vec::with_capacity(r.cells.len() + 1);
+    write_records(r, start_ts, commit_ts, &mut mutations);
+    strong_notifies(registry, r, commit_ts, &mut mutations);
+    let op = RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations };
     let mut ops = vec![Op::Row(op)];
     ops.extend(rows[1..].iter().map(|w| Op::Row(commit_op(w, start_ts, commit_ts, None))));
     let outcomes = inner.backend.apply(ops)?;
@@ -242,66 +254,74 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
         worker: inner.worker,
     };
 
-    // Phase 1a: prewrite the primary row.
-    let outcome = inner.backend.apply(vec![Op::Row(prewrite_op(registry, primary_row, start_ts, &lock))])?;
-    if let Outcome::ConditionFailed { index, found } = &outcome[0] {
-        resolve_found(inner, found);
-        return Err(conflict(found, &primary_row.table, &primary_row.row, &primary_row.cells[index / 2].0));
-    }
-    fail_point!("after-prewrite-primary", |_| Err(Error::Storage("failpoint after-prewrite-primary".into())));
-
-    // Phase 1b: prewrite the secondaries, in batches.
-    let secondaries: Vec<&RowWrites> = rows[1..].iter().collect();
-    let mut prewritten: Vec<&RowWrites> = vec![primary_row];
-    for (n, chunk) in secondaries.chunks(SECONDARY_BATCH).enumerate() {
+    // Phase 1: prewrite. The primary row goes in the first batch. Every row is checked on its
+    // own, so the order in which they land does not matter: a secondary lock whose primary was
+    // never locked is rolled back by whoever meets it (a rollback record at the primary).
+    let all: Vec<&RowWrites> = rows.iter().collect();
+    let parts: Vec<&[&RowWrites]> = if cfg!(feature = "failpoints") {
+        // The primary alone, then the first secondary alone, then the rest: a test can stop
+        // between any two.
+        let mut parts = vec![&all[..1]];
+        if all.len() > 1 {
+            parts.push(&all[1..2]);
+        }
+        parts.extend(all[all.len().min(2)..].chunks(SECONDARY_BATCH));
+        parts
+    } else {
+        all.chunks(SECONDARY_BATCH).collect()
+    };
+    let mut prewritten: Vec<&RowWrites> = Vec::new();
+    for (n, part) in parts.iter().enumerate() {
         if n > 0 {
             heartbeat(inner, &primary, start_ts, &mut lock)?;
         }
-        // With failpoints compiled in, the first secondary goes alone so a test can stop
-        // between it and the rest.
-        let split = if cfg!(feature = "failpoints") && n == 0 && chunk.len() > 1 { 1 } else { chunk.len() };
-        for part in [&chunk[..split], &chunk[split..]] {
-            if part.is_empty() {
-                continue;
-            }
-            let ops = part
-                .iter()
-                .map(|r| {
-                    if r.cells.is_empty() {
-                        commit_op(r, start_ts, start_ts, None)
-                    } else {
-                        prewrite_op(registry, r, start_ts, &lock)
-                    }
-                })
-                .map(Op::Row)
-                .collect();
-            let outcomes = match inner.backend.apply(ops) {
-                Ok(o) => o,
-                Err(e) => {
-                    roll_back(inner, &prewritten, start_ts, &primary);
-                    return Err(e);
+        let ops = part
+            .iter()
+            .map(|r| {
+                if r.cells.is_empty() {
+                    // Weak notifications only: set now, and again at commit.
+                    let mut mutations = Vec::new();
+                    weak_notifies(r, start_ts, &mut mutations);
+                    RowMutation { table: r.table.clone(), row: r.row.clone(), conditions: vec![], mutations }
+                } else {
+                    prewrite_op(registry, r, start_ts, &lock)
                 }
-            };
-            let mut failed = None;
-            for (r, o) in part.iter().zip(&outcomes) {
-                match o {
-                    Outcome::Applied if !r.cells.is_empty() => prewritten.push(r),
-                    Outcome::Applied => {}
-                    Outcome::ConditionFailed { index, found } => {
-                        resolve_found(inner, found);
-                        failed.get_or_insert_with(|| conflict(found, &r.table, &r.row, &r.cells[index / 2].0));
-                    }
-                }
-            }
-            if let Some(e) = failed {
+            })
+            .map(Op::Row)
+            .collect();
+        let outcomes = match inner.backend.apply(ops) {
+            Ok(o) => o,
+            Err(e) => {
                 roll_back(inner, &prewritten, start_ts, &primary);
                 return Err(e);
             }
-            fail_point!("after-prewrite-first-secondary", |_| Err(Error::Storage(
+        };
+        let mut failed = None;
+        for (r, o) in part.iter().zip(&outcomes) {
+            match o {
+                Outcome::Applied if !r.cells.is_empty() => prewritten.push(r),
+                Outcome::Applied => {}
+                Outcome::ConditionFailed { index, found } => {
+                    resolve_found(inner, found);
+                    failed.get_or_insert_with(|| conflict(found, &r.table, &r.row, &r.cells[index / 2].0));
+                }
+            }
+        }
+        if let Some(e) = failed {
+            roll_back(inner, &prewritten, start_ts, &primary);
+            return Err(e);
+        }
+        match n {
+            0 => fail_point!("after-prewrite-primary", |_| Err(Error::Storage(
+                "failpoint after-prewrite-primary".into()
+            ))),
+            1 => fail_point!("after-prewrite-first-secondary", |_| Err(Error::Storage(
                 "failpoint after-prewrite-first-secondary".into()
-            )));
+            ))),
+            _ => {}
         }
     }
+    let secondaries: Vec<&RowWrites> = rows[1..].iter().collect();
 
     // Phase 2: the commit point.
     heartbeat(inner, &primary, start_ts, &mut lock)?;
@@ -316,7 +336,7 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     let outcome = inner.backend.apply(vec![Op::Row(op)])?;
     if let Outcome::ConditionFailed { found, .. } = &outcome[0] {
         // Someone rolled us back (we looked dead or expired). Clean our other locks.
-        roll_back(inner, &prewritten[1..], start_ts, &primary);
+        roll_back(inner, &prewritten[1..], start_ts, &primary); // [0] is the primary row
         return Err(conflict(found, &primary.table, &primary.row, &primary.column));
     }
     fail_point!("after-commit-primary", |_| Ok(commit_ts));

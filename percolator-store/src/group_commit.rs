@@ -5,15 +5,25 @@
 //! one write transaction and one fsync) and hands every caller its own outcomes; callers that
 //! arrived meanwhile wait and are served by the next round. An uncontended caller therefore
 //! pays no thread hand-off, and under contention the fsync cost is shared.
+//!
+//! Gathering: without help, a round holds only the callers that queued while the previous
+//! round committed — about half of the concurrent callers, since the other half are still
+//! preparing their next operation. So a leader waits, at most as long as the previous commit
+//! took (bounded by [`MAX_GATHER`]), until as many callers have queued as took part in the
+//! previous round or arrived during it. A lone caller never waits.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::bigtable::{Op, Outcome};
 use crate::error::{Error, Result};
 
 /// Upper bound of ops in one underlying commit (bounds the write transaction's size).
 const MAX_BATCH_OPS: usize = 4096;
+
+/// Longest a leader waits for more callers before committing.
+const MAX_GATHER: Duration = Duration::from_millis(2);
 
 /// Where a leader puts one caller's outcomes; the caller reads it after `leader_done`.
 type Slot = Arc<Mutex<Option<Result<Vec<Outcome>>>>>;
@@ -27,6 +37,11 @@ struct Pending {
 struct Queue {
     pending: VecDeque<Pending>,
     leader_active: bool,
+    /// Callers seen around the last round (its size plus those who queued during it): how
+    /// many a leader expects to gather.
+    expected: usize,
+    /// How long the last underlying commit took: the most a leader waits to gather.
+    last_commit: Duration,
 }
 
 /// Commits a batch (one slice of ops per caller) in one underlying transaction.
@@ -37,11 +52,13 @@ pub(crate) struct GroupCommit {
     queue: Mutex<Queue>,
     /// Signalled when a leader finishes, so a waiting caller can take over leadership.
     leader_done: Condvar,
+    /// Signalled when a caller queues, for a leader that is gathering.
+    arrived: Condvar,
 }
 
 impl GroupCommit {
     pub(crate) fn new() -> GroupCommit {
-        GroupCommit { queue: Mutex::new(Queue::default()), leader_done: Condvar::new() }
+        GroupCommit { queue: Mutex::new(Queue::default()), leader_done: Condvar::new(), arrived: Condvar::new() }
     }
 
     /// Submits `ops` and returns their outcomes once they are committed. `commit` applies a
@@ -51,6 +68,9 @@ impl GroupCommit {
         let slot: Slot = Arc::new(Mutex::new(None));
         let mut q = self.queue.lock().map_err(|_| Error::Closed)?;
         q.pending.push_back(Pending { ops, slot: slot.clone() });
+        if q.leader_active {
+            self.arrived.notify_one();
+        }
         loop {
             // Served by another leader?
             if let Some(r) = slot.lock().map_err(|_| Error::Closed)?.take() {
@@ -66,6 +86,14 @@ impl GroupCommit {
         // If `commit` panics, hand leadership back so the other callers are not stuck forever.
         let _leader = LeaderGuard(self);
         loop {
+            let deadline = Instant::now() + q.last_commit.min(MAX_GATHER);
+            while q.pending.len() < q.expected {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                q = self.arrived.wait_timeout(q, deadline - now).map_err(|_| Error::Closed)?.0;
+            }
             let mut batch = Vec::new();
             let mut n = 0;
             while !q.pending.is_empty() && (n == 0 || n + q.pending[0].ops.len() <= MAX_BATCH_OPS) {
@@ -75,7 +103,9 @@ impl GroupCommit {
             }
             drop(q);
             let groups: Vec<&[Op]> = batch.iter().map(|p| p.ops.as_slice()).collect();
+            let started = Instant::now();
             let result = commit(&groups);
+            let took = started.elapsed();
             match result {
                 Ok(outcomes) => {
                     for (p, o) in batch.iter().zip(outcomes) {
@@ -89,6 +119,8 @@ impl GroupCommit {
                 }
             }
             q = self.queue.lock().map_err(|_| Error::Closed)?;
+            q.expected = batch.len() + q.pending.len();
+            q.last_commit = took;
             let mine = slot.lock().map_err(|_| Error::Closed)?.take();
             if let Some(r) = mine {
                 drop(q);

@@ -50,7 +50,7 @@ mod worker;
 
 pub use bigtable::{
     BackendStats, Bigtable, CellRead, CellRef, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op,
-    Outcome, RowMutation, RowVersions, ScannedCell, WriteKind, WriteRecord, notify_position,
+    Outcome, RowMutation, RowVersions, ScannedCell, Snapshot, WriteKind, WriteRecord, notify_position,
 };
 pub use error::{ConflictKind, Error, Result};
 pub use gc::GcStats;

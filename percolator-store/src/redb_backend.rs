@@ -169,7 +169,34 @@ impl Drop for RedbBigtable {
     }
 }
 
+/// One redb read transaction over the `cells` table.
+struct RedbSnapshot(R);
+
+impl Snapshot for RedbSnapshot {
+    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
+        cells::read_row(&self.0, table, row, columns, ts)
+    }
+
+    fn scan(
+        &self,
+        table: &str,
+        start: &[u8],
+        after_column: Option<&str>,
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        ts: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ScannedCell>> {
+        cells::scan(&self.0, table, start, after_column, end, columns, ts, limit)
+    }
+}
+
 impl Bigtable for RedbBigtable {
+    fn snapshot(&self) -> Result<Option<Box<dyn Snapshot>>> {
+        let tx = self.db.begin_read()?;
+        Ok(Some(Box::new(RedbSnapshot(R(tx.open_table(CELLS)?)))))
+    }
+
     fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
         if ops.is_empty() {
             return Ok(Vec::new());

@@ -147,6 +147,9 @@ impl Signal {
 #[derive(Default)]
 pub(crate) struct OnePcFence {
     count: AtomicUsize,
+    /// One-phase commits finished so far: a read view opened before a 1PC finished may miss
+    /// its write, so views are reopened when this changes.
+    exits: AtomicU64,
     rows: Mutex<HashMap<Vec<u8>, usize>>,
     cv: Condvar,
 }
@@ -165,14 +168,24 @@ impl OnePcFence {
                 rows.remove(row_key);
             }
         }
+        self.exits.fetch_add(1, Ordering::SeqCst);
         self.count.fetch_sub(1, Ordering::SeqCst);
         self.cv.notify_all();
     }
+    pub(crate) fn exits(&self) -> u64 {
+        self.exits.load(Ordering::SeqCst)
+    }
+
     /// Waits while any fenced row satisfies `hit` (one atomic load when nothing is fenced).
     pub(crate) fn wait(&self, hit: impl Fn(&[u8]) -> bool) {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
+        self.wait_slow(hit)
+    }
+
+    #[cold]
+    fn wait_slow(&self, hit: impl Fn(&[u8]) -> bool) {
         let rows = self.rows.lock().expect("1PC fence poisoned");
         let _unused = self.cv.wait_while(rows, |rows| rows.keys().any(|k| hit(k))).expect("1PC fence poisoned");
     }

@@ -1,9 +1,10 @@
 //! [`Transaction`]: snapshot reads and buffered writes. The commit protocol is in `commit.rs`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use crate::bigtable::{CellRead, CellRef};
+use crate::bigtable::{CellRead, CellRef, ScannedCell, Snapshot};
 use crate::error::{Error, Result};
 use crate::key::{self, validate_column, validate_row, validate_table};
 use crate::lock::LockWaiter;
@@ -35,7 +36,23 @@ pub struct Transaction {
     pub(crate) writes: BTreeMap<CellRef, Option<Vec<u8>>>,
     /// Weak notifications to send at commit.
     pub(crate) weak: BTreeSet<CellRef>,
+    /// The backend read view this transaction reads through, reused across reads.
+    view: Mutex<Option<View>>,
 }
+
+/// A reusable backend read view. Safe to keep because every transaction that committed before
+/// `start_ts` had its locks visible before this view was opened (2PC), or finished its 1PC
+/// before `fence_exits` was read; a view is dropped after meeting a lock (the lock's fate is
+/// decided after the view) and when a one-phase commit has finished since it was opened.
+struct View {
+    snapshot: Box<dyn Snapshot>,
+    fence_exits: u64,
+    opened: Instant,
+}
+
+/// A view older than this is reopened, so a long-lived transaction does not pin old pages of
+/// the backend (redb cannot reuse pages a read transaction still sees).
+const VIEW_MAX_AGE: Duration = Duration::from_millis(100);
 
 impl Drop for Transaction {
     fn drop(&mut self) {
@@ -46,7 +63,7 @@ impl Drop for Transaction {
 impl Transaction {
     pub(crate) fn begin(inner: Arc<Inner>) -> Result<Transaction> {
         let start_ts = inner.register_active()?;
-        Ok(Transaction { inner, start_ts, writes: BTreeMap::new(), weak: BTreeSet::new() })
+        Ok(Transaction { inner, start_ts, writes: BTreeMap::new(), weak: BTreeSet::new(), view: Mutex::new(None) })
     }
 
     /// Buffers a write without validation: for the system's own reserved columns (acks).
@@ -71,8 +88,9 @@ impl Transaction {
     pub fn get(&self, table: &str, row: impl AsRef<[u8]>, column: &str) -> Result<Option<Vec<u8>>> {
         let row = row.as_ref();
         self.check(table, row, column)?;
-        let cell = CellRef::new(table, row, column);
-        if let Some(w) = self.writes.get(&cell) {
+        if !self.writes.is_empty()
+            && let Some(w) = self.writes.get(&CellRef::new(table, row, column))
+        {
             return Ok(w.clone());
         }
         let mut reads = self.read_row(table, row, &[column])?;
@@ -138,13 +156,14 @@ impl Transaction {
                 .fence
                 .wait(|k| k.starts_with(&tp) && k >= lo.as_slice() && hi.as_ref().is_none_or(|h| k < h.as_slice()));
             let want = fetch - merged.len();
-            let page =
-                self.inner.backend.scan(table, &cursor.0, cursor.1.as_deref(), end, columns, self.start_ts, want)?;
+            let page = self.scan_view(table, &cursor.0, cursor.1.as_deref(), end, columns, want)?;
             for cell in &page {
                 if let Some((lock_ts, lock)) = &cell.read.lock {
                     let c = CellRef::new(table, cell.row.clone(), cell.column.clone());
                     waiter.handle(&self.inner, &c, *lock_ts, lock)?;
-                    // Re-read from this cell on: the lock's fate decides what is visible.
+                    // Re-read from this cell on, through a fresh view: the lock's fate decides
+                    // what is visible.
+                    self.drop_view();
                     continue 'pages;
                 }
                 if let Some(v) = cell.read.value() {
@@ -205,11 +224,13 @@ impl Transaction {
 
     /// Reads columns of one row at `start_ts`, resolving locks.
     pub(crate) fn read_row(&self, table: &str, row: &[u8], columns: &[&str]) -> Result<Vec<CellRead>> {
-        let row_key = key::row_prefix(table, row);
         let mut waiter = LockWaiter::new();
         loop {
-            self.inner.fence.wait(|k| k == row_key.as_slice());
-            let reads = self.inner.backend.read_row(table, row, columns, self.start_ts)?;
+            self.inner.fence.wait(|k| k == key::row_prefix(table, row).as_slice());
+            let reads = self.with_view(|v| match v {
+                Some(v) => v.read_row(table, row, columns, self.start_ts),
+                None => self.inner.backend.read_row(table, row, columns, self.start_ts),
+            })?;
             let mut blocked = false;
             for (column, r) in columns.iter().zip(&reads) {
                 if let Some((lock_ts, lock)) = &r.lock {
@@ -220,6 +241,47 @@ impl Transaction {
             if !blocked {
                 return Ok(reads);
             }
+            self.drop_view();
+        }
+    }
+
+    /// Scans through the read view (see [`Transaction::read_row`]).
+    #[allow(clippy::too_many_arguments)]
+    fn scan_view(
+        &self,
+        table: &str,
+        start: &[u8],
+        after_column: Option<&str>,
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        limit: usize,
+    ) -> Result<Vec<ScannedCell>> {
+        self.with_view(|v| match v {
+            Some(v) => v.scan(table, start, after_column, end, columns, self.start_ts, limit),
+            None => self.inner.backend.scan(table, start, after_column, end, columns, self.start_ts, limit),
+        })
+    }
+
+    /// Runs `f` on the current read view, (re)opening it if there is none, if a one-phase
+    /// commit finished since it was opened, or if it is old.
+    fn with_view<T>(&self, f: impl FnOnce(Option<&dyn Snapshot>) -> Result<T>) -> Result<T> {
+        let mut view = self.view.lock().map_err(|_| Error::Closed)?;
+        let exits = self.inner.fence.exits();
+        let stale = view.as_ref().is_none_or(|v| v.fence_exits != exits || v.opened.elapsed() > VIEW_MAX_AGE);
+        if stale {
+            // Read the exit count before opening: a 1PC that finishes after this point bumps it.
+            *view = self.inner.backend.snapshot()?.map(|snapshot| View {
+                snapshot,
+                fence_exits: exits,
+                opened: Instant::now(),
+            });
+        }
+        f(view.as_ref().map(|v| v.snapshot.as_ref()))
+    }
+
+    fn drop_view(&self) {
+        if let Ok(mut v) = self.view.lock() {
+            *v = None;
         }
     }
 
