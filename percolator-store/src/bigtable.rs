@@ -151,12 +151,15 @@ pub enum Mutation {
         /// Its timestamp.
         commit_ts: Timestamp,
     },
-    /// Set the column's notify cell to `max(current, ts)`.
+    /// Set the column's notify cell to `max(current, ts)` (with `writer`, if this one wins).
     SetNotify {
         /// Column.
         column: String,
         /// Timestamp of the write that triggered it.
         ts: Timestamp,
+        /// For a weak notification set at prewrite: the writer, whose fate decides whether
+        /// the notification stands (see `docs/design.md`).
+        writer: Option<Writer>,
     },
     /// Remove the column's notify cell if its timestamp is `<= max_ts`.
     ClearNotify {
@@ -289,6 +292,15 @@ pub struct RowVersions {
     pub cells: Vec<CellVersions>,
 }
 
+/// The transaction behind a weak notification set at prewrite.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Writer {
+    /// Its start timestamp.
+    pub start_ts: Timestamp,
+    /// Its primary cell.
+    pub primary: CellRef,
+}
+
 /// A pending notification (a set notify cell).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NotifyEntry {
@@ -296,6 +308,9 @@ pub struct NotifyEntry {
     pub cell: CellRef,
     /// Timestamp of the newest write that set it.
     pub ts: Timestamp,
+    /// Set while the newest setter is a weak notification whose transaction may not have
+    /// committed yet.
+    pub writer: Option<Writer>,
 }
 
 /// Counters a backend keeps about its commits.
@@ -459,6 +474,30 @@ pub(crate) mod codec {
             ttl_ms: r.u64()?,
             worker: r.u64()?,
         })
+    }
+
+    /// Notify value: `ts` (8 bytes BE), then optionally the writer's start_ts (8 bytes LE) and
+    /// primary (table, row, column).
+    pub(crate) fn encode_notify(ts: Timestamp, writer: Option<&Writer>) -> Vec<u8> {
+        let mut out = ts.raw().to_be_bytes().to_vec();
+        if let Some(w) = writer {
+            out.extend_from_slice(&w.start_ts.raw().to_le_bytes());
+            put_bytes(&mut out, w.primary.table.as_bytes());
+            put_bytes(&mut out, &w.primary.row);
+            put_bytes(&mut out, w.primary.column.as_bytes());
+        }
+        out
+    }
+
+    pub(crate) fn decode_notify(b: &[u8]) -> Result<(Timestamp, Option<Writer>)> {
+        let mut r = Reader(b);
+        let ts = Timestamp::from_raw(u64::from_be_bytes(r.take(8)?.try_into().expect("8 bytes")));
+        if r.0.is_empty() {
+            return Ok((ts, None));
+        }
+        let start_ts = Timestamp::from_raw(r.u64()?);
+        let primary = CellRef { table: r.string()?, row: r.bytes()?.to_vec(), column: r.string()? };
+        Ok((ts, Some(Writer { start_ts, primary })))
     }
 
     pub(crate) fn encode_write(w: &WriteRecord) -> Vec<u8> {

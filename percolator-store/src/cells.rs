@@ -5,7 +5,9 @@
 //! supplies the meaning. Keeping it in one place means the redb backend and the in-memory test
 //! backend cannot drift apart.
 
-use crate::bigtable::codec::{decode_lock, decode_write, encode_lock, encode_write, is_rollback, write_header};
+use crate::bigtable::codec::{
+    decode_lock, decode_notify, decode_write, encode_lock, encode_notify, encode_write, is_rollback, write_header,
+};
 use crate::bigtable::*;
 use crate::error::{Error, Result};
 use crate::key::{self, Kind, cell_prefix, decode_version_key, prefix_end, version_key};
@@ -46,11 +48,11 @@ pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &R
                 cells.put(&vk(m, column, Kind::Write, *commit_ts), &encode_write(write))?
             }
             Mutation::DeleteWrite { column, commit_ts } => cells.delete(&vk(m, column, Kind::Write, *commit_ts))?,
-            Mutation::SetNotify { column, ts } => {
+            Mutation::SetNotify { column, ts, writer } => {
                 let k = cell_prefix(&m.table, &m.row, column);
                 let current = notify.get(&k)?.map(|v| decode_ts(&v)).transpose()?;
                 if current.is_none_or(|c| c < *ts) {
-                    notify.put(&k, &ts.raw().to_be_bytes())?;
+                    notify.put(&k, &encode_notify(*ts, writer.as_ref()))?;
                 }
             }
             Mutation::ClearNotify { column, max_ts } => {
@@ -70,8 +72,12 @@ fn vk(m: &RowMutation, column: &str, kind: Kind, ts: Timestamp) -> Vec<u8> {
     version_key(&cell_prefix(&m.table, &m.row, column), kind, ts)
 }
 
+/// The timestamp of a notify value (its first 8 bytes).
 fn decode_ts(v: &[u8]) -> Result<Timestamp> {
-    let b: [u8; 8] = v.try_into().map_err(|_| Error::Corrupt("notify value is not 8 bytes".into()))?;
+    let b: [u8; 8] = v
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| Error::Corrupt("notify value is shorter than 8 bytes".into()))?;
     Ok(Timestamp::from_raw(u64::from_be_bytes(b)))
 }
 
@@ -298,7 +304,8 @@ pub(crate) fn scan_notify(notify: &dyn KvRead, from: Option<&[u8]>, limit: usize
     notify.for_range(from.unwrap_or(&[]), None, &mut |k, v| {
         let ((table, row, column), _) =
             key::decode_cell(k).ok_or_else(|| Error::Corrupt(format!("malformed notify key {k:02x?}")))?;
-        out.push(NotifyEntry { cell: CellRef { table, row, column }, ts: decode_ts(v)? });
+        let (ts, writer) = decode_notify(v)?;
+        out.push(NotifyEntry { cell: CellRef { table, row, column }, ts, writer });
         Ok(out.len() < limit)
     })?;
     Ok(out)

@@ -80,15 +80,18 @@ fn conflict(found: &Found, table: &str, row: &[u8], column: &str) -> Error {
 fn strong_notifies(registry: &Registry, r: &RowWrites, ts: Timestamp, out: &mut Vec<Mutation>) {
     for (column, _) in &r.cells {
         if registry.kind_of(&r.table, column) == Some(NotifyKind::Strong) {
-            out.push(Mutation::SetNotify { column: column.clone(), ts });
+            out.push(Mutation::SetNotify { column: column.clone(), ts, writer: None });
         }
     }
 }
 
-/// Notify cells of the row's weak notifications.
-fn weak_notifies(r: &RowWrites, ts: Timestamp, out: &mut Vec<Mutation>) {
+/// Notify cells of the row's weak notifications. At prewrite they name the `writer`, so a
+/// scanner that meets them before the commit can tell whether the transaction committed (and
+/// then re-notify at its commit timestamp) even if the writer dies before re-setting them at
+/// commit; at commit they carry the commit timestamp and no writer.
+fn weak_notifies(r: &RowWrites, ts: Timestamp, writer: Option<&Writer>, out: &mut Vec<Mutation>) {
     for column in &r.weak {
-        out.push(Mutation::SetNotify { column: column.clone(), ts });
+        out.push(Mutation::SetNotify { column: column.clone(), ts, writer: writer.cloned() });
     }
 }
 
@@ -106,7 +109,8 @@ fn prewrite_op(registry: &Registry, r: &RowWrites, start_ts: Timestamp, lock: &L
     // Notify is written at prewrite, not at commit: a reader that rolls this transaction
     // forward does not know to set it (the lesson of Fluo issue 642).
     strong_notifies(registry, r, start_ts, &mut mutations);
-    weak_notifies(r, start_ts, &mut mutations);
+    let writer = Writer { start_ts, primary: lock.primary.clone() };
+    weak_notifies(r, start_ts, Some(&writer), &mut mutations);
     RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations }
 }
 
@@ -130,7 +134,7 @@ fn write_records(r: &RowWrites, start_ts: Timestamp, commit_ts: Timestamp, out: 
             write: WriteRecord { start_ts, kind: write_kind(value) },
         });
     }
-    weak_notifies(r, commit_ts, out);
+    weak_notifies(r, commit_ts, None, out);
 }
 
 /// Removes the locks of rows this transaction prewrote; the primary gets a rollback record.
@@ -223,14 +227,15 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     write_records(r, start_ts, commit_ts, &mut mutations);
     strong_notifies(registry, r, commit_ts, &mut mutations);
     let op = RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations };
-    let mut ops = vec![Op::Row(op)];
-    ops.extend(rows[1..].iter().map(|w| Op::Row(commit_op(w, start_ts, commit_ts, None))));
-    let outcomes = inner.backend.apply(ops)?;
+    let outcomes = inner.backend.apply(vec![Op::Row(op)])?;
     if let Outcome::ConditionFailed { index, found } = &outcomes[0] {
         resolve_found(inner, found);
         let column = &r.cells[index / 2].0;
         return Err(conflict(found, &r.table, &r.row, column));
     }
+    // Weak notifications of other rows, only once the write is in.
+    let weak: Vec<Op> = rows[1..].iter().map(|w| Op::Row(commit_op(w, start_ts, commit_ts, None))).collect();
+    inner.backend.apply(weak)?;
     inner.counters.one_pc_commits.fetch_add(1, Ordering::Relaxed);
     Ok(commit_ts)
 }
@@ -281,7 +286,8 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
                 if r.cells.is_empty() {
                     // Weak notifications only: set now, and again at commit.
                     let mut mutations = Vec::new();
-                    weak_notifies(r, start_ts, &mut mutations);
+                    let writer = Writer { start_ts, primary: primary.clone() };
+                    weak_notifies(r, start_ts, Some(&writer), &mut mutations);
                     RowMutation { table: r.table.clone(), row: r.row.clone(), conditions: vec![], mutations }
                 } else {
                     prewrite_op(registry, r, start_ts, &lock)

@@ -5,7 +5,8 @@
 //! Pass 1 resolves every lock below the safepoint — its owner cannot be running — so that no
 //! commit record another lock's fate depends on is removed. Pass 2 keeps, per cell, every write
 //! record above the safepoint and the newest Put at or below it, and removes older records,
-//! rollback records below the safepoint, deletes that no one can see past, and orphaned data.
+//! rollback records below the safepoint, deletes that no one can see past (unless an observer
+//! of the cell has yet to see them), and orphaned data.
 
 use crate::bigtable::*;
 use crate::error::Result;
@@ -61,11 +62,24 @@ impl Store {
             let mut mutations = Vec::new();
             for cell in &row.cells {
                 let mut kept_visible = false;
+                // A Delete that an observer has not yet seen (the cell's notify is pending) is
+                // kept: without it the observer would find no change to react to.
+                let notified = || -> Result<bool> {
+                    let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
+                    let pos = notify_position(&c);
+                    let next = self.inner.backend.scan_notify(Some(&pos), 1)?;
+                    Ok(next.first().is_some_and(|e| e.cell == c))
+                };
                 for (ts, w) in &cell.writes {
                     if *ts > safepoint {
                         continue;
                     }
-                    let keep = !kept_visible && matches!(w.kind, WriteKind::Put(_));
+                    let keep = !kept_visible
+                        && match w.kind {
+                            WriteKind::Put(_) => true,
+                            WriteKind::Delete => notified()?,
+                            WriteKind::Rollback => false,
+                        };
                     if !kept_visible && w.kind != WriteKind::Rollback {
                         kept_visible = true;
                     }

@@ -102,9 +102,18 @@ impl GroupCommit {
                 batch.push(p);
             }
             drop(q);
+            if batch.is_empty() {
+                // Our own op was taken by an earlier round that failed before delivering (a
+                // panic): give up rather than spin.
+                return Err(Error::Closed);
+            }
             let groups: Vec<&[Op]> = batch.iter().map(|p| p.ops.as_slice()).collect();
             let started = Instant::now();
+            // If `commit` panics, every caller of this round gets an error instead of waiting
+            // forever for an answer.
+            let undelivered = Undelivered(&batch);
             let result = commit(&groups);
+            std::mem::forget(undelivered);
             let took = started.elapsed();
             match result {
                 Ok(outcomes) => {
@@ -126,6 +135,17 @@ impl GroupCommit {
                 drop(q);
                 return r;
             }
+        }
+    }
+}
+
+/// Answers every caller of a round with `Closed` if the round unwinds before answering.
+struct Undelivered<'a>(&'a [Pending]);
+
+impl Drop for Undelivered<'_> {
+    fn drop(&mut self) {
+        for p in self.0 {
+            deliver(&p.slot, Err(Error::Closed));
         }
     }
 }

@@ -50,13 +50,15 @@ mod worker;
 
 pub use bigtable::{
     BackendStats, Bigtable, CellRead, CellRef, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op,
-    Outcome, RowMutation, RowVersions, ScannedCell, Snapshot, WriteKind, WriteRecord, notify_position,
+    Outcome, RowMutation, RowVersions, ScannedCell, Snapshot, WriteKind, WriteRecord, Writer, notify_position,
 };
 pub use error::{ConflictKind, Error, Result};
 pub use gc::GcStats;
 pub use key::{MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, validate_column, validate_row, validate_table};
 pub use mem_backend::MemBigtable;
-pub use notify::{CellOutcome, DeadLetter, Notification, NotifyKind, ObserveError, Observer, ObserverSpec};
+pub use notify::{
+    CellOutcome, DeadLetter, Notification, NotifyKind, ObserveError, Observer, ObserverSpec, validate_observer_name,
+};
 pub use oracle::Oracle;
 pub use redb_backend::{Durability, RedbBigtable, RedbConfig};
 pub use scanner::{Scanner, ScannerConfig};

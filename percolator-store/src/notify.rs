@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::bigtable::*;
 use crate::error::{Error, Result};
 use crate::key;
+use crate::lock::{self, Force, TxnStatus};
 use crate::store::{Inner, Store};
 use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
@@ -151,7 +152,8 @@ fn ack_column(observer: &str) -> String {
     format!("{}ack:{observer}", key::RESERVED_COLUMN_PREFIX)
 }
 
-fn validate_observer_name(name: &str) -> Result<()> {
+/// Checks an observer name: 1-64 characters of `[A-Za-z0-9_.-]` (it names the ack column).
+pub fn validate_observer_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.');
@@ -162,16 +164,21 @@ fn validate_observer_name(name: &str) -> Result<()> {
     }
 }
 
+fn validate_spec(spec: &ObserverSpec) -> Result<()> {
+    validate_observer_name(&spec.name)?;
+    key::validate_table(&spec.table)?;
+    key::validate_column(&spec.column)?;
+    if spec.max_attempts == 0 {
+        return Err(Error::InvalidArgument(format!("observer {}: max_attempts must be at least 1", spec.name)));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Binds `observer` to its column. Fails if the name is taken or the column is already
     /// bound with the other [`NotifyKind`].
     pub fn register_observer(&self, spec: ObserverSpec, observer: Arc<dyn Observer>) -> Result<()> {
-        validate_observer_name(&spec.name)?;
-        key::validate_table(&spec.table)?;
-        key::validate_column(&spec.column)?;
-        if spec.max_attempts == 0 {
-            return Err(Error::InvalidArgument(format!("observer {}: max_attempts must be at least 1", spec.name)));
-        }
+        validate_spec(&spec)?;
         let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
         if reg.by_name.contains_key(&spec.name) {
             return Err(Error::InvalidArgument(format!("an observer named {:?} is already registered", spec.name)));
@@ -187,6 +194,33 @@ impl Store {
         let mut by_name = reg.by_name.clone();
         by_name.insert(spec.name.clone(), Arc::new(Bound { spec, observer }));
         *reg = Arc::new(Registry::rebuild(by_name));
+        Ok(())
+    }
+
+    /// Replaces the whole set of observers in one atomic swap (hot reload of a configuration):
+    /// no scanner ever sees a state in between. Validates everything first; on error nothing
+    /// changes. Runs that already started finish on the observers they started with.
+    pub fn set_observers(&self, observers: Vec<(ObserverSpec, Arc<dyn Observer>)>) -> Result<()> {
+        let mut by_name = BTreeMap::new();
+        let mut kinds: HashMap<(String, String), NotifyKind> = HashMap::new();
+        for (spec, observer) in observers {
+            validate_spec(&spec)?;
+            if let Some(kind) = kinds.insert((spec.table.clone(), spec.column.clone()), spec.kind)
+                && kind != spec.kind
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "observer {}: column {}/{} is bound both as {kind:?} and as {:?}",
+                    spec.name, spec.table, spec.column, spec.kind
+                )));
+            }
+            let name = spec.name.clone();
+            if by_name.insert(name.clone(), Arc::new(Bound { spec, observer })).is_some() {
+                return Err(Error::InvalidArgument(format!("two observers are named {name:?}")));
+            }
+        }
+        let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
+        *reg = Arc::new(Registry::rebuild(by_name));
+        self.inner.signal.bump();
         Ok(())
     }
 
@@ -252,7 +286,7 @@ impl Store {
             table: dead.cell.table.clone(),
             row: dead.cell.row.clone(),
             conditions: vec![],
-            mutations: vec![Mutation::SetNotify { column: dead.cell.column.clone(), ts }],
+            mutations: vec![Mutation::SetNotify { column: dead.cell.column.clone(), ts, writer: None }],
         });
         // Notify first, then forget the record: a crash in between leaves a duplicate, never a loss.
         self.inner.backend.apply(vec![notify])?;
@@ -282,8 +316,29 @@ impl Store {
 }
 
 fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
-    let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
     let cell = &entry.cell;
+    if let Some(writer) = &entry.writer {
+        // A weak notification set at prewrite: its transaction may not have committed, and if
+        // it did, a run now could miss its writes. Decide the writer first.
+        match lock::primary_status(inner, &writer.primary, writer.start_ts, Force::No)? {
+            TxnStatus::Live => return Ok(CellOutcome::Pending),
+            TxnStatus::Committed(commit_ts) => {
+                // Re-notify at the commit timestamp (what the writer's commit would have done):
+                // runs from now on see its writes.
+                let op = RowMutation {
+                    table: cell.table.clone(),
+                    row: cell.row.clone(),
+                    conditions: vec![],
+                    mutations: vec![Mutation::SetNotify { column: cell.column.clone(), ts: commit_ts, writer: None }],
+                };
+                inner.backend.apply(vec![Op::Row(op)])?;
+                return Ok(CellOutcome::Pending);
+            }
+            // A spurious notification: runs are harmless and the cell is cleared below.
+            TxnStatus::RolledBack => {}
+        }
+    }
+    let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
     let observers = registry.observers(&cell.table, &cell.column);
     let t0 = if observers.is_empty() { entry.ts } else { inner.oracle.next()? };
     let mut settled = true;
@@ -301,7 +356,8 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                 None => 0,
             }
         };
-        match run_observer(inner, b, cell, attempts + 1) {
+        let mut run_ts = None;
+        match run_observer(inner, b, cell, attempts + 1, &mut run_ts) {
             Ok(()) => {
                 inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
             }
@@ -310,7 +366,7 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                 inner.counters.observer_failures.fetch_add(1, Ordering::Relaxed);
                 let attempts = attempts + 1;
                 if attempts >= b.spec.max_attempts {
-                    dead_letter(inner, b, cell, attempts, &e.to_string())?;
+                    dead_letter(inner, b, cell, attempts, &e.to_string(), run_ts)?;
                     inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
                 } else {
                     let backoff = Duration::from_millis(10u64 << attempts.min(9));
@@ -350,8 +406,16 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     })
 }
 
-fn run_observer(inner: &Arc<Inner>, b: &Bound, cell: &CellRef, attempt: u32) -> Result<(), ObserveError> {
+/// Runs one observer on one cell in a new transaction; `run_ts` receives its start timestamp.
+fn run_observer(
+    inner: &Arc<Inner>,
+    b: &Bound,
+    cell: &CellRef,
+    attempt: u32,
+    run_ts: &mut Option<Timestamp>,
+) -> Result<(), ObserveError> {
     let mut txn = Transaction::begin(inner.clone())?;
+    *run_ts = Some(txn.start_ts());
     let mut commit_ts = None;
     if b.spec.kind == NotifyKind::Strong {
         let ack_col = ack_column(&b.spec.name);
@@ -379,15 +443,27 @@ fn run_observer(inner: &Arc<Inner>, b: &Bound, cell: &CellRef, attempt: u32) -> 
     Ok(())
 }
 
-fn dead_letter(inner: &Arc<Inner>, b: &Bound, cell: &CellRef, attempts: u32, error: &str) -> Result<()> {
+/// Records a dead letter. A strong observer's change is acknowledged as of `failed_run_ts`,
+/// the snapshot of the last failed run: writes after it were never seen by a failing run and
+/// still trigger the observer.
+fn dead_letter(
+    inner: &Arc<Inner>,
+    b: &Bound,
+    cell: &CellRef,
+    attempts: u32,
+    error: &str,
+    failed_run_ts: Option<Timestamp>,
+) -> Result<()> {
     let id = format!("{DEAD_PREFIX}{}/{}", hex(&notify_position(cell)), b.spec.name);
     let record = encode_dead(cell, &b.spec.name, attempts, error, now_ms());
     inner.backend.apply(vec![Op::MetaPut { key: id, value: record }])?;
-    if b.spec.kind == NotifyKind::Strong {
+    if b.spec.kind == NotifyKind::Strong
+        && let Some(ack_ts) = failed_run_ts
+    {
         // Acknowledge the change so the observer stops running on it; a retry forgets the ack.
         let ack = CellRef::new(cell.table.clone(), cell.row.clone(), ack_column(&b.spec.name));
         Store { inner: inner.clone() }.run(|txn| {
-            txn.set_reserved(ack.clone(), Some(txn.start_ts().raw().to_be_bytes().to_vec()));
+            txn.set_reserved(ack.clone(), Some(ack_ts.raw().to_be_bytes().to_vec()));
             Ok(())
         })?;
     }

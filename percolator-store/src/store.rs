@@ -230,7 +230,9 @@ impl Store {
         Store::with_backend(Arc::new(RedbBigtable::open(path, redb)?), config)
     }
 
-    /// Runs Percolator over any backend.
+    /// Runs Percolator over any backend. The store owns the backend's timestamp oracle and
+    /// (on an exclusive backend) its worker leases: two stores must never share one backend
+    /// at the same time.
     pub fn with_backend(backend: Arc<dyn Bigtable>, config: StoreConfig) -> Result<Store> {
         let oracle = Oracle::open(backend.clone())?;
         if backend.exclusive() {

@@ -38,6 +38,9 @@ pub struct Transaction {
     pub(crate) weak: BTreeSet<CellRef>,
     /// The backend read view this transaction reads through, reused across reads.
     view: Mutex<Option<View>>,
+    /// False for the inert placeholder [`Transaction::take`] leaves behind: it does not hold
+    /// the start timestamp in the active set.
+    registered: bool,
 }
 
 /// A reusable backend read view. Safe to keep because every transaction that committed before
@@ -56,14 +59,39 @@ const VIEW_MAX_AGE: Duration = Duration::from_millis(100);
 
 impl Drop for Transaction {
     fn drop(&mut self) {
-        self.inner.unregister_active(self.start_ts);
+        if self.registered {
+            self.inner.unregister_active(self.start_ts);
+        }
     }
 }
 
 impl Transaction {
     pub(crate) fn begin(inner: Arc<Inner>) -> Result<Transaction> {
         let start_ts = inner.register_active()?;
-        Ok(Transaction { inner, start_ts, writes: BTreeMap::new(), weak: BTreeSet::new(), view: Mutex::new(None) })
+        Ok(Transaction {
+            inner,
+            start_ts,
+            writes: BTreeMap::new(),
+            weak: BTreeSet::new(),
+            view: Mutex::new(None),
+            registered: true,
+        })
+    }
+
+    /// Moves the transaction out, leaving an inert placeholder with no buffered writes in its
+    /// place. For runtimes that must hand an owned (`'static`) transaction to something else for
+    /// the length of a call — a Wasm store — and put it back afterwards with `*txn = taken`.
+    /// Committing the placeholder commits nothing.
+    pub fn take(&mut self) -> Transaction {
+        let placeholder = Transaction {
+            inner: self.inner.clone(),
+            start_ts: self.start_ts,
+            writes: BTreeMap::new(),
+            weak: BTreeSet::new(),
+            view: Mutex::new(None),
+            registered: false,
+        };
+        std::mem::replace(self, placeholder)
     }
 
     /// Buffers a write without validation: for the system's own reserved columns (acks).

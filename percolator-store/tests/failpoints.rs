@@ -8,12 +8,13 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use common::*;
 use fail::FailScenario;
-use percolator_store::{NotifyKind, ObserveError, Observer, ObserverSpec, Store, Transaction};
+use percolator_store::{Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, Transaction};
 
 const ROWS: [&str; 4] = ["a", "b", "c", "d"];
 
@@ -184,4 +185,65 @@ fn notification_survives_roll_forward_of_a_secondary() {
     assert!(store.pending_notifications(100).unwrap().is_empty());
     assert_clean(&store);
     scenario.teardown();
+}
+
+struct ReadsA(Mutex<Vec<Option<Vec<u8>>>>);
+impl Observer for ReadsA {
+    fn observe(&self, t: &mut Transaction, _n: &Notification) -> Result<(), ObserveError> {
+        let v = t.get("t", "a", "c:v")?;
+        self.0.lock().unwrap().push(v);
+        Ok(())
+    }
+}
+
+/// A weak notification set at prewrite names its writer: a scanner that meets it while the
+/// writer is in flight waits for the writer's fate, and if the writer dies after its commit
+/// point (before re-notifying at commit), the scanner re-notifies at the commit timestamp.
+#[test]
+fn weak_notification_survives_a_crash_after_the_commit_point() {
+    let scenario = FailScenario::setup();
+    let s = mem_store(fast_locks());
+    let obs = Arc::new(ReadsA(Mutex::new(vec![])));
+    s.register_observer(
+        ObserverSpec {
+            name: "w".into(),
+            table: "t".into(),
+            column: "w:n".into(),
+            kind: NotifyKind::Weak,
+            max_attempts: 3,
+        },
+        obs.clone(),
+    )
+    .unwrap();
+    let handle: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::new(Mutex::new(None));
+    let (s2, h2) = (s.clone(), handle.clone());
+    fail::cfg_callback("after-prewrite-first-secondary", move || {
+        let s3 = s2.clone();
+        // A scanner picks up the prewrite-time weak notify while the writer is still in flight.
+        *h2.lock().unwrap() = Some(std::thread::spawn(move || {
+            for e in s3.pending_notifications(10).unwrap() {
+                s3.process_notification(&e).unwrap();
+            }
+        }));
+        std::thread::sleep(Duration::from_millis(100)); // its observer txn has begun and waits on our lock
+    })
+    .unwrap();
+    fail::cfg("after-commit-primary", "return").unwrap(); // "crash" right after the commit point
+    let mut t = s.begin().unwrap();
+    t.set("t", "a", "c:v", b"new".to_vec()).unwrap();
+    t.set("t", "c", "c:v", b"x".to_vec()).unwrap(); // a second written row: two-phase commit
+    t.notify_weak("t", "c", "w:n").unwrap(); // weak notify on the secondary row
+    t.commit().unwrap();
+    handle.lock().unwrap().take().unwrap().join().unwrap();
+    fail::remove("after-prewrite-first-secondary");
+    fail::remove("after-commit-primary");
+    // Everything pending is processed; the committed write must have been observed at least once.
+    for _ in 0..3 {
+        for e in s.pending_notifications(10).unwrap() {
+            s.process_notification(&e).unwrap();
+        }
+    }
+    let seen = obs.0.lock().unwrap().clone();
+    scenario.teardown();
+    assert!(seen.contains(&Some(b"new".to_vec())), "weak observer never saw the committed write: {seen:?}");
 }

@@ -1,0 +1,109 @@
+//! Regression tests for notification bugs found in review: a GC that swallowed a pending
+//! delete, and a dead letter that acknowledged a write no run had seen.
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use percolator_store::{
+    MemBigtable, Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, StoreConfig, Transaction,
+};
+
+struct Rec {
+    seen: Mutex<Vec<Option<Vec<u8>>>>,
+    fail_on: Option<Vec<u8>>,
+    calls: AtomicU64,
+}
+impl Observer for Rec {
+    fn observe(&self, t: &mut Transaction, n: &Notification) -> Result<(), ObserveError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let v = t.get(&n.cell.table, &n.cell.row, &n.cell.column)?;
+        if v.is_some() && v == self.fail_on {
+            return Err(ObserveError::Failed("bad input".into()));
+        }
+        self.seen.lock().unwrap().push(v);
+        Ok(())
+    }
+}
+
+fn store() -> Store {
+    Store::with_backend(Arc::new(MemBigtable::new()), StoreConfig::default()).unwrap()
+}
+
+/// A committed delete of a strongly observed column must reach its observer even if GC runs
+/// before the scanner: GC keeps a Delete record while the cell's notification is pending.
+#[test]
+fn gc_swallows_pending_delete_notification() {
+    let s = store();
+    let obs = Arc::new(Rec { seen: Mutex::new(vec![]), fail_on: None, calls: AtomicU64::new(0) });
+    s.register_observer(
+        ObserverSpec {
+            name: "o".into(),
+            table: "t".into(),
+            column: "c:v".into(),
+            kind: NotifyKind::Strong,
+            max_attempts: 3,
+        },
+        obs.clone(),
+    )
+    .unwrap();
+    s.run(|t| t.set("t", "r", "c:v", b"x".to_vec())).unwrap();
+    for e in s.pending_notifications(10).unwrap() {
+        s.process_notification(&e).unwrap();
+    }
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 1);
+    // Delete the value; notify is pending.
+    s.run(|t| t.delete("t", "r", "c:v")).unwrap();
+    assert_eq!(s.pending_notifications(10).unwrap().len(), 1);
+    s.gc().unwrap();
+    for e in s.pending_notifications(10).unwrap() {
+        s.process_notification(&e).unwrap();
+    }
+    assert!(s.pending_notifications(10).unwrap().is_empty(), "cleared");
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 2, "the observer never ran for the delete (lost notification)");
+}
+
+/// Dead-lettering acknowledges the change as of the last failing run's snapshot, so a write that
+/// committed after that run (and that no run saw) still triggers the observer.
+#[test]
+fn dead_letter_acks_later_unseen_write() {
+    let s = store();
+    let obs = Arc::new(Rec { seen: Mutex::new(vec![]), fail_on: Some(b"bad".to_vec()), calls: AtomicU64::new(0) });
+    s.register_observer(
+        ObserverSpec {
+            name: "o".into(),
+            table: "t".into(),
+            column: "c:v".into(),
+            kind: NotifyKind::Strong,
+            max_attempts: 1,
+        },
+        obs.clone(),
+    )
+    .unwrap();
+    s.run(|t| t.set("t", "r", "c:v", b"bad".to_vec())).unwrap();
+    // The observer (max_attempts 1) fails on "bad" and will be dead-lettered; we inject a new good
+    // write between its failing run and the dead-letter ack by wrapping: emulate with a second
+    // observer-free store handle writing right after the failing observe() call.
+    let s2 = s.clone();
+    struct Wrap(Arc<Rec>, Store, AtomicU64);
+    impl Observer for Wrap {
+        fn observe(&self, t: &mut Transaction, n: &Notification) -> Result<(), ObserveError> {
+            let r = self.0.observe(t, n);
+            if r.is_err() && self.2.fetch_add(1, Ordering::SeqCst) == 0 {
+                // A good write lands after this run's snapshot, before dead_letter() acks.
+                self.1.run(|t| t.set("t", "r", "c:v", b"good".to_vec())).unwrap();
+            }
+            r
+        }
+    }
+    s.replace_observer("o", Arc::new(Wrap(obs.clone(), s2, AtomicU64::new(0)))).unwrap();
+    for _ in 0..3 {
+        for e in s.pending_notifications(10).unwrap() {
+            s.process_notification(&e).unwrap();
+        }
+    }
+    assert!(s.pending_notifications(10).unwrap().is_empty());
+    let seen = obs.seen.lock().unwrap().clone();
+    assert!(
+        seen.contains(&Some(b"good".to_vec())),
+        "write 'good' was acked by the dead letter but never observed: {seen:?}"
+    );
+}
