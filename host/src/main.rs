@@ -1,9 +1,12 @@
 //! `percolator`: the host binary.
 //!
-//! This first cut offers the store's own tools over an embedded redb store; serving Wasm
-//! observers (`percolator up`) is built on top of it by the host issue.
+//! `percolator up <config.toml>` serves a pipeline: it opens the store, loads the bindings'
+//! observer components, runs the scanner and hot-reloads the configuration and the observers
+//! folder until it is killed (the store is crash-safe). The other commands are store tools
+//! that open the redb file directly (so they run when no host is serving it).
 //!
 //! ```text
+//! percolator up <config.toml>
 //! percolator get <store.redb> <table> <row> <column>
 //! percolator scan <store.redb> <table> [limit]
 //! percolator gc <store.redb>
@@ -12,9 +15,17 @@
 
 use std::process::ExitCode;
 
-use percolator_store::{RedbConfig, Store, StoreConfig};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use percolator_host::config::Config;
+use percolator_host::pipeline::Pipeline;
+use percolator_host::{Runtime, reload};
+use percolator_store::{RedbConfig, ScannerConfig, Store, StoreConfig};
 
 const USAGE: &str = "usage:
+  percolator up <config.toml>
   percolator get <store.redb> <table> <row> <column>
   percolator scan <store.redb> <table> [limit]
   percolator gc <store.redb>
@@ -38,6 +49,7 @@ fn open(path: &str) -> Result<Store, String> {
 fn run(args: &[String]) -> Result<(), String> {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     match a.as_slice() {
+        ["up", config] => up(Path::new(config))?,
         ["get", path, table, row, column] => {
             let store = open(path)?;
             let txn = store.begin().map_err(|e| e.to_string())?;
@@ -72,4 +84,40 @@ fn run(args: &[String]) -> Result<(), String> {
         _ => return Err(format!("unrecognized arguments {args:?}\n{USAGE}")),
     }
     Ok(())
+}
+
+/// Serves the pipeline of `config` until the process is killed.
+fn up(config_path: &Path) -> Result<(), String> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let config = Config::load(config_path).map_err(|e| e.to_string())?;
+    let store = Store::open(
+        &config.store_path,
+        StoreConfig::default(),
+        RedbConfig { durability: config.durability, ..RedbConfig::default() },
+    )
+    .map_err(|e| format!("{}: {e}", config.store_path.display()))?;
+    let runtime = Runtime::new(Some(config.cache_dir.clone())).map_err(|e| format!("{e:#}"))?;
+    let pipeline = Arc::new(Pipeline::new(store.clone(), runtime));
+    pipeline.apply(&config)?;
+    let _scanner = store.start_scanner(ScannerConfig { threads: config.scanner_threads, ..ScannerConfig::default() });
+    let _reloader = reload::watch(pipeline.clone(), &config.file, &config.observers_dir, Duration::from_millis(200))
+        .map_err(|e| format!("watching for changes: {e}"))?;
+    tracing::info!(store = %config.store_path.display(), observers = %config.observers_dir.display(), "serving");
+    loop {
+        std::thread::sleep(Duration::from_secs(10));
+        let m = store.metrics();
+        tracing::info!(
+            commits = m.commits,
+            observer_runs = m.observer_runs,
+            observer_failures = m.observer_failures,
+            dead_letters = m.dead_letters,
+            conflicts = m.conflicts,
+            "status"
+        );
+    }
 }

@@ -1,0 +1,8 @@
+//! The one `bindgen!` of the observer world (`wit/observer.wit`).
+
+wasmtime::component::bindgen!({
+    path: "../wit",
+    world: "observer",
+});
+
+pub(crate) use percolator::observer::types::{Cell, Error as WitError, ScanEntry};

@@ -1,0 +1,380 @@
+//! The host's TOML configuration, parsed in two stages: private `raw` structs mirror the file
+//! (unknown keys rejected), then [`Config::parse`] validates them into domain types. Every
+//! error names the file, the line and the field.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use percolator_store::{Durability, NotifyKind};
+
+use crate::access::{Access, ColumnRule};
+use crate::runtime::Limits;
+
+/// A configuration error, located.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file.
+    pub file: PathBuf,
+    /// 1-based line (0 when the error has no position).
+    pub line: usize,
+    /// The field (e.g. `binding[2].writes`), if one is at fault.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file.display())?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+        }
+        if !self.field.is_empty() {
+            write!(f, ": {}", self.field)?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// The raw, serde-facing mirror of the file. Nothing outside this module sees it.
+mod raw {
+    use serde::Deserialize;
+    use toml::Spanned;
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct File {
+        pub(super) store: Store,
+        #[serde(default)]
+        pub(super) scanner: Option<Scanner>,
+        pub(super) observers: Observers,
+        #[serde(default)]
+        pub(super) binding: Vec<Spanned<Binding>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Store {
+        pub(super) path: Spanned<String>,
+        #[serde(default)]
+        pub(super) durability: Option<Spanned<String>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Scanner {
+        pub(super) threads: Option<Spanned<i64>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Observers {
+        pub(super) dir: Spanned<String>,
+        #[serde(default)]
+        pub(super) cache_dir: Option<Spanned<String>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Binding {
+        pub(super) name: Spanned<String>,
+        pub(super) wasm: Spanned<String>,
+        pub(super) table: Spanned<String>,
+        pub(super) column: Spanned<String>,
+        #[serde(default)]
+        pub(super) notify: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) reads: Option<Spanned<Vec<String>>>,
+        #[serde(default)]
+        pub(super) writes: Option<Spanned<Vec<String>>>,
+        #[serde(default)]
+        pub(super) max_attempts: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) timeout_ms: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) memory_mb: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) allow_cycle: bool,
+    }
+}
+
+/// One validated binding of an observer component to a column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    /// Unique name (also the observer's name in the store: its ack column).
+    pub name: String,
+    /// The component file.
+    pub wasm: PathBuf,
+    /// Observed table.
+    pub table: String,
+    /// Observed column.
+    pub column: String,
+    /// Strong or weak notifications.
+    pub kind: NotifyKind,
+    /// Declared reads and writes (the observed column is always readable).
+    pub access: Access,
+    /// Failed runs before a notification moves to dead letters.
+    pub max_attempts: u32,
+    /// Per-run limits.
+    pub limits: Limits,
+}
+
+/// The validated configuration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// The file it came from.
+    pub file: PathBuf,
+    /// The redb store file.
+    pub store_path: PathBuf,
+    /// fsync per group commit or not.
+    pub durability: Durability,
+    /// Scanner threads.
+    pub scanner_threads: usize,
+    /// Folder of observer components (watched for hot reload).
+    pub observers_dir: PathBuf,
+    /// Compiled-component cache (never watched).
+    pub cache_dir: PathBuf,
+    /// Bindings, in file order.
+    pub bindings: Vec<Binding>,
+}
+
+struct Ctx<'a> {
+    file: &'a Path,
+    src: &'a str,
+}
+
+impl Ctx<'_> {
+    fn err(&self, span: Option<Range<usize>>, field: impl Into<String>, message: impl Into<String>) -> ConfigError {
+        let line = span.map(|s| self.src[..s.start.min(self.src.len())].matches('\n').count() + 1).unwrap_or(0);
+        ConfigError { file: self.file.to_owned(), line, field: field.into(), message: message.into() }
+    }
+}
+
+impl Config {
+    /// Reads and validates the file at `path`. Relative paths in it are relative to its folder.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: path.to_owned(),
+            line: 0,
+            field: String::new(),
+            message: format!("cannot read: {e}"),
+        })?;
+        Config::parse(path, &src)
+    }
+
+    /// Validates `src` as if read from `file`.
+    pub fn parse(file: &Path, src: &str) -> Result<Config, ConfigError> {
+        let cx = Ctx { file, src };
+        let raw: raw::File = toml::from_str(src).map_err(|e| cx.err(e.span(), "", e.message().to_owned()))?;
+        let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let rel = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
+
+        let durability = match raw.store.durability.as_ref().map(|d| (d.get_ref().as_str(), d.span())) {
+            None | Some(("fsync", _)) => Durability::Fsync,
+            Some(("none", _)) => Durability::None,
+            Some((other, span)) => {
+                return Err(cx.err(
+                    Some(span),
+                    "store.durability",
+                    format!("{other:?} is not one of \"fsync\", \"none\""),
+                ));
+            }
+        };
+        let scanner_threads = match raw.scanner.and_then(|s| s.threads) {
+            None => 2,
+            Some(t) if (1..=64).contains(t.get_ref()) => *t.get_ref() as usize,
+            Some(t) => return Err(cx.err(Some(t.span()), "scanner.threads", "must be between 1 and 64")),
+        };
+        let observers_dir = rel(raw.observers.dir.get_ref());
+        if !observers_dir.is_dir() {
+            return Err(cx.err(
+                Some(raw.observers.dir.span()),
+                "observers.dir",
+                format!("{} is not a directory", observers_dir.display()),
+            ));
+        }
+        let store_path = rel(raw.store.path.get_ref());
+        let cache_dir = match &raw.observers.cache_dir {
+            Some(c) => rel(c.get_ref()),
+            None => store_path.with_extension("cache"),
+        };
+        if cache_dir.starts_with(&observers_dir) {
+            return Err(cx.err(
+                raw.observers.cache_dir.as_ref().map(|c| c.span()),
+                "observers.cache_dir",
+                "must not be inside observers.dir (the watched folder)",
+            ));
+        }
+
+        let mut bindings = Vec::new();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        let mut spans = Vec::new();
+        for (i, b) in raw.binding.iter().enumerate() {
+            let span = b.span();
+            let b = b.get_ref();
+            let f = |name: &str| format!("binding[{i}].{name}");
+            let name = b.name.get_ref().clone();
+            if let Err(e) = percolator_store::validate_observer_name(&name) {
+                return Err(cx.err(Some(b.name.span()), f("name"), e.to_string()));
+            }
+            if let Some(first) = names.insert(name.clone(), i) {
+                return Err(cx.err(
+                    Some(b.name.span()),
+                    f("name"),
+                    format!("{name:?} is already used by binding[{first}]"),
+                ));
+            }
+            let wasm = observers_dir.join(b.wasm.get_ref());
+            if !wasm.is_file() {
+                return Err(cx.err(Some(b.wasm.span()), f("wasm"), format!("{} does not exist", wasm.display())));
+            }
+            percolator_store::validate_table(b.table.get_ref())
+                .map_err(|e| cx.err(Some(b.table.span()), f("table"), e.to_string()))?;
+            percolator_store::validate_column(b.column.get_ref())
+                .map_err(|e| cx.err(Some(b.column.span()), f("column"), e.to_string()))?;
+            let kind = match b.notify.as_ref().map(|n| (n.get_ref().as_str(), n.span())) {
+                None | Some(("strong", _)) => NotifyKind::Strong,
+                Some(("weak", _)) => NotifyKind::Weak,
+                Some((other, span)) => {
+                    return Err(cx.err(
+                        Some(span),
+                        f("notify"),
+                        format!("{other:?} is not one of \"strong\", \"weak\""),
+                    ));
+                }
+            };
+            let rules =
+                |list: &Option<toml::Spanned<Vec<String>>>, field: &str| -> Result<Vec<ColumnRule>, ConfigError> {
+                    let Some(list) = list else { return Ok(Vec::new()) };
+                    list.get_ref()
+                        .iter()
+                        .map(|s| ColumnRule::parse(s).map_err(|e| cx.err(Some(list.span()), f(field), e)))
+                        .collect()
+                };
+            let mut reads = rules(&b.reads, "reads")?;
+            let writes = rules(&b.writes, "writes")?;
+            reads.push(ColumnRule {
+                table: b.table.get_ref().clone(),
+                column: b.column.get_ref().clone(),
+                prefix: false,
+            });
+            let int = |v: &Option<toml::Spanned<i64>>, field: &str, range: Range<i64>, default: i64| match v {
+                None => Ok(default),
+                Some(x) if range.contains(x.get_ref()) => Ok(*x.get_ref()),
+                Some(x) => Err(cx.err(
+                    Some(x.span()),
+                    f(field),
+                    format!("{} is out of range {}..={}", x.get_ref(), range.start, range.end - 1),
+                )),
+            };
+            let max_attempts = int(&b.max_attempts, "max_attempts", 1..1001, 5)? as u32;
+            let timeout_ms = int(&b.timeout_ms, "timeout_ms", 1..600_001, 1000)? as u64;
+            let memory_mb = int(&b.memory_mb, "memory_mb", 1..4097, 64)? as usize;
+            bindings.push(Binding {
+                name,
+                wasm,
+                table: b.table.get_ref().clone(),
+                column: b.column.get_ref().clone(),
+                kind,
+                access: Access { reads, writes },
+                max_attempts,
+                limits: Limits {
+                    timeout: Duration::from_millis(timeout_ms),
+                    memory_bytes: memory_mb << 20,
+                    pool: scanner_threads,
+                },
+            });
+            spans.push((span, b.allow_cycle));
+        }
+        check_columns(&cx, &bindings, &spans)?;
+        check_cycles(&cx, &bindings, &spans)?;
+        Ok(Config {
+            file: file.to_owned(),
+            store_path,
+            durability,
+            scanner_threads,
+            observers_dir,
+            cache_dir,
+            bindings,
+        })
+    }
+}
+
+/// One column is bound either strongly or weakly, and weak columns cannot be written.
+fn check_columns(cx: &Ctx<'_>, bindings: &[Binding], spans: &[(Range<usize>, bool)]) -> Result<(), ConfigError> {
+    let mut kinds: BTreeMap<(&str, &str), (NotifyKind, usize)> = BTreeMap::new();
+    for (i, b) in bindings.iter().enumerate() {
+        if let Some((kind, j)) = kinds.insert((&b.table, &b.column), (b.kind, i))
+            && kind != b.kind
+        {
+            return Err(cx.err(
+                Some(spans[i].0.clone()),
+                format!("binding[{i}].notify"),
+                format!("{}/{} is bound as {kind:?} by binding[{j}] and as {:?} here", b.table, b.column, b.kind),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A binding that writes (or notifies) a column another binding observes triggers it; a cycle
+/// of such triggers is an error unless every binding on it says `allow_cycle = true`.
+fn check_cycles(cx: &Ctx<'_>, bindings: &[Binding], spans: &[(Range<usize>, bool)]) -> Result<(), ConfigError> {
+    let edges: Vec<Vec<usize>> = bindings
+        .iter()
+        .map(|a| (0..bindings.len()).filter(|&j| a.access.can_write(&bindings[j].table, &bindings[j].column)).collect())
+        .collect();
+    // For each binding, a breadth-first search for a path back to itself.
+    for (start, (_, allowed)) in spans.iter().enumerate() {
+        if *allowed {
+            continue;
+        }
+        let mut parent: Vec<Option<usize>> = vec![None; bindings.len()];
+        let mut queue = std::collections::VecDeque::from([start]);
+        let mut seen = vec![false; bindings.len()];
+        let mut back = None;
+        while let Some(v) = queue.pop_front() {
+            for &w in &edges[v] {
+                if w == start {
+                    back = Some(v);
+                    break;
+                }
+                if !seen[w] {
+                    seen[w] = true;
+                    parent[w] = Some(v);
+                    queue.push_back(w);
+                }
+            }
+            if back.is_some() {
+                break;
+            }
+        }
+        if let Some(mut v) = back {
+            let mut path = vec![start];
+            let mut tail = vec![v];
+            while let Some(p) = parent[v] {
+                tail.push(p);
+                v = p;
+            }
+            tail.retain(|&x| x != start);
+            tail.reverse();
+            path.extend(tail);
+            path.push(start);
+            let names: Vec<&str> = path.iter().map(|&i| bindings[i].name.as_str()).collect();
+            return Err(cx.err(
+                Some(spans[start].0.clone()),
+                format!("binding[{start}]"),
+                format!(
+                    "bindings form a cycle ({}); set allow_cycle = true on each binding of the cycle if the pipeline reaches a fixed point",
+                    names.join(" -> ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

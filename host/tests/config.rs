@@ -1,0 +1,132 @@
+//! Configuration errors name the file, the line and the field.
+
+use std::path::PathBuf;
+
+use percolator_host::config::Config;
+use percolator_store::{Durability, NotifyKind};
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let p = std::env::temp_dir().join(format!("percolator-config-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(p.join("observers")).unwrap();
+        for f in ["a.wasm", "b.wasm"] {
+            std::fs::write(p.join("observers").join(f), b"\0asm\x01\0\0\0").unwrap();
+        }
+        Dir(p)
+    }
+    fn config(&self, body: &str) -> PathBuf {
+        let f = self.0.join("pipeline.toml");
+        std::fs::write(&f, body).unwrap();
+        f
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const HEAD: &str = "[store]\npath = \"data/store.redb\"\n\n[observers]\ndir = \"observers\"\n";
+
+fn err(dir: &Dir, body: &str) -> String {
+    Config::load(&dir.config(body)).unwrap_err().to_string()
+}
+
+fn binding(name: &str, wasm: &str, column: &str, extra: &str) -> String {
+    format!("\n[[binding]]\nname = \"{name}\"\nwasm = \"{wasm}\"\ntable = \"docs\"\ncolumn = \"{column}\"\n{extra}")
+}
+
+#[test]
+fn a_valid_config_is_parsed_into_domain_types() {
+    let dir = Dir::new("valid");
+    let body = format!(
+        "{HEAD}[scanner]\nthreads = 3\n{}{}",
+        binding("up", "a.wasm", "raw:text", "writes = [\"docs/derived:*\"]\ntimeout_ms = 250\nmemory_mb = 16\n"),
+        binding("count", "b.wasm", "derived:upper", "notify = \"weak\"\nreads = [\"docs/raw:text\"]\n"),
+    );
+    let c = Config::load(&dir.config(&body)).unwrap();
+    assert_eq!(c.durability, Durability::Fsync);
+    assert_eq!(c.scanner_threads, 3);
+    assert_eq!(c.store_path, dir.0.join("data/store.redb"));
+    assert_eq!(c.cache_dir, dir.0.join("data/store.cache"));
+    assert_eq!(c.bindings.len(), 2);
+    let up = &c.bindings[0];
+    assert_eq!((up.name.as_str(), up.kind), ("up", NotifyKind::Strong));
+    assert!(up.access.can_write("docs", "derived:upper") && !up.access.can_write("docs", "raw:text"));
+    assert!(up.access.can_read("docs", "raw:text"), "the observed column is readable");
+    assert_eq!(up.limits.timeout.as_millis(), 250);
+    assert_eq!(up.limits.memory_bytes, 16 << 20);
+    assert_eq!(c.bindings[1].kind, NotifyKind::Weak);
+}
+
+#[test]
+fn unknown_keys_are_rejected_with_line_and_expected_keys() {
+    let dir = Dir::new("unknown");
+    let body = format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "retries = 3\n"));
+    let e = err(&dir, &body);
+    assert!(e.contains("pipeline.toml:12"), "{e}");
+    assert!(e.contains("retries") && e.contains("max_attempts"), "names the bad key and the expected ones: {e}");
+}
+
+#[test]
+fn missing_files_bad_values_and_duplicates_name_their_field() {
+    let dir = Dir::new("errors");
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "missing.wasm", "raw:text", "")));
+    assert!(e.contains("binding[0].wasm") && e.contains("missing.wasm") && e.contains("does not exist"), "{e}");
+    assert!(e.contains(":9:"), "line of the wasm key: {e}");
+
+    let e =
+        err(&dir, &format!("{HEAD}{}{}", binding("up", "a.wasm", "raw:text", ""), binding("up", "b.wasm", "c:x", "")));
+    assert!(e.contains("binding[1].name") && e.contains("already used by binding[0]"), "{e}");
+
+    let e = err(&dir, &HEAD.replace("[store]\n", "[store]\ndurability = \"sometimes\"\n"));
+    assert!(e.contains("store.durability") && e.contains("\"sometimes\""), "{e}");
+
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "writes = [\"nocolumn\"]\n")));
+    assert!(e.contains("binding[0].writes") && e.contains("table/column"), "{e}");
+
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "timeout_ms = 0\n")));
+    assert!(e.contains("binding[0].timeout_ms") && e.contains("out of range"), "{e}");
+
+    let e = err(&dir, &format!("{HEAD}{}", binding("bad name", "a.wasm", "raw:text", "")));
+    assert!(e.contains("binding[0].name"), "{e}");
+
+    let e = err(
+        &dir,
+        &format!(
+            "{HEAD}{}{}",
+            binding("s", "a.wasm", "raw:text", ""),
+            binding("w", "b.wasm", "raw:text", "notify = \"weak\"\n")
+        ),
+    );
+    assert!(e.contains("binding[1].notify") && e.contains("Strong") && e.contains("Weak"), "{e}");
+
+    let e = err(&dir, "[store]\npath = \"x\"\n[observers]\ndir = \"nowhere\"\n");
+    assert!(e.contains("observers.dir") && e.contains("not a directory"), "{e}");
+
+    let e = err(&dir, "[store]\npath = \"x\"\n[observers]\ndir = \"observers\"\ncache_dir = \"observers/cache\"\n");
+    assert!(e.contains("observers.cache_dir"), "{e}");
+
+    let e = err(&dir, "[store\npath = 1");
+    assert!(e.contains("pipeline.toml:1"), "syntax errors are located too: {e}");
+}
+
+#[test]
+fn cycles_need_consent() {
+    let dir = Dir::new("cycles");
+    let a = binding("a", "a.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n");
+    let b = binding("b", "b.wasm", "derived:upper", "writes = [\"docs/raw:text\"]\n");
+    let e = err(&dir, &format!("{HEAD}{a}{b}"));
+    assert!(e.contains("cycle") && e.contains("a -> b -> a"), "{e}");
+    let selfloop = binding("s", "a.wasm", "raw:text", "writes = [\"docs/raw:*\"]\n");
+    let e = err(&dir, &format!("{HEAD}{selfloop}"));
+    assert!(e.contains("s -> s"), "{e}");
+    // Allowed on every binding of the cycle: accepted.
+    let a = a + "allow_cycle = true\n";
+    let b = b + "allow_cycle = true\n";
+    assert!(Config::load(&dir.config(&format!("{HEAD}{a}{b}"))).is_ok());
+}
