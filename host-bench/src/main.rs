@@ -95,22 +95,30 @@ fn run(dir: &Path, wasm: &Path, n: usize, rounds: usize, samples: usize) -> Res<
         reads: vec![],
         writes: vec![ColumnRule::parse("w/derived:count")?, ColumnRule::parse("l/derived:count")?],
     };
-    let wasm_observer = Arc::new(runtime.observer("wasm", &compiled, access, Limits::default()));
+    let wasm_observer = Arc::new(runtime.observer("wasm", &compiled, access.clone(), Limits::default()));
+    // The same component with no warm instances: a fresh Store + instantiation per run.
+    let fresh_access = Access { reads: vec![], writes: vec![ColumnRule::parse("f/derived:count")?] };
+    let fresh = Arc::new(runtime.observer("fresh", &compiled, fresh_access, Limits { pool: 0, ..Limits::default() }));
     store.register_observer(spec("native", "n"), Arc::new(NativeCounter))?;
     store.register_observer(spec("wasm", "w"), wasm_observer.clone())?;
+    store.register_observer(spec("fresh", "f"), fresh)?;
 
     println!("# 1. Same observer (counter: get + set in the run's transaction), end to end per notification");
     println!("#    (store transaction, ack, commit, notify clear), one thread, redb durability none");
-    let (mut best_native, mut best_wasm) = (0f64, 0f64);
+    let (mut best_native, mut best_wasm, mut best_fresh) = (0f64, 0f64, 0f64);
     for round in 0..rounds {
         // The two sides alternate; the best round of each is the least disturbed one.
         best_native = best_native.max(drain(&store, "n", round, n)?);
         best_wasm = best_wasm.max(drain(&store, "w", round, n)?);
+        best_fresh = best_fresh.max(drain(&store, "f", round, n)?);
     }
     println!("native_notifications_per_s {best_native:.0}");
     println!("wasm_notifications_per_s {best_wasm:.0}");
     println!("wasm_over_native_time_ratio {:.3}", best_native / best_wasm);
     println!("# goal: wasm_over_native_time_ratio <= 1.3");
+    println!("# design check: the same component instantiated afresh for every run (no warm pool)");
+    println!("wasm_fresh_instance_notifications_per_s {best_fresh:.0}");
+    println!("wasm_fresh_over_native_time_ratio {:.3}", best_native / best_fresh);
 
     println!("# 2. Latency from a commit to the observer's commit, idle host, 1 scanner thread");
     store.register_observer(spec("latency", "l"), wasm_observer)?;
