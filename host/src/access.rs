@@ -67,7 +67,8 @@ impl Access {
     /// May a scan of `table` over `columns` (None: all) run? Every scanned column must be readable.
     pub fn can_scan(&self, table: &str, columns: Option<&[String]>) -> bool {
         match columns {
-            Some(cols) => cols.iter().all(|c| self.can_read(table, c)),
+            // An empty filter would match nothing yet walk the whole table: refused.
+            Some(cols) => !cols.is_empty() && cols.iter().all(|c| self.can_read(table, c)),
             // An unfiltered scan sees every column of the table: only a `table/*` rule allows it.
             None => self.reads.iter().chain(&self.writes).any(|r| r.table == table && r.prefix && r.column.is_empty()),
         }
@@ -94,5 +95,6 @@ mod tests {
         assert!(!access.can_write("docs", "raw:text"));
         assert!(!access.can_scan("docs", None));
         assert!(access.can_scan("docs", Some(&["raw:text".into()])));
+        assert!(!access.can_scan("docs", Some(&[])), "an empty filter would walk the table for nothing");
     }
 }

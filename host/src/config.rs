@@ -156,6 +156,13 @@ impl Ctx<'_> {
 }
 
 impl Config {
+    /// True if `self` and `other` agree on everything except the bindings (what a hot reload
+    /// can apply).
+    pub fn same_host_settings(&self, other: &Config) -> bool {
+        (&self.store_path, self.durability, self.scanner_threads, &self.observers_dir, &self.cache_dir)
+            == (&other.store_path, other.durability, other.scanner_threads, &other.observers_dir, &other.cache_dir)
+    }
+
     /// Reads and validates the file at `path`. Relative paths in it are relative to its folder.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let src = std::fs::read_to_string(path).map_err(|e| ConfigError {
@@ -227,6 +234,17 @@ impl Config {
                     Some(b.name.span()),
                     f("name"),
                     format!("{name:?} is already used by binding[{first}]"),
+                ));
+            }
+            let plain = Path::new(b.wasm.get_ref()).file_name().is_some_and(|f| f == b.wasm.get_ref().as_str());
+            if !plain {
+                return Err(cx.err(
+                    Some(b.wasm.span()),
+                    f("wasm"),
+                    format!(
+                        "{:?} must be a file name in observers.dir (only that folder is watched)",
+                        b.wasm.get_ref()
+                    ),
                 ));
             }
             let wasm = observers_dir.join(b.wasm.get_ref());
@@ -305,7 +323,8 @@ impl Config {
     }
 }
 
-/// One column is bound either strongly or weakly, and weak columns cannot be written.
+/// One column is bound either strongly or weakly. (A `writes` rule covering a weak column grants
+/// `notify-weak` on it; a `set` there still fails at run time, as the store forbids it.)
 fn check_columns(cx: &Ctx<'_>, bindings: &[Binding], spans: &[(Range<usize>, bool)]) -> Result<(), ConfigError> {
     let mut kinds: BTreeMap<(&str, &str), (NotifyKind, usize)> = BTreeMap::new();
     for (i, b) in bindings.iter().enumerate() {

@@ -14,4 +14,4 @@ pub mod reload;
 mod runtime;
 
 pub use access::{Access, ColumnRule};
-pub use runtime::{Compiled, Limits, Runtime, WasmObserver, check_wasm_header};
+pub use runtime::{Compiled, Limits, Runtime, WasmObserver};

@@ -59,6 +59,8 @@ pub fn watch(
     if observers_dir != config_dir {
         watcher.watch(&observers_dir, RecursiveMode::NonRecursive)?;
     }
+    // What a reload may not change (the running store, scanner and watched folder).
+    let initial = Config::load(&config_file).map_err(|e| notify::Error::generic(&e.to_string()))?;
     let (stop, stopped) = channel::<()>();
     let thread = std::thread::Builder::new()
         .name("percolator-reload".into())
@@ -88,6 +90,14 @@ pub fn watch(
                 changed.dedup();
                 tracing::info!(?changed, "reloading");
                 match Config::load(&config_file) {
+                    Ok(config) if !config.same_host_settings(&initial) => {
+                        let msg = format!(
+                            "{}: [store], [scanner] and [observers] changes need a restart; reload rejected, previous version keeps serving",
+                            config_file.display()
+                        );
+                        tracing::error!("{msg}");
+                        pipeline.record_error(msg);
+                    }
                     Ok(config) => {
                         let _ = pipeline.apply(&config);
                     }

@@ -15,7 +15,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,11 +23,11 @@ use percolator_store::{NotifyKind, ObserveError, Transaction};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::error::Context;
-use wasmtime::{Config, Engine, Result, Store, StoreLimitsBuilder, Trap, bail};
+use wasmtime::{Config, Engine, Result, Store, Trap};
 
 use crate::access::Access;
 use crate::bindings::{Cell, Notification, Observer as ObserverWorld, ObserverPre, WitError};
-use crate::host::HostState;
+use crate::host::{Budget, HostState};
 
 /// Epoch ticker period: deadlines are enforced to within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -59,13 +59,9 @@ pub struct Runtime {
     /// Engine compatibility hash: part of every cache key, so a new wasmtime never loads an
     /// old artifact.
     engine_hash: u64,
-    ticker_stop: Arc<AtomicBool>,
-}
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
-    }
+    /// Keeps the epoch ticker running: held by the runtime and by every observer it made, so
+    /// deadlines keep firing as long as any of them can run.
+    ticker: Arc<()>,
 }
 
 /// A validated, compiled observer component, ready to instantiate.
@@ -84,18 +80,19 @@ impl Runtime {
         config.wasm_component_model(true);
         config.epoch_interruption(true);
         // Guests get a bounded native stack; a deep recursion traps instead of crashing.
-        config.max_wasm_stack(1 << 20);
+        // (512 KiB: well inside a scanner thread's 2 MiB native stack, host calls included.)
+        config.max_wasm_stack(512 << 10);
         let engine = Engine::new(&config).context("creating the wasmtime engine")?;
         let mut linker = Linker::new(&engine);
         ObserverWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).context("linking the host imports")?;
         let mut h = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        let (e, stop) = (engine.clone(), ticker_stop.clone());
+        let ticker = Arc::new(());
+        let (e, alive) = (engine.clone(), Arc::downgrade(&ticker));
         std::thread::Builder::new()
             .name("percolator-epoch".into())
             .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
+                while alive.strong_count() > 0 {
                     std::thread::sleep(EPOCH_TICK);
                     e.increment_epoch();
                 }
@@ -104,7 +101,7 @@ impl Runtime {
         if let Some(dir) = &cache_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("creating the cache directory {}", dir.display()))?;
         }
-        Ok(Runtime { engine, linker, cache_dir, engine_hash: h.finish(), ticker_stop })
+        Ok(Runtime { engine, linker, cache_dir, engine_hash: h.finish(), ticker })
     }
 
     /// Reads, validates and compiles the observer at `path`: a component of the
@@ -131,13 +128,14 @@ impl Runtime {
     fn component(&self, bytes: &[u8], source_hash: &str) -> Result<Component> {
         let cached = self.cache_dir.as_ref().map(|d| d.join(format!("{source_hash}-{:016x}.cwasm", self.engine_hash)));
         if let Some(path) = &cached
-            && path.exists()
+            && let Some(artifact) = read_verified(path)
         {
-            // SAFETY: the file is in the host's own cache directory, written by `serialize`
-            // below under a key that includes the engine's compatibility hash; nothing else is
+            // SAFETY: the bytes come from the host's own cache directory, were written by
+            // `serialize` below under a key that includes the engine's compatibility hash, and
+            // match the SHA-256 recorded beside them when they were written; nothing else is
             // ever deserialized.
             #[allow(unsafe_code)]
-            match unsafe { Component::deserialize_file(&self.engine, path) } {
+            match unsafe { Component::deserialize(&self.engine, &artifact) } {
                 Ok(c) => return Ok(c),
                 Err(e) => tracing::warn!("discarding unreadable cache entry {}: {e:#}", path.display()),
             }
@@ -158,14 +156,10 @@ impl Runtime {
 
     fn compile_component(&self, bytes: &[u8], cache: Option<&Path>) -> Result<Component> {
         let component = Component::new(&self.engine, bytes).context("not a valid WebAssembly component")?;
-        if let Some(path) = cache {
-            // Write then rename: a crash never leaves a truncated artifact under the key.
-            let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-            let written = component.serialize().and_then(|b| Ok(std::fs::write(&tmp, b)?));
-            match written.and_then(|()| Ok(std::fs::rename(&tmp, path)?)) {
-                Ok(()) => {}
-                Err(e) => tracing::warn!("could not cache {}: {e:#}", path.display()),
-            }
+        if let Some(path) = cache
+            && let Err(e) = component.serialize().and_then(|b| write_verified(path, &b))
+        {
+            tracing::warn!("could not cache {}: {e:#}", path.display());
         }
         Ok(component)
     }
@@ -181,8 +175,40 @@ impl Runtime {
             limits,
             ticks: (limits.timeout.as_millis() as u64).div_ceil(EPOCH_TICK.as_millis() as u64).max(1),
             pool: Mutex::new(Vec::new()),
+            _ticker: self.ticker.clone(),
         }
     }
+}
+
+/// Reads a cache artifact if its recorded SHA-256 matches.
+fn read_verified(path: &Path) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(path).ok()?;
+    let recorded = std::fs::read_to_string(sha_path(path)).ok()?;
+    (recorded.trim() == hex(&Sha256::digest(&bytes))).then_some(bytes)
+}
+
+/// Writes a cache artifact and then its SHA-256, each through a unique temp file, fsync and
+/// rename: a crash or a concurrent writer can only cause a mismatch, which means a recompile.
+fn write_verified(path: &Path, bytes: &[u8]) -> Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let put = |target: &Path, data: &[u8]| -> Result<()> {
+        use std::io::Write;
+        let n = SEQ.fetch_add(1, Ordering::Relaxed);
+        let tmp = target.with_extension(format!("tmp-{}-{n}", std::process::id()));
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, target)?;
+        Ok(())
+    };
+    put(path, bytes)?;
+    put(&sha_path(path), hex(&Sha256::digest(bytes)).as_bytes())
+}
+
+fn sha_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".sha256");
+    PathBuf::from(p)
 }
 
 fn wasmparser_is_core(bytes: &[u8]) -> bool {
@@ -211,6 +237,8 @@ pub struct WasmObserver {
     /// Epoch ticks of the deadline.
     ticks: u64,
     pool: Mutex<Vec<Warm>>,
+    /// Keeps the engine's epoch ticker alive while this observer may run.
+    _ticker: Arc<()>,
 }
 
 impl WasmObserver {
@@ -220,8 +248,8 @@ impl WasmObserver {
     }
 
     fn instantiate(&self) -> Result<Warm> {
-        let limits = StoreLimitsBuilder::new().memory_size(self.limits.memory_bytes).trap_on_grow_failure(true).build();
-        let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.access.clone(), limits));
+        let budget = Budget::new(self.limits.memory_bytes);
+        let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.access.clone(), budget));
         store.limiter(|s| &mut s.limits);
         store.epoch_deadline_trap();
         store.set_epoch_deadline(self.ticks);
@@ -234,7 +262,7 @@ impl WasmObserver {
             Some(Trap::Interrupt) => format!("deadline of {} ms exceeded", self.limits.timeout.as_millis()),
             Some(Trap::UnreachableCodeReached) => "the guest panicked (unreachable code reached)".to_owned(),
             Some(Trap::StackOverflow) => "the guest overflowed its stack".to_owned(),
-            _ if format!("{e:#}").contains("grow") => {
+            _ if format!("{e:#}").contains("memory limit") => {
                 format!("the guest exceeded its memory limit of {} MiB ({e:#})", self.limits.memory_bytes >> 20)
             }
             _ => format!("trap: {e:#}"),
@@ -259,6 +287,7 @@ impl percolator_store::Observer for WasmObserver {
         data.txn = Some(txn.take());
         data.conflict = None;
         data.denied = None;
+        data.io_bytes = 0;
         warm.store.set_epoch_deadline(self.ticks);
         let result = warm.instance.call_observe(&mut warm.store, &notification);
         let data = warm.store.data_mut();
@@ -299,13 +328,4 @@ fn describe(e: &WitError) -> String {
         WitError::Storage(m) => format!("storage: {m}"),
         WitError::Failed(m) => m.clone(),
     }
-}
-
-/// Rejects obviously wrong files early with a clear message (used by config validation).
-pub fn check_wasm_header(path: &Path) -> Result<()> {
-    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-    if bytes.len() < 8 || bytes[..4] != *b"\0asm" {
-        bail!("{} is not a WebAssembly file (no \\0asm header)", path.display());
-    }
-    Ok(())
 }

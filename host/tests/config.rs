@@ -111,6 +111,9 @@ fn missing_files_bad_values_and_duplicates_name_their_field() {
     let e = err(&dir, "[store]\npath = \"x\"\n[observers]\ndir = \"observers\"\ncache_dir = \"observers/cache\"\n");
     assert!(e.contains("observers.cache_dir"), "{e}");
 
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "../a.wasm", "raw:text", "")));
+    assert!(e.contains("binding[0].wasm") && e.contains("file name in observers.dir"), "{e}");
+
     let e = err(&dir, "[store\npath = 1");
     assert!(e.contains("pipeline.toml:1"), "syntax errors are located too: {e}");
 }

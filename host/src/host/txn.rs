@@ -3,6 +3,9 @@
 use percolator_store::CellRef;
 
 use super::HostState;
+
+/// Most cells one guest `scan` call returns (a guest cannot make the host buffer a whole table).
+pub(crate) const MAX_SCAN_CELLS: u32 = 10_000;
 use crate::bindings::percolator::observer::txn::Host;
 use crate::bindings::{Cell, ScanEntry, WitError};
 
@@ -12,17 +15,36 @@ impl Host for HostState {
             return Err(self.deny(format!("read {table}/{column}")));
         }
         let r = self.txn()?.get(&table, &row, &column);
-        r.map_err(|e| self.store_error(e))
+        let v = r.map_err(|e| self.store_error(e))?;
+        self.charge(v.as_ref().map_or(0, Vec::len))?;
+        Ok(v)
     }
 
     fn get_many(&mut self, cells: Vec<Cell>) -> Result<Vec<Option<Vec<u8>>>, WitError> {
+        if cells.len() > MAX_SCAN_CELLS as usize {
+            return Err(WitError::InvalidArgument(format!(
+                "get-many of {} cells: at most {MAX_SCAN_CELLS} per call",
+                cells.len()
+            )));
+        }
         if let Some(c) = cells.iter().find(|c| !self.access.can_read(&c.table, &c.column)) {
             let what = format!("read {}/{}", c.table, c.column);
             return Err(self.deny(what));
         }
         let cells: Vec<CellRef> = cells.into_iter().map(|c| CellRef::new(c.table, c.row, c.column)).collect();
-        let r = self.txn()?.get_many(&cells);
-        r.map_err(|e| self.store_error(e))
+        // Read each distinct cell once, then charge every copy handed back.
+        let mut unique = cells.clone();
+        unique.sort();
+        unique.dedup();
+        let r = self.txn()?.get_many(&unique);
+        let values = r.map_err(|e| self.store_error(e))?;
+        let mut out = Vec::with_capacity(cells.len());
+        for c in &cells {
+            let i = unique.binary_search(c).expect("every cell is in unique");
+            self.charge(values[i].as_ref().map_or(0, Vec::len))?;
+            out.push(values[i].clone());
+        }
+        Ok(out)
     }
 
     fn scan(
@@ -41,15 +63,18 @@ impl Host for HostState {
             return Err(self.deny(what));
         }
         let cols: Option<Vec<&str>> = columns.as_ref().map(|c| c.iter().map(String::as_str).collect());
-        let r = self.txn()?.scan(&table, &start, end.as_deref(), cols.as_deref(), limit as usize);
-        r.map(|v| v.into_iter().map(|e| ScanEntry { row: e.row, column: e.column, value: e.value }).collect())
-            .map_err(|e| self.store_error(e))
+        let limit = limit.min(MAX_SCAN_CELLS) as usize;
+        let r = self.txn()?.scan(&table, &start, end.as_deref(), cols.as_deref(), limit);
+        let entries = r.map_err(|e| self.store_error(e))?;
+        self.charge(entries.iter().map(|e| e.row.len() + e.column.len() + e.value.len()).sum())?;
+        Ok(entries.into_iter().map(|e| ScanEntry { row: e.row, column: e.column, value: e.value }).collect())
     }
 
     fn set(&mut self, table: String, row: Vec<u8>, column: String, value: Vec<u8>) -> Result<(), WitError> {
         if !self.access.can_write(&table, &column) {
             return Err(self.deny(format!("write {table}/{column}")));
         }
+        self.charge(row.len() + value.len())?;
         let r = self.txn()?.set(&table, &row, &column, value);
         r.map_err(|e| self.store_error(e))
     }
