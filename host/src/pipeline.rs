@@ -118,7 +118,13 @@ impl Pipeline {
             // Unchanged binding and component: keep the running observer (and its warm instances).
             let observer = match current.get(&b.name) {
                 Some(l) if l.binding == *b && l.observer.source_hash() == compiled.source_hash => l.observer.clone(),
-                _ => Arc::new(self.runtime.observer(&b.name, &compiled, b.access.clone(), b.limits)),
+                _ => {
+                    let observer = self.runtime.observer(&b.name, &compiled, b.access.clone(), b.limits);
+                    observer.check_instantiates().map_err(|e| {
+                        format!("binding {}: {} cannot start under its limits: {e:#}", b.name, b.wasm.display())
+                    })?;
+                    Arc::new(observer)
+                }
             };
             out.insert(b.name.clone(), Loaded { binding: b.clone(), observer });
         }

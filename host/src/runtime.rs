@@ -247,6 +247,19 @@ impl WasmObserver {
         &self.source_hash
     }
 
+    /// Instantiates once under the binding's limits (a start function that traps, or an
+    /// initial memory above the cap, fails here with the reason instead of dead-lettering every
+    /// notification later); the instance is kept warm.
+    pub fn check_instantiates(&self) -> Result<()> {
+        let warm = self.instantiate()?;
+        if let Ok(mut pool) = self.pool.lock()
+            && pool.len() < self.limits.pool
+        {
+            pool.push(warm);
+        }
+        Ok(())
+    }
+
     fn instantiate(&self) -> Result<Warm> {
         let budget = Budget::new(self.limits.memory_bytes);
         let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.access.clone(), budget));

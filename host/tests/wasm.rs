@@ -285,3 +285,19 @@ fn hot_reload_under_load_processes_every_change_exactly_once() {
     assert!(v2 >= 50 && v2 < rows, "changes were processed by both versions (v2: {v2} of {rows})");
     assert_eq!(h.pipeline.status().generation, 2);
 }
+
+#[test]
+fn a_guest_that_cannot_start_under_its_limits_is_rejected_at_load() {
+    let h = start(
+        "limits",
+        &[("upper.wasm", "uppercase")],
+        &binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n"),
+    );
+    // A 1 MiB cap is below a Rust guest's initial linear memory (over 1 MiB).
+    let config_file = h.dir.join("pipeline.toml");
+    let body = std::fs::read_to_string(&config_file).unwrap() + "memory_mb = 1\n";
+    std::fs::write(&config_file, body).unwrap();
+    let e = h.pipeline.apply(&Config::load(&config_file).unwrap()).unwrap_err();
+    assert!(e.contains("cannot start under its limits") && e.contains("memory limit"), "{e}");
+    assert_eq!(h.pipeline.status().generation, 1, "the old version keeps serving");
+}
