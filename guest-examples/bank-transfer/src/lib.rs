@@ -1,0 +1,1 @@
+//! `bank-transfer`: being written (issue 4).

@@ -1,0 +1,1 @@
+//! `clustering`: being written (issue 4).

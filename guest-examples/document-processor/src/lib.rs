@@ -1,0 +1,1 @@
+//! `document-processor`: being written (issue 4).

@@ -1,0 +1,1 @@
+//! `exporter`: being written (issue 4).

@@ -1,0 +1,1 @@
+//! `link-inversion`: being written (issue 4).

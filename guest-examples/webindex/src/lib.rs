@@ -1,0 +1,23 @@
+//! `webindex`: the paper's web-index pipeline (section 1, Figure 2), shared by its observer
+//! components, the host's `query` and `sample-crawl` commands, and the tests.
+//!
+//! The tables, columns and invariants are specified in `docs/webindex.md` (repository root);
+//! this crate is that specification in code:
+//!
+//! - [`html`]: a tolerant HTML parser (title, visible text, links with anchor text) and URL
+//!   resolution/normalization.
+//! - [`text`]: terms (tokenization), the content hash, PageRank parsing and the canonical order.
+//! - [`schema`]: table and column names, row-key joining, value encodings.
+//! - [`observers`] (feature `observers`): the four observers, generic over
+//!   `percolator_guest::Txn`; each guest crate exports one of them.
+//! - [`crawl`]: a deterministic sample-crawl generator (duplicates, links, PageRank, re-crawls).
+//! - [`batch`]: the from-scratch batch computation of every derived table from the `raw:*`
+//!   inputs, which the incremental pipeline must equal at its fixed point.
+
+pub mod batch;
+pub mod crawl;
+pub mod html;
+#[cfg(feature = "observers")]
+pub mod observers;
+pub mod schema;
+pub mod text;

@@ -1,0 +1,1 @@
+//! The four observers. (Skeleton: being written.)

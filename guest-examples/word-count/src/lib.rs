@@ -1,0 +1,1 @@
+//! `word-count`: being written (issue 4).
