@@ -1,15 +1,371 @@
-//! The from-scratch batch computation. (Skeleton: being written.)
+//! The from-scratch batch computation: every table of `docs/webindex.md` derived from the
+//! `raw:*` inputs alone, the value the incremental pipeline must equal at its fixed point.
+//!
+//! It is written directly from the specification, one pass per observer (documents, clusters,
+//! inverted links, forwarding, export), with whole-table maps instead of diffs, so that it can
+//! serve as the oracle for the observers' tests.
+//!
+//! A table without cells is absent from the result ([`normalize`] makes any [`Tables`] so),
+//! and trigger columns (`link:dirty`, `export:dirty`) are never part of it: their presence
+//! records who was notified, not state.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use webindex::batch;
+//!
+//! let mut inputs = BTreeMap::new();
+//! let html = r#"<title>Home</title><p>Hello</p><a href="/about.html">About us</a>"#;
+//! inputs.insert("http://site.example/".to_owned(), (Some(html.as_bytes().to_vec()), None));
+//! let tables = batch::compute(&inputs).unwrap();
+//! let inlink = (b"http://site.example/about.html http://site.example/".to_vec(), "link:anchor".to_owned());
+//! assert_eq!(tables["inlinks"][&inlink], b"About us");
+//! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::html::{self, Document};
+use crate::schema::*;
+use crate::text;
 
 /// Cells of one table: (row, column) → value.
 pub type Table = BTreeMap<(Vec<u8>, String), Vec<u8>>;
 /// Tables by name.
 pub type Tables = BTreeMap<String, Table>;
+/// The inputs: URL → (`raw:html`, `raw:pagerank`), each possibly absent.
+pub type Inputs = BTreeMap<String, (Option<Vec<u8>>, Option<Vec<u8>>)>;
+
+/// Longest value shown by [`diff`], in characters.
+const SHOWN_CHARS: usize = 120;
 
 /// Computes every table of `docs/webindex.md` (raw inputs included, trigger columns excluded)
 /// from the inputs: URL → (`raw:html`, `raw:pagerank`), each possibly absent.
-pub fn compute(inputs: &BTreeMap<String, (Option<Vec<u8>>, Option<Vec<u8>>)>) -> Result<Tables, String> {
-    let _ = inputs;
-    unimplemented!("skeleton")
+///
+/// Tables without cells are absent from the result. Fails, naming the URL, if a `raw:pagerank`
+/// does not parse ([`text::parse_pagerank`]) — whether or not the URL has `raw:html` — or if a
+/// `raw:html` is not UTF-8.
+pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
+    let mut out = Output::default();
+
+    // Inputs, and the document processor: `doc:*` exactly for the URLs with `raw:html`.
+    let mut docs: BTreeMap<&str, Document> = BTreeMap::new();
+    let mut pagerank: BTreeMap<&str, f64> = BTreeMap::new();
+    for (url, (html, rank)) in inputs {
+        if let Some(rank) = rank {
+            let value = text::parse_pagerank(rank).map_err(|e| format!("pages/{url}/{RAW_PAGERANK} of {url}: {e}"))?;
+            pagerank.insert(url, value);
+            out.set(PAGES, url, RAW_PAGERANK, rank.clone());
+        }
+        if let Some(html) = html {
+            if html::resolve(url, url).as_deref() != Some(url.as_str()) {
+                return Err(format!("pages/{url}: the row key is not a normalized http(s) URL"));
+            }
+            let source =
+                std::str::from_utf8(html).map_err(|e| format!("pages/{url}/{RAW_HTML} of {url} is not UTF-8: {e}"))?;
+            out.set(PAGES, url, RAW_HTML, html.clone());
+            let doc = html::parse(url, source);
+            let links: String = doc.links.iter().map(|l| format!("{}\t{}\n", l.target, l.anchor)).collect();
+            out.set(PAGES, url, DOC_TITLE, doc.title.clone());
+            out.set(PAGES, url, DOC_TEXT, doc.text.clone());
+            out.set(PAGES, url, DOC_LINKS, links);
+            out.set(PAGES, url, DOC_HASH, text::content_hash(&doc.title, &doc.text));
+            docs.insert(url, doc);
+        }
+    }
+
+    // Clustering: equal `doc:hash` → one cluster; canonical = highest PageRank (absent: 0),
+    // then smallest URL.
+    let mut clusters: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (url, doc) in &docs {
+        clusters.entry(text::content_hash(&doc.title, &doc.text)).or_default().push(url);
+    }
+    let mut canonical: BTreeMap<&str, &str> = BTreeMap::new();
+    for (hash, members) in &clusters {
+        let rank = |url: &str| pagerank.get(url).copied().unwrap_or(0.0);
+        let best = members
+            .iter()
+            .copied()
+            .min_by(|&a, &b| text::canonical_order((a, rank(a)), (b, rank(b))))
+            .expect("a cluster has a member");
+        out.set(CLUSTERS, hash, CANON_URL, best);
+        for url in members {
+            let raw = inputs[*url].1.clone().unwrap_or_else(|| b"0".to_vec());
+            out.set_row(CLUSTERS, join_row(hash, url), MEMBER_PAGERANK, raw);
+            out.set(PAGES, url, CLUSTER_HASH, hash.as_str());
+            out.set(PAGES, url, CLUSTER_CANONICAL, best);
+            canonical.insert(url, best);
+        }
+    }
+
+    // Link inversion, inverting half: one inlink per (target, source), anchors in document
+    // order, empty ones skipped.
+    let mut inlinks: BTreeMap<&str, BTreeMap<&str, String>> = BTreeMap::new();
+    for (source, doc) in &docs {
+        let mut anchors: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for link in &doc.links {
+            let list = anchors.entry(&link.target).or_default();
+            if !link.anchor.is_empty() {
+                list.push(&link.anchor);
+            }
+        }
+        if anchors.is_empty() {
+            continue;
+        }
+        let out_list: String = anchors.keys().map(|t| format!("{t}\n")).collect();
+        out.set(PAGES, source, LINK_OUT, out_list);
+        for (target, list) in anchors {
+            let joined = list.join(" ");
+            out.set_row(INLINKS, join_row(target, source), LINK_ANCHOR, joined.as_str());
+            inlinks.entry(target).or_default().insert(source, joined);
+        }
+    }
+
+    // Forwarding half: a target's inlinks go to its canonical, or stay with it.
+    let mut forwarded: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (target, sources) in &inlinks {
+        let dest = canonical.get(target).copied().unwrap_or(target);
+        let list: String = sources.iter().map(|(s, a)| format!("{s}\t{a}\n")).collect();
+        out.set_row(FWD, join_row(dest, target), FWD_ANCHORS, list);
+        out.set(PAGES, target, FWD_TO, dest);
+        forwarded.entry(dest).or_default().extend(sources.values().map(String::as_str));
+    }
+
+    // Exporter: canonical pages only; terms of title, text and every forwarded anchor.
+    for (url, doc) in &docs {
+        if canonical.get(url) != Some(url) {
+            continue;
+        }
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+        let anchors = forwarded.get(url).into_iter().flatten();
+        for part in [doc.title.as_str(), doc.text.as_str()].into_iter().chain(anchors.copied()) {
+            for term in text::terms(part) {
+                *counts.entry(term).or_default() += 1;
+            }
+        }
+        if counts.is_empty() {
+            continue;
+        }
+        let list: String = counts.iter().map(|(t, n)| format!("{t}\t{n}\n")).collect();
+        out.set(PAGES, url, EXPORT_TERMS, list);
+        for (term, n) in &counts {
+            out.set_row(INDEX, join_row(term, url), HIT_COUNT, n.to_string());
+        }
+    }
+
+    Ok(out.tables)
+}
+
+/// Removes the tables that have no cells, so that "absent" and "empty" compare equal.
+pub fn normalize(t: &mut Tables) {
+    t.retain(|_, table| !table.is_empty());
+}
+
+/// Up to `max` differences between two sets of tables, one line each (missing, extra or
+/// different cells, with table, row and column; values shown lossily, at most 120 characters),
+/// then one more line saying how many were left off, if any. Empty tables count as absent.
+pub fn diff(expected: &Tables, actual: &Tables, max: usize) -> Vec<String> {
+    let empty = Table::new();
+    let names: BTreeSet<&String> = expected.keys().chain(actual.keys()).collect();
+    let mut lines = Vec::new();
+    let mut total = 0usize;
+    for name in names {
+        let e = expected.get(name).unwrap_or(&empty);
+        let a = actual.get(name).unwrap_or(&empty);
+        let keys: BTreeSet<&(Vec<u8>, String)> = e.keys().chain(a.keys()).collect();
+        for key @ (row, column) in keys {
+            let line = match (e.get(key), a.get(key)) {
+                (Some(x), None) => format!("missing {name}/{}/{column}: expected {}", show_row(row), show(x)),
+                (None, Some(y)) => format!("extra {name}/{}/{column}: {}", show_row(row), show(y)),
+                (Some(x), Some(y)) if x != y => {
+                    format!("different {name}/{}/{column}: expected {}, actual {}", show_row(row), show(x), show(y))
+                }
+                _ => continue,
+            };
+            total += 1;
+            if lines.len() < max {
+                lines.push(line);
+            }
+        }
+    }
+    if total > lines.len() {
+        lines.push(format!("… and {} more differences ({total} in all)", total - lines.len()));
+    }
+    lines
+}
+
+/// A row key for a message: lossy UTF-8, control characters escaped.
+fn show_row(row: &[u8]) -> String {
+    String::from_utf8_lossy(row)
+        .chars()
+        .map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() })
+        .collect()
+}
+
+/// A value for a message: lossy UTF-8, escaped, at most [`SHOWN_CHARS`] characters.
+fn show(value: &[u8]) -> String {
+    let s = format!("{:?}", String::from_utf8_lossy(value));
+    match s.char_indices().nth(SHOWN_CHARS) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
+}
+
+/// The tables being built.
+#[derive(Default)]
+struct Output {
+    tables: Tables,
+}
+
+impl Output {
+    fn set(&mut self, table: &str, row: &str, column: &str, value: impl Into<Vec<u8>>) {
+        self.set_row(table, row.as_bytes().to_vec(), column, value);
+    }
+
+    fn set_row(&mut self, table: &str, row: Vec<u8>, column: &str, value: impl Into<Vec<u8>>) {
+        self.tables.entry(table.to_owned()).or_default().insert((row, column.to_owned()), value.into());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inputs(pages: &[(&str, Option<&str>, Option<&str>)]) -> Inputs {
+        pages
+            .iter()
+            .map(|(u, h, p)| (u.to_string(), (h.map(|h| h.as_bytes().to_vec()), p.map(|p| p.as_bytes().to_vec()))))
+            .collect()
+    }
+
+    fn get<'a>(t: &'a Tables, table: &str, row: &str, column: &str) -> Option<&'a str> {
+        let v = t.get(table)?.get(&(row.as_bytes().to_vec(), column.to_owned()))?;
+        Some(std::str::from_utf8(v).unwrap())
+    }
+
+    const A: &str = "http://a.example/";
+    const B: &str = "http://b.example/";
+    const C: &str = "http://c.example/";
+    const D: &str = "http://d.example/";
+
+    /// `A` and `B` are duplicates, `C` links to both (twice to `B`, once without anchor), `D`
+    /// has only a PageRank.
+    fn sample(rank_a: &str, rank_b: Option<&str>) -> Inputs {
+        let dup = "<title>Zebra</title><p>Striped horses</p>";
+        let c = format!(
+            "<title>Links</title><a href=\"{A}\">wild zebra</a> <a href=\"{B}\">mirror</a> \
+             <a href=\"{B}\"></a> <a href=\"{B}#x\">copy</a> <a href=\"mailto:x@c.example\">mail</a>"
+        );
+        inputs(&[(A, Some(dup), Some(rank_a)), (B, Some(dup), rank_b), (C, Some(&c), None), (D, None, Some("3"))])
+    }
+
+    #[test]
+    fn documents_clusters_and_inputs() {
+        let t = compute(&sample("0.5", Some("0.5"))).unwrap();
+        assert_eq!(get(&t, PAGES, A, DOC_TITLE), Some("Zebra"));
+        assert_eq!(get(&t, PAGES, A, DOC_TEXT), Some("Striped horses"));
+        assert_eq!(get(&t, PAGES, A, DOC_LINKS), Some(""));
+        assert_eq!(get(&t, PAGES, D, RAW_PAGERANK), Some("3"));
+        assert_eq!(get(&t, PAGES, D, DOC_TITLE), None, "no raw:html, no doc:*");
+        assert_eq!(get(&t, PAGES, D, CLUSTER_HASH), None);
+        let hash = text::content_hash("Zebra", "Striped horses");
+        assert_eq!(get(&t, PAGES, B, DOC_HASH), Some(hash.as_str()));
+        assert_eq!(get(&t, PAGES, B, CLUSTER_HASH), Some(hash.as_str()));
+        // Tied PageRank: the smaller URL wins.
+        assert_eq!(get(&t, PAGES, B, CLUSTER_CANONICAL), Some(A));
+        assert_eq!(get(&t, CLUSTERS, &hash, CANON_URL), Some(A));
+        assert_eq!(get(&t, CLUSTERS, &format!("{hash} {B}"), MEMBER_PAGERANK), Some("0.5"));
+        // C has no PageRank: its member row says 0; it is its own canonical.
+        let c_hash = get(&t, PAGES, C, DOC_HASH).unwrap();
+        assert_eq!(get(&t, CLUSTERS, &format!("{c_hash} {C}"), MEMBER_PAGERANK), Some("0"));
+        assert_eq!(get(&t, PAGES, C, CLUSTER_CANONICAL), Some(C));
+        // A higher PageRank wins over the URL.
+        let t = compute(&sample("0.5", Some("0.50001"))).unwrap();
+        assert_eq!(get(&t, CLUSTERS, &hash, CANON_URL), Some(B));
+        // Absent counts as 0.
+        let t = compute(&sample("0", None)).unwrap();
+        assert_eq!(get(&t, CLUSTERS, &hash, CANON_URL), Some(A));
+        assert_eq!(get(&t, CLUSTERS, &format!("{hash} {B}"), MEMBER_PAGERANK), Some("0"));
+    }
+
+    #[test]
+    fn links_are_inverted_and_forwarded_to_the_canonical() {
+        let t = compute(&sample("2", Some("1"))).unwrap();
+        assert_eq!(get(&t, PAGES, C, LINK_OUT), Some(&*format!("{A}\n{B}\n")));
+        assert_eq!(get(&t, PAGES, A, LINK_OUT), None, "no links, no link:out");
+        assert_eq!(get(&t, INLINKS, &format!("{A} {C}"), LINK_ANCHOR), Some("wild zebra"));
+        assert_eq!(get(&t, INLINKS, &format!("{B} {C}"), LINK_ANCHOR), Some("mirror copy"));
+        assert_eq!(t[INLINKS].len(), 2);
+        // B's inlinks go to its canonical A.
+        assert_eq!(get(&t, FWD, &format!("{A} {A}"), FWD_ANCHORS), Some(&*format!("{C}\twild zebra\n")));
+        assert_eq!(get(&t, FWD, &format!("{A} {B}"), FWD_ANCHORS), Some(&*format!("{C}\tmirror copy\n")));
+        assert_eq!(get(&t, PAGES, B, FWD_TO), Some(A));
+        assert_eq!(get(&t, PAGES, A, FWD_TO), Some(A));
+        assert_eq!(get(&t, PAGES, C, FWD_TO), None, "no inlinks, no forwarding");
+        // Only the canonical is exported, with the anchors of the whole cluster.
+        assert_eq!(
+            get(&t, PAGES, A, EXPORT_TERMS),
+            Some("copy\t1\nhorses\t1\nmirror\t1\nstriped\t1\nwild\t1\nzebra\t2\n")
+        );
+        assert_eq!(get(&t, INDEX, &format!("zebra {A}"), HIT_COUNT), Some("2"));
+        assert_eq!(get(&t, PAGES, B, EXPORT_TERMS), None);
+        assert_eq!(get(&t, INDEX, &format!("zebra {B}"), HIT_COUNT), None);
+        assert_eq!(get(&t, INDEX, &format!("links {C}"), HIT_COUNT), Some("1"));
+        // Trigger columns never appear.
+        assert!(t[PAGES].keys().all(|(_, c)| c != LINK_DIRTY && c != EXPORT_DIRTY));
+    }
+
+    #[test]
+    fn uncrawled_targets_forward_to_themselves() {
+        let html = "<title>T</title><a href=\"http://gone.example/x\">lost page</a>";
+        let t = compute(&inputs(&[(A, Some(html), Some("1"))])).unwrap();
+        let gone = "http://gone.example/x";
+        assert_eq!(get(&t, PAGES, gone, FWD_TO), Some(gone));
+        assert_eq!(get(&t, FWD, &format!("{gone} {gone}"), FWD_ANCHORS), Some(&*format!("{A}\tlost page\n")));
+        assert_eq!(get(&t, INDEX, &format!("lost {gone}"), HIT_COUNT), None, "not crawled, not exported");
+    }
+
+    #[test]
+    fn empty_anchors_still_make_an_inlink_and_empty_pages_export_nothing() {
+        let html = format!("<a href=\"{B}\"></a>");
+        let t = compute(&inputs(&[(A, Some(&html), None)])).unwrap();
+        assert_eq!(get(&t, INLINKS, &format!("{B} {A}"), LINK_ANCHOR), Some(""));
+        assert_eq!(get(&t, FWD, &format!("{B} {B}"), FWD_ANCHORS), Some(&*format!("{A}\t\n")));
+        assert_eq!(get(&t, PAGES, A, EXPORT_TERMS), None);
+        assert!(!t.contains_key(INDEX), "tables without cells are absent");
+    }
+
+    #[test]
+    fn bad_inputs_name_the_url() {
+        let err = compute(&inputs(&[(A, Some("<p>x</p>"), Some("lots"))])).unwrap_err();
+        assert!(err.contains(A) && err.contains("lots"), "{err}");
+        let err = compute(&inputs(&[(D, None, Some("-1"))])).unwrap_err();
+        assert!(err.contains(D), "{err}");
+        let mut bad = inputs(&[]);
+        bad.insert(C.to_owned(), (Some(vec![0xff]), None));
+        assert!(compute(&bad).unwrap_err().contains(C));
+        assert_eq!(compute(&inputs(&[])).unwrap(), Tables::new());
+    }
+
+    #[test]
+    fn diff_and_normalize() {
+        let expected = compute(&sample("2", Some("1"))).unwrap();
+        let mut actual = expected.clone();
+        assert!(diff(&expected, &actual, 10).is_empty());
+        actual.insert("unused".to_owned(), Table::new());
+        assert!(diff(&expected, &actual, 10).is_empty(), "empty tables count as absent");
+        normalize(&mut actual);
+        assert_eq!(actual, expected);
+        let pages = actual.get_mut(PAGES).unwrap();
+        pages.remove(&(A.as_bytes().to_vec(), DOC_TITLE.to_owned()));
+        pages.insert((A.as_bytes().to_vec(), LINK_DIRTY.to_owned()), vec![]);
+        pages.insert((A.as_bytes().to_vec(), RAW_HTML.to_owned()), "x".repeat(500).into_bytes());
+        let lines = diff(&expected, &actual, 10);
+        assert_eq!(lines.len(), 3, "{lines:?}");
+        assert!(lines.iter().any(|l| l == &format!("missing pages/{A}/doc:title: expected \"Zebra\"")));
+        assert!(lines.iter().any(|l| l == &format!("extra pages/{A}/link:dirty: \"\"")));
+        let different = lines.iter().find(|l| l.starts_with("different")).unwrap();
+        assert!(different.contains("pages/http://a.example//raw:html") && different.chars().count() < 400);
+        let lines = diff(&expected, &actual, 1);
+        assert_eq!(lines.len(), 2);
+        assert_eq!(lines[1], "… and 2 more differences (3 in all)");
+    }
 }

@@ -1,5 +1,26 @@
-//! HTML parsing: title, visible text, links with anchor text. (Skeleton: signatures fixed,
-//! bodies being written.)
+//! HTML parsing: title, visible text, links with anchor text; URL resolution and normalization.
+//!
+//! The parser is hand-written and tolerant: it never fails, whatever the input. It knows just
+//! enough HTML for an index:
+//!
+//! - tags with quoted or unquoted attributes (names case-insensitive), comments `<!-- -->`,
+//!   declarations (`<!DOCTYPE …>`) and processing instructions (`<? … >`), which are skipped;
+//!   a `<` that does not start a tag is text;
+//! - `<script>` and `<style>` contents are skipped (up to the matching end tag, or the end of
+//!   the input); `<title>` contents are text of their own: the first one is the title, every
+//!   one is kept out of the visible text;
+//! - the entities `&amp; &lt; &gt; &quot; &apos; &nbsp;`, `&#NN;` and `&#xHH;` are decoded, in
+//!   text and in attribute values; anything else starting with `&` is kept as written;
+//! - block-level tags (open or close: `p`, `div`, `br`, `li`, `h1`–`h6`, `tr`, `td`, `title`, …)
+//!   separate words, inline tags (`b`, `span`, `a`, …) do not: `<p>a</p><p>b</p>` is `a b`,
+//!   `a<b>b</b>` is `ab`;
+//! - whitespace (Unicode `White_Space`, which includes the no-break space) is collapsed to one
+//!   space and trimmed, in the title, the text and each anchor;
+//! - every `<a href>` is a link whose anchor is its text content; an `<a>` inside an open `<a>`
+//!   closes it first (as browsers do), an `<a>` without `href` contributes text only, and an
+//!   href that does not [`resolve`] to an http(s) URL is dropped.
+
+use std::borrow::Cow;
 
 /// A parsed page.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,15 +42,658 @@ pub struct Link {
     pub anchor: String,
 }
 
+/// Tags that separate words (open or close), space-separated. Every other tag is inline.
+const BLOCK_TAGS: &str = "address article aside blockquote body br caption dd details dialog div dl dt fieldset \
+    figcaption figure footer form h1 h2 h3 h4 h5 h6 head header hr html img input legend li main menu nav ol option \
+    p pre section select summary table tbody td textarea tfoot th thead title tr ul";
+
+fn is_block(name: &str) -> bool {
+    BLOCK_TAGS.split_ascii_whitespace().any(|t| t == name)
+}
+
 /// Parses `html` fetched from `base_url`.
+///
+/// ```
+/// let doc = webindex::html::parse(
+///     "http://example.com/a/b.html",
+///     "<title>Hi &amp; bye</title><p>one</p><p>two <a href='../c#x'>three <b>four</b></a></p>",
+/// );
+/// assert_eq!(doc.title, "Hi & bye");
+/// assert_eq!(doc.text, "one two three four");
+/// assert_eq!(doc.links[0].target, "http://example.com/c");
+/// assert_eq!(doc.links[0].anchor, "three four");
+/// ```
 pub fn parse(base_url: &str, html: &str) -> Document {
-    let _ = (base_url, html);
-    unimplemented!("skeleton")
+    let mut p = Parser { base: base_url, title: None, text: String::new(), anchor: None, links: Vec::new() };
+    let bytes = html.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let lt = html[i..].find('<').map_or(bytes.len(), |j| i + j);
+        p.text(&html[i..lt]);
+        i = lt;
+        if i >= bytes.len() {
+            break;
+        }
+        let rest = &html[i..];
+        let next = bytes.get(i + 1).copied();
+        if let Some(comment) = rest.strip_prefix("<!--") {
+            i = comment.find("-->").map_or(bytes.len(), |j| i + 4 + j + 3);
+        } else if matches!(next, Some(b'!' | b'?'))
+            || (next == Some(b'/') && !bytes.get(i + 2).is_some_and(u8::is_ascii_alphabetic))
+        {
+            // A declaration, a processing instruction, or a bogus end tag: skipped to `>`.
+            i = skip_past(html, i, ">");
+        } else if next.is_some_and(|b| b.is_ascii_alphabetic() || b == b'/') {
+            let (tag, end) = Tag::parse(html, i);
+            i = p.tag(html, &tag, end);
+        } else {
+            p.text("<");
+            i += 1;
+        }
+    }
+    p.finish()
+}
+
+/// The parse state.
+struct Parser<'a> {
+    base: &'a str,
+    /// The first title, once seen.
+    title: Option<String>,
+    /// Visible text, not yet collapsed.
+    text: String,
+    /// The open `<a>`: its href (if any) and its text so far.
+    anchor: Option<(Option<String>, String)>,
+    links: Vec<Link>,
+}
+
+impl Parser<'_> {
+    /// Text content (entities not yet decoded).
+    fn text(&mut self, raw: &str) {
+        if raw.is_empty() {
+            return;
+        }
+        let decoded = decode_entities(raw);
+        self.text.push_str(&decoded);
+        if let Some((_, anchor)) = &mut self.anchor {
+            anchor.push_str(&decoded);
+        }
+    }
+
+    /// A word separator.
+    fn separate(&mut self) {
+        self.text.push(' ');
+        if let Some((_, anchor)) = &mut self.anchor {
+            anchor.push(' ');
+        }
+    }
+
+    fn close_anchor(&mut self) {
+        if let Some((Some(href), text)) = self.anchor.take()
+            && let Some(target) = resolve(self.base, &href)
+        {
+            self.links.push(Link { target, anchor: collapse(&text) });
+        }
+    }
+
+    /// Handles a tag ending at `end`; returns where parsing continues.
+    fn tag(&mut self, html: &str, tag: &Tag, end: usize) -> usize {
+        if is_block(&tag.name) {
+            self.separate();
+        }
+        if tag.closing {
+            if tag.name == "a" {
+                self.close_anchor();
+            }
+            return end;
+        }
+        match tag.name.as_str() {
+            "a" => {
+                self.close_anchor();
+                self.anchor = Some((tag.attr("href").map(str::to_owned), String::new()));
+                end
+            }
+            "script" | "style" => raw_text_end(html, end, &tag.name).1,
+            "title" => {
+                let (content_end, next) = raw_text_end(html, end, "title");
+                if self.title.is_none() {
+                    self.title = Some(collapse(&decode_entities(&html[end..content_end])));
+                }
+                next
+            }
+            _ => end,
+        }
+    }
+
+    fn finish(mut self) -> Document {
+        self.close_anchor();
+        Document { title: self.title.unwrap_or_default(), text: collapse(&self.text), links: self.links }
+    }
+}
+
+/// A start or end tag.
+struct Tag {
+    /// Lowercased name.
+    name: String,
+    closing: bool,
+    /// Attributes in order, names lowercased, values decoded.
+    attrs: Vec<(String, String)>,
+}
+
+impl Tag {
+    /// Parses the tag starting at `html[start] == '<'`; returns it and the index after its `>`
+    /// (or the end of the input).
+    fn parse(html: &str, start: usize) -> (Tag, usize) {
+        let b = html.as_bytes();
+        let is_space = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0c);
+        let mut k = start + 1;
+        let closing = b.get(k) == Some(&b'/');
+        if closing {
+            k += 1;
+        }
+        let name_start = k;
+        while k < b.len() && !is_space(b[k]) && b[k] != b'/' && b[k] != b'>' {
+            k += 1;
+        }
+        let name = html[name_start..k].to_ascii_lowercase();
+        let mut attrs = Vec::new();
+        loop {
+            while k < b.len() && (is_space(b[k]) || b[k] == b'/') {
+                k += 1;
+            }
+            if k >= b.len() {
+                break;
+            }
+            if b[k] == b'>' {
+                k += 1;
+                break;
+            }
+            let attr_start = k;
+            k += 1; // at least one character, even a stray '='
+            while k < b.len() && !is_space(b[k]) && !matches!(b[k], b'/' | b'>' | b'=') {
+                k += 1;
+            }
+            let attr = html[attr_start..k].to_ascii_lowercase();
+            let mut j = k;
+            while j < b.len() && is_space(b[j]) {
+                j += 1;
+            }
+            let mut value = String::new();
+            if b.get(j) == Some(&b'=') {
+                j += 1;
+                while j < b.len() && is_space(b[j]) {
+                    j += 1;
+                }
+                let value_start;
+                match b.get(j) {
+                    Some(&q @ (b'"' | b'\'')) => {
+                        value_start = j + 1;
+                        let value_end = html[value_start..].find(q as char).map_or(b.len(), |e| value_start + e);
+                        value = decode_entities(&html[value_start..value_end]).into_owned();
+                        k = (value_end + 1).min(b.len());
+                    }
+                    _ => {
+                        value_start = j;
+                        while j < b.len() && !is_space(b[j]) && b[j] != b'>' {
+                            j += 1;
+                        }
+                        value = decode_entities(&html[value_start..j]).into_owned();
+                        k = j;
+                    }
+                }
+            }
+            attrs.push((attr, value));
+        }
+        (Tag { name, closing, attrs }, k)
+    }
+
+    /// The first attribute named `name` (as browsers do with duplicates).
+    fn attr(&self, name: &str) -> Option<&str> {
+        self.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// Finds the end tag `</name` (ASCII case-insensitive) from `from`: returns where the content
+/// ends and the index after the end tag's `>` (both the end of the input if there is none).
+fn raw_text_end(html: &str, from: usize, name: &str) -> (usize, usize) {
+    let b = html.as_bytes();
+    let n = name.len();
+    let mut k = from;
+    while let Some(j) = html[k..].find("</") {
+        let at = k + j;
+        let after = at + 2 + n;
+        if after <= b.len()
+            && b[at + 2..after].eq_ignore_ascii_case(name.as_bytes())
+            && b.get(after).is_none_or(|c| !c.is_ascii_alphanumeric())
+        {
+            return (at, skip_past(html, after, ">"));
+        }
+        k = at + 2;
+    }
+    (b.len(), b.len())
+}
+
+/// The index after the first `pat` at or after `from`, or the end of the input.
+fn skip_past(html: &str, from: usize, pat: &str) -> usize {
+    html[from..].find(pat).map_or(html.len(), |j| from + j + pat.len())
+}
+
+/// Collapses runs of whitespace to one space and trims.
+fn collapse(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for word in s.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    out
+}
+
+/// Decodes the known entities; anything else is kept as written.
+fn decode_entities(s: &str) -> Cow<'_, str> {
+    if !s.contains('&') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(p) = rest.find('&') {
+        out.push_str(&rest[..p]);
+        rest = &rest[p..];
+        match decode_entity(rest) {
+            Some((c, len)) => {
+                out.push(c);
+                rest = &rest[len..];
+            }
+            None => {
+                out.push('&');
+                rest = &rest[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// Decodes the entity at the start of `s` (which starts with `&`): the character and the
+/// entity's length.
+fn decode_entity(s: &str) -> Option<(char, usize)> {
+    // The longest known entity is `&#x10FFFF;`; don't look further for the `;`.
+    let semi = s.bytes().take(12).position(|b| b == b';')?;
+    let name = &s[1..semi];
+    let c = match name {
+        "amp" => '&',
+        "lt" => '<',
+        "gt" => '>',
+        "quot" => '"',
+        "apos" => '\'',
+        "nbsp" => '\u{a0}',
+        _ => {
+            let num = name.strip_prefix('#')?;
+            let (digits, radix) = match num.strip_prefix(['x', 'X']) {
+                Some(hex) => (hex, 16),
+                None => (num, 10),
+            };
+            if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
+                return None;
+            }
+            let code = u32::from_str_radix(digits, radix).ok()?;
+            if code == 0 {
+                return None;
+            }
+            char::from_u32(code)?
+        }
+    };
+    Some((c, semi + 1))
+}
+
+/// An absolute http(s) URL, split into parts.
+struct Url<'a> {
+    /// Lowercased.
+    scheme: String,
+    /// `userinfo@host:port`, host lowercased, default port dropped.
+    authority: String,
+    /// Starts with `/` (not yet dot-normalized).
+    path: Cow<'a, str>,
+    query: Option<&'a str>,
+}
+
+impl Url<'_> {
+    fn to_normalized(&self) -> String {
+        let path = remove_dot_segments(&self.path);
+        let mut out = format!("{}://{}{}", self.scheme, self.authority, path);
+        if let Some(q) = self.query {
+            out.push('?');
+            out.push_str(q);
+        }
+        out
+    }
+}
+
+/// The scheme of `s` if it starts with one (`[A-Za-z][A-Za-z0-9+.-]*:`): the scheme and the
+/// rest after the `:`.
+fn split_scheme(s: &str) -> Option<(&str, &str)> {
+    let colon = s.find(':')?;
+    let scheme = &s[..colon];
+    let mut chars = scheme.chars();
+    let first = chars.next()?;
+    (first.is_ascii_alphabetic() && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.')))
+        .then(|| (scheme, &s[colon + 1..]))
+}
+
+/// Splits `s` (no fragment) into the part before `?` and the query.
+fn split_query(s: &str) -> (&str, Option<&str>) {
+    match s.split_once('?') {
+        Some((a, q)) => (a, Some(q)),
+        None => (s, None),
+    }
+}
+
+/// Normalizes an authority: lowercase host, default port dropped. `None` if it has no host
+/// or a bad port.
+fn normalize_authority(scheme: &str, authority: &str) -> Option<String> {
+    let (userinfo, hostport) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    // The port follows the last ':' that is not inside an IPv6 literal `[...]`.
+    let port_colon = hostport.rfind(':').filter(|&c| !hostport[c..].contains(']'));
+    let (host, port) = match port_colon {
+        Some(c) => (&hostport[..c], &hostport[c + 1..]),
+        None => (hostport, ""),
+    };
+    if host.is_empty() {
+        return None;
+    }
+    let port = if port.is_empty() {
+        None
+    } else {
+        if !port.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let n: u16 = port.parse().ok()?;
+        let default = if scheme == "https" { 443 } else { 80 };
+        (n != default).then_some(n)
+    };
+    let mut out = String::with_capacity(authority.len());
+    if let Some(u) = userinfo {
+        out.push_str(u);
+        out.push('@');
+    }
+    out.push_str(&host.to_lowercase());
+    if let Some(n) = port {
+        out.push(':');
+        out.push_str(&n.to_string());
+    }
+    Some(out)
+}
+
+/// Parses `//authority/path?query` (fragment already removed) for `scheme`.
+fn parse_network_path<'a>(scheme: String, s: &'a str) -> Option<Url<'a>> {
+    let s = s.trim_start_matches('/');
+    let auth_end = s.find(['/', '?']).unwrap_or(s.len());
+    let authority = normalize_authority(&scheme, &s[..auth_end])?;
+    let (path, query) = split_query(&s[auth_end..]);
+    let path = if path.is_empty() { Cow::Borrowed("/") } else { Cow::Borrowed(path) };
+    Some(Url { scheme, authority, path, query })
+}
+
+/// Parses an absolute http(s) URL.
+fn parse_absolute(url: &str) -> Option<Url<'_>> {
+    let url = url.split('#').next().unwrap_or_default();
+    let (scheme, rest) = split_scheme(url)?;
+    let scheme = scheme.to_ascii_lowercase();
+    if scheme != "http" && scheme != "https" {
+        return None;
+    }
+    parse_network_path(scheme, rest)
 }
 
 /// Resolves `href` against `base` and normalizes it; `None` for fragments-only, non-http(s)
 /// schemes and hrefs containing whitespace.
+///
+/// Follows RFC 3986 section 5.2 (with the WHATWG reading of `http:foo`): `//host/p` takes the
+/// base's scheme, `/p` the base's origin, a relative path the base's directory; `.` and `..`
+/// segments are resolved, the fragment is dropped and the query kept as written; scheme and
+/// host are lowercased, an empty path becomes `/` and the default port (80 for http, 443 for
+/// https) is dropped. Percent-encoding is left as written. `None` also when the result would
+/// have no host or a bad port, or when `href` is relative and `base` is not an http(s) URL.
+///
+/// ```
+/// use webindex::html::resolve;
+/// let base = "http://example.com/a/b.html?x=1";
+/// assert_eq!(resolve(base, "../c.html#top").as_deref(), Some("http://example.com/c.html"));
+/// assert_eq!(resolve(base, "HTTPS://Example.COM:443").as_deref(), Some("https://example.com/"));
+/// assert_eq!(resolve(base, "mailto:someone@example.com"), None);
+/// assert_eq!(resolve(base, "#top"), None);
+/// ```
 pub fn resolve(base: &str, href: &str) -> Option<String> {
-    let _ = (base, href);
-    unimplemented!("skeleton")
+    let href = href.trim();
+    if href.is_empty() || href.starts_with('#') || href.contains(char::is_whitespace) {
+        return None;
+    }
+    let href = href.split('#').next().unwrap_or_default();
+    let base = || parse_absolute(base.trim());
+    let url = match split_scheme(href) {
+        Some((scheme, rest)) => {
+            let scheme = scheme.to_ascii_lowercase();
+            if scheme != "http" && scheme != "https" {
+                return None;
+            }
+            match base() {
+                // `http:p` against an http base is relative (WHATWG); `http:p` otherwise, like
+                // `http:/p` and `http://p`, names the host `p`.
+                Some(b) if b.scheme == scheme && !rest.starts_with('/') => relative(b, rest),
+                _ => parse_network_path(scheme, rest)?,
+            }
+        }
+        None => {
+            let b = base()?;
+            if href.starts_with("//") { parse_network_path(b.scheme, href)? } else { relative(b, href) }
+        }
+    };
+    Some(url.to_normalized())
+}
+
+/// Resolves a relative reference without scheme or authority against `base`.
+fn relative<'a>(base: Url<'a>, href: &'a str) -> Url<'a> {
+    let (path, query) = split_query(href);
+    if path.is_empty() {
+        // `?q` (or nothing): the base path with the new query.
+        let query = query.or(if href.is_empty() { base.query } else { None });
+        return Url { query, ..base };
+    }
+    let path = if path.starts_with('/') {
+        Cow::Borrowed(path)
+    } else {
+        let dir = &base.path[..base.path.rfind('/').map_or(0, |i| i + 1)];
+        Cow::Owned(format!("{dir}{path}"))
+    };
+    Url { scheme: base.scheme, authority: base.authority, path, query }
+}
+
+/// Resolves `.` and `..` segments of an absolute path (RFC 3986 section 5.2.4).
+fn remove_dot_segments(path: &str) -> String {
+    let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
+    let mut out: Vec<&str> = Vec::with_capacity(segments.len());
+    for (i, seg) in segments.iter().enumerate() {
+        let last = i + 1 == segments.len();
+        match *seg {
+            "." => {}
+            ".." => {
+                out.pop();
+            }
+            s => {
+                out.push(s);
+                continue;
+            }
+        }
+        if last {
+            out.push(""); // `a/.` and `a/..` end with a slash
+        }
+    }
+    format!("/{}", out.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(target: &str, anchor: &str) -> Link {
+        Link { target: target.into(), anchor: anchor.into() }
+    }
+
+    #[test]
+    fn title_text_and_whitespace() {
+        let doc = parse(
+            "http://x.org/",
+            "<!DOCTYPE html>\n<HTML><Head><TITLE>  The\n Title </TITLE></head>\
+             <body><p>a</p><p>b</p> c<b>d</b>e<br>f<div>g\t\th</div></body></html>",
+        );
+        assert_eq!(doc.title, "The Title");
+        assert_eq!(doc.text, "a b cde f g h");
+        assert!(doc.links.is_empty());
+    }
+
+    #[test]
+    fn comments_script_style_and_second_title_are_skipped() {
+        let doc = parse(
+            "http://x.org/",
+            "<title>first</title><!-- <p>hidden</p> --><script type=\"x\">if (a < b) { x = '</p>' }</SCRIPT >\
+             <style>p { color: red }</style>shown<title>second</title>too<?php echo 1 ?>",
+        );
+        assert_eq!(doc.title, "first");
+        assert_eq!(doc.text, "shown too");
+    }
+
+    #[test]
+    fn unterminated_constructs_swallow_the_rest() {
+        assert_eq!(parse("http://x.org/", "a<!-- b").text, "a");
+        assert_eq!(parse("http://x.org/", "a<script>b").text, "a");
+        assert_eq!(parse("http://x.org/", "<title>t").title, "t");
+        assert_eq!(parse("http://x.org/", "a<p class='x").text, "a");
+        assert_eq!(parse("http://x.org/", "").title, "");
+    }
+
+    #[test]
+    fn stray_angle_brackets_are_text() {
+        assert_eq!(parse("http://x.org/", "1 < 2 > 0 <3 </ x> y").text, "1 < 2 > 0 <3 y");
+    }
+
+    #[test]
+    fn entities() {
+        let doc = parse(
+            "http://x.org/",
+            "<title>a&amp;b</title>&lt;x&gt; &quot;q&quot; &#39;s&apos; a&nbsp;b &#65;&#x42;&#X43; \
+             &copy; AT&T &amp &#xZZ; &#0; &amp;lt;",
+        );
+        assert_eq!(doc.title, "a&b");
+        assert_eq!(doc.text, "<x> \"q\" 's' a b ABC &copy; AT&T &amp &#xZZ; &#0; &lt;");
+    }
+
+    #[test]
+    fn links_in_document_order() {
+        let doc = parse(
+            "http://x.org/dir/page.html",
+            "<a href=\"/one\">One</a> <A HREF='two.html'>Two <i>and\n a half</i></a> \
+             <a name=x>no href</a> <a href=three>3 <a href=four>4</a> \
+             <a href=\"mailto:me@x.org\">mail</a> <a href='#top'>top</a> <a href=\"a b\">space</a>\
+             <a href=/five/>  </a><p><a href=\"six?q=1&amp;r=2\">six</p></a><a href>empty</a>",
+        );
+        assert_eq!(
+            doc.links,
+            vec![
+                link("http://x.org/one", "One"),
+                link("http://x.org/dir/two.html", "Two and a half"),
+                link("http://x.org/dir/three", "3"),
+                link("http://x.org/dir/four", "4"),
+                link("http://x.org/five/", ""),
+                link("http://x.org/dir/six?q=1&r=2", "six"),
+            ]
+        );
+        assert_eq!(doc.text, "One Two and a half no href 3 4 mail top space six empty");
+    }
+
+    #[test]
+    fn unclosed_anchor_ends_at_end_of_input() {
+        let doc = parse("http://x.org/", "<a href=/a>dangling");
+        assert_eq!(doc.links, vec![link("http://x.org/a", "dangling")]);
+    }
+
+    #[test]
+    fn attribute_forms() {
+        let doc = parse(
+            "http://x.org/",
+            "<a class = \"c\" data-x='1>2' Href = /q/>q</a><a href=\"/u\"href=\"/v\">u</a><a href=a&amp;b>e</a>",
+        );
+        assert_eq!(
+            doc.links,
+            vec![link("http://x.org/q/", "q"), link("http://x.org/u", "u"), link("http://x.org/a&b", "e")]
+        );
+    }
+
+    #[test]
+    fn resolve_relative_references() {
+        let base = "http://a.org/b/c/d;p?q";
+        let cases = [
+            ("g", "http://a.org/b/c/g"),
+            ("./g", "http://a.org/b/c/g"),
+            ("g/", "http://a.org/b/c/g/"),
+            ("/g", "http://a.org/g"),
+            ("//g", "http://g/"),
+            ("?y", "http://a.org/b/c/d;p?y"),
+            ("g?y", "http://a.org/b/c/g?y"),
+            ("g#s", "http://a.org/b/c/g"),
+            (".", "http://a.org/b/c/"),
+            ("..", "http://a.org/b/"),
+            ("../g", "http://a.org/b/g"),
+            ("../../../../g", "http://a.org/g"),
+            ("/./g", "http://a.org/g"),
+            ("g/./h/../i", "http://a.org/b/c/g/i"),
+            ("http:g", "http://a.org/b/c/g"),
+            ("https:g", "https://g/"),
+            ("  g  ", "http://a.org/b/c/g"),
+        ];
+        for (href, want) in cases {
+            assert_eq!(resolve(base, href).as_deref(), Some(want), "{href}");
+        }
+    }
+
+    #[test]
+    fn resolve_normalizes() {
+        let base = "https://Ex.org";
+        assert_eq!(resolve(base, "x").as_deref(), Some("https://ex.org/x"));
+        assert_eq!(resolve(base, "//Other.ORG").as_deref(), Some("https://other.org/"));
+        assert_eq!(resolve(base, "HTTP://H.org:80/P?Q#F").as_deref(), Some("http://h.org/P?Q"));
+        assert_eq!(resolve(base, "https://h.org:443").as_deref(), Some("https://h.org/"));
+        assert_eq!(resolve(base, "https://h.org:80/").as_deref(), Some("https://h.org:80/"));
+        assert_eq!(resolve(base, "http://h.org:8080/").as_deref(), Some("http://h.org:8080/"));
+        assert_eq!(resolve(base, "http://h.org:/").as_deref(), Some("http://h.org/"));
+        assert_eq!(resolve(base, "http://u@H.org/").as_deref(), Some("http://u@h.org/"));
+        assert_eq!(resolve(base, "http://[::1]:8080/").as_deref(), Some("http://[::1]:8080/"));
+        assert_eq!(resolve(base, "http://h.org?q").as_deref(), Some("http://h.org/?q"));
+    }
+
+    #[test]
+    fn resolve_rejects() {
+        let base = "http://a.org/b";
+        for href in [
+            "",
+            "   ",
+            "#",
+            "#frag",
+            "mailto:x@a.org",
+            "javascript:void(0)",
+            "ftp://a.org/",
+            "a b",
+            "a\tb",
+            "a\u{a0}b",
+            "http://",
+            "http://h.org:x/",
+            "http://h.org:99999/",
+        ] {
+            assert_eq!(resolve(base, href), None, "{href:?}");
+        }
+        assert_eq!(resolve("not a url", "g"), None);
+        assert_eq!(resolve("not a url", "http://h.org/").as_deref(), Some("http://h.org/"));
+    }
 }

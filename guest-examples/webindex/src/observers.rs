@@ -1,1 +1,185 @@
-//! The four observers. (Skeleton: being written.)
+//! The four observers of `docs/webindex.md`, generic over [`Txn`]: each guest crate exports one
+//! of them with `percolator_guest::export_observer!`, and tests run them natively against
+//! `percolator_guest::mem::MemStore`.
+//!
+//! | observer | bound to (`pages/…`) | writes |
+//! |---|---|---|
+//! | [`DocumentProcessor`] | `raw:html` | `doc:*`, `export:dirty` |
+//! | [`Clustering`] | `doc:hash`, `raw:pagerank` | `clusters/*`, `cluster:*`, `export:dirty` |
+//! | [`LinkInversion`] | `doc:links`; `link:dirty`, `cluster:canonical` | `inlinks/*`, `link:*`, `fwd/*`, `fwd:to`, `export:dirty` |
+//! | [`Exporter`] | `export:dirty` | `index/*`, `export:terms` |
+//!
+//! Every observer works from whatever state it finds (a run may come before, after or between
+//! the runs it depends on), writes only what differs from the output it recorded before, and
+//! writes its serialization point (`canon:url`, `link:out`, `fwd:to`, `export:terms`) on
+//! every run that could change it, as the specification's invariants require. Bad input (an
+//! unparsable `raw:pagerank`, `raw:html` that is not UTF-8) and unreadable values the pipeline
+//! wrote itself fail the run with [`Error::Failed`] naming the cell.
+
+mod clustering;
+mod document_processor;
+mod exporter;
+mod link_inversion;
+#[cfg(test)]
+mod pipeline_tests;
+
+pub use clustering::Clustering;
+pub use document_processor::DocumentProcessor;
+pub use exporter::Exporter;
+pub use link_inversion::LinkInversion;
+
+use percolator_guest::{Cell, Error, Notification, Result, Txn};
+
+use crate::schema::{PAGES, TRIGGER, prefix_range};
+
+/// The most cells one scan or get-many may return (the host's limit per call).
+const PAGE: usize = 10_000;
+
+/// `table/row/column`, for messages.
+fn cell_name(table: &str, row: &[u8], column: &str) -> String {
+    format!("{table}/{}/{column}", String::from_utf8_lossy(row))
+}
+
+/// A failure about one cell's value: `table/row/column: message`.
+fn bad_cell(table: &str, row: &[u8], column: &str, message: impl std::fmt::Display) -> Error {
+    Error::Failed(format!("{}: {message}", cell_name(table, row, column)))
+}
+
+/// The notified row as a URL.
+fn notified_url(n: &Notification) -> Result<&str> {
+    std::str::from_utf8(n.row())
+        .map_err(|_| Error::Failed(format!("{}: the row key is not UTF-8", cell_name(n.table(), n.row(), n.column()))))
+}
+
+/// Reads one text cell of each of `columns` in `pages/url`.
+fn get_page<const N: usize>(txn: &impl Txn, url: &str, columns: [&str; N]) -> Result<[Option<String>; N]> {
+    let cells: Vec<Cell> = columns.iter().map(|c| Cell::new(PAGES, url, *c)).collect();
+    let values = txn.get_many(&cells)?;
+    let mut out = [const { None }; N];
+    for ((slot, value), column) in out.iter_mut().zip(values).zip(columns) {
+        *slot = value.map(|v| text(PAGES, url.as_bytes(), column, v)).transpose()?;
+    }
+    Ok(out)
+}
+
+/// A value as UTF-8 text, or a failure naming its cell.
+fn text(table: &str, row: &[u8], column: &str, value: Vec<u8>) -> Result<String> {
+    String::from_utf8(value).map_err(|e| bad_cell(table, row, column, format_args!("not UTF-8: {e}")))
+}
+
+/// Decodes a value the pipeline wrote (absent: `""`), failing with the cell's name.
+fn decode<'v, T>(
+    table: &str,
+    row: &[u8],
+    column: &str,
+    value: Option<&'v str>,
+    decode: impl FnOnce(&'v str) -> std::result::Result<T, String>,
+) -> Result<T> {
+    decode(value.unwrap_or_default()).map_err(|e| bad_cell(table, row, column, e))
+}
+
+/// Every `column` value of the rows `"<prefix> <suffix>"` of `table`, as (suffix, value) in row
+/// order, paging through scans of at most [`PAGE`] cells.
+fn scan_prefix(txn: &impl Txn, table: &str, prefix: &str, column: &str) -> Result<Vec<(String, String)>> {
+    let (mut start, end) = prefix_range(prefix);
+    let mut out = Vec::new();
+    loop {
+        let page = txn.scan(table, &start, Some(&end), Some(&[column]), PAGE as u32)?;
+        let full = page.len() >= PAGE;
+        if let Some(last) = page.last() {
+            // One column, so one cell per row: continue just after the last row.
+            start = last.row.clone();
+            start.push(0);
+        }
+        for entry in page {
+            let suffix = entry.row.get(prefix.len() + 1..).unwrap_or_default();
+            let suffix = std::str::from_utf8(suffix)
+                .map_err(|_| bad_cell(table, &entry.row, column, "the row key is not UTF-8"))?
+                .to_owned();
+            let value = text(table, &entry.row, column, entry.value)?;
+            out.push((suffix, value));
+        }
+        if !full {
+            return Ok(out);
+        }
+    }
+}
+
+/// Reads `column` of each of `rows` of `table`, in get-many calls of at most [`PAGE`] cells.
+fn get_column<'r>(
+    txn: &impl Txn,
+    table: &str,
+    rows: impl IntoIterator<Item = &'r [u8]>,
+    column: &str,
+) -> Result<Vec<Option<Vec<u8>>>> {
+    let cells: Vec<Cell> = rows.into_iter().map(|row| Cell::new(table, row, column)).collect();
+    let mut out = Vec::with_capacity(cells.len());
+    for chunk in cells.chunks(PAGE) {
+        out.extend(txn.get_many(chunk)?);
+    }
+    Ok(out)
+}
+
+/// Sets `value` or deletes (`None`), unconditionally.
+fn put(txn: &mut impl Txn, table: &str, row: &[u8], column: &str, value: Option<&str>) -> Result<()> {
+    match value {
+        Some(v) => txn.set_str(table, row, column, v),
+        None => txn.delete(table, row, column),
+    }
+}
+
+/// Writes the trigger column `column` of `pages/url`.
+fn trigger(txn: &mut impl Txn, url: &str, column: &str) -> Result<()> {
+    txn.set_str(PAGES, url.as_bytes(), column, TRIGGER)
+}
+
+#[cfg(test)]
+mod test_util {
+    use percolator_guest::mem::MemStore;
+
+    /// Every cell of `table` as `(row, column, value)` text.
+    pub(super) fn dump(store: &MemStore, table: &str) -> Vec<(String, String, String)> {
+        store
+            .cells(table)
+            .into_iter()
+            .map(|(c, v)| (String::from_utf8(c.row).unwrap(), c.column, String::from_utf8(v).unwrap()))
+            .collect()
+    }
+
+    /// `(row, value)` of every cell of `column` in `table`.
+    pub(super) fn column(store: &MemStore, table: &str, column: &str) -> Vec<(String, String)> {
+        dump(store, table).into_iter().filter(|(_, c, _)| c == column).map(|(r, _, v)| (r, v)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::{INLINKS, LINK_ANCHOR, join_row};
+    use percolator_guest::mem::MemStore;
+
+    #[test]
+    fn scan_prefix_pages_through_more_than_one_scan() {
+        let store = MemStore::new();
+        let n = PAGE + 5;
+        for i in 0..n {
+            store.put(INLINKS, join_row("t", &format!("s{i:06}")), LINK_ANCHOR, format!("{i}"));
+        }
+        store.put(INLINKS, join_row("t2", "x"), LINK_ANCHOR, "other target");
+        store.put(INLINKS, join_row("s", "x"), LINK_ANCHOR, "other target");
+        let txn = store.begin();
+        let rows = scan_prefix(&txn, INLINKS, "t", LINK_ANCHOR).unwrap();
+        assert_eq!(rows.len(), n);
+        assert_eq!(rows[0], ("s000000".to_owned(), "0".to_owned()));
+        assert_eq!(rows[n - 1], (format!("s{:06}", n - 1), format!("{}", n - 1)));
+    }
+
+    #[test]
+    fn non_utf8_values_name_the_cell() {
+        let store = MemStore::new();
+        store.put(PAGES, "u", "doc:title", [0xff]);
+        let txn = store.begin();
+        let err = get_page(&txn, "u", ["doc:title"]).unwrap_err();
+        assert!(matches!(&err, Error::Failed(m) if m.starts_with("pages/u/doc:title: not UTF-8")), "{err}");
+    }
+}

@@ -1,4 +1,13 @@
 //! Table and column names, row keys and value encodings of `docs/webindex.md`.
+//!
+//! Every list value is lines, each ending in `\n`, fields separated by `\t`; the `decode_*`
+//! functions reject anything else (a missing final newline, a line without its tab, a count
+//! that is not a decimal `u64`) with a message saying what is wrong, which callers prefix
+//! with the cell's name.
+
+use std::collections::BTreeMap;
+
+use crate::html::Link;
 
 /// Crawled pages and everything derived per URL.
 pub const PAGES: &str = "pages";
@@ -69,4 +78,216 @@ pub fn prefix_range(a: &str) -> (Vec<u8>, Vec<u8>) {
 /// Splits `"a b"` at its first space.
 pub fn split_row(row: &[u8]) -> Option<(&str, &str)> {
     std::str::from_utf8(row).ok()?.split_once(' ')
+}
+
+/// The value written to trigger columns (`link:dirty`, `export:dirty`); only the write matters.
+pub const TRIGGER: &str = "1";
+
+/// `member:pagerank` of a member whose `raw:pagerank` is absent.
+pub const ABSENT_PAGERANK: &str = "0";
+
+/// `doc:links`: `target\tanchor\n` per link, in order.
+pub fn encode_links(links: &[Link]) -> String {
+    let mut out = String::new();
+    for link in links {
+        out.push_str(&link.target);
+        out.push('\t');
+        out.push_str(&link.anchor);
+        out.push('\n');
+    }
+    out
+}
+
+/// Reads an [`encode_links`] value; a target must be non-empty and free of whitespace (it is
+/// the first part of `inlinks` row keys).
+pub fn decode_links(value: &str) -> Result<Vec<Link>, String> {
+    pairs(value)?
+        .map(|pair| {
+            let (target, anchor) = pair?;
+            if target.is_empty() || target.contains(char::is_whitespace) {
+                return Err(format!("link target {target:?} is empty or contains whitespace"));
+            }
+            Ok(Link { target: target.to_owned(), anchor: anchor.to_owned() })
+        })
+        .collect()
+}
+
+/// The `inlinks` values of one source page: for each distinct target of `links`, the anchors of
+/// the links to it in document order, empty ones skipped, joined by one space (possibly the
+/// empty string). Sorted by target, so the keys are also the page's `link:out`.
+pub fn inlink_anchors(links: &[Link]) -> BTreeMap<&str, String> {
+    let mut out: BTreeMap<&str, String> = BTreeMap::new();
+    for link in links {
+        let anchors = out.entry(link.target.as_str()).or_default();
+        if !link.anchor.is_empty() {
+            if !anchors.is_empty() {
+                anchors.push(' ');
+            }
+            anchors.push_str(&link.anchor);
+        }
+    }
+    out
+}
+
+/// `link:out`: one item per line, `item\n` each, in the order given.
+pub fn encode_list<S: AsRef<str>>(items: impl IntoIterator<Item = S>) -> String {
+    let mut out = String::new();
+    for item in items {
+        out.push_str(item.as_ref());
+        out.push('\n');
+    }
+    out
+}
+
+/// Reads an [`encode_list`] value.
+pub fn decode_list(value: &str) -> Result<Vec<&str>, String> {
+    lines(value).map(Iterator::collect)
+}
+
+/// `fwd:anchors`: `source\tanchors\n` per inlink, in the order given (callers give them sorted
+/// by source; `anchors` is the `inlinks` row's `link:anchor`).
+pub fn encode_fwd<'a>(inlinks: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::new();
+    for (source, anchors) in inlinks {
+        out.push_str(source);
+        out.push('\t');
+        out.push_str(anchors);
+        out.push('\n');
+    }
+    out
+}
+
+/// Reads an [`encode_fwd`] value: (source, anchors) pairs.
+pub fn decode_fwd(value: &str) -> Result<Vec<(&str, &str)>, String> {
+    pairs(value)?.collect()
+}
+
+/// `export:terms`: `term\tcount\n` per term, sorted by term.
+pub fn encode_term_counts(counts: &BTreeMap<String, u64>) -> String {
+    let mut out = String::new();
+    for (term, count) in counts {
+        out.push_str(term);
+        out.push('\t');
+        out.push_str(&count.to_string());
+        out.push('\n');
+    }
+    out
+}
+
+/// Reads an [`encode_term_counts`] value.
+pub fn decode_term_counts(value: &str) -> Result<BTreeMap<String, u64>, String> {
+    pairs(value)?
+        .map(|pair| {
+            let (term, count) = pair?;
+            match count.parse::<u64>() {
+                Ok(n) => Ok((term.to_owned(), n)),
+                Err(_) => Err(format!("count {count:?} of term {term:?} is not a decimal number")),
+            }
+        })
+        .collect()
+}
+
+/// Checks a `doc:hash` or `cluster:hash` value: 32 lowercase hex digits, as
+/// [`content_hash`](crate::text::content_hash) writes them.
+pub fn decode_hash(value: &str) -> Result<&str, String> {
+    if value.len() == 32 && value.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+        Ok(value)
+    } else {
+        Err(format!("{value:?} is not a content hash (32 lowercase hex digits)"))
+    }
+}
+
+/// `hit:count`: decimal text.
+pub fn encode_count(count: u64) -> String {
+    count.to_string()
+}
+
+/// Reads a [`encode_count`] value.
+pub fn decode_count(value: &str) -> Result<u64, String> {
+    value.parse().map_err(|_| format!("{value:?} is not a decimal count"))
+}
+
+/// The lines of a list value, each of which must end in `\n`.
+fn lines(value: &str) -> Result<std::str::SplitTerminator<'_, char>, String> {
+    if value.is_empty() || value.ends_with('\n') {
+        Ok(value.split_terminator('\n'))
+    } else {
+        Err("the last line does not end in a newline".to_owned())
+    }
+}
+
+/// The lines of a list value as `first\tsecond` pairs (split at the first tab).
+fn pairs(value: &str) -> Result<impl Iterator<Item = Result<(&str, &str), String>>, String> {
+    Ok(lines(value)?
+        .enumerate()
+        .map(|(i, line)| line.split_once('\t').ok_or_else(|| format!("line {} ({line:?}) has no tab", i + 1))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(target: &str, anchor: &str) -> Link {
+        Link { target: target.into(), anchor: anchor.into() }
+    }
+
+    #[test]
+    fn rows_and_ranges() {
+        assert_eq!(join_row("a", "b c"), b"a b c");
+        assert_eq!(split_row(b"a b c"), Some(("a", "b c")));
+        let (start, end) = prefix_range("a");
+        assert!(start.as_slice() <= join_row("a", "").as_slice() && join_row("a", "\u{10ffff}") < end);
+        assert!(join_row("ab", "x") >= end);
+    }
+
+    #[test]
+    fn links_round_trip() {
+        let links = vec![link("http://a/", "x y"), link("http://b/", ""), link("http://a/", "z")];
+        let encoded = encode_links(&links);
+        assert_eq!(encoded, "http://a/\tx y\nhttp://b/\t\nhttp://a/\tz\n");
+        assert_eq!(decode_links(&encoded), Ok(links));
+        assert_eq!(decode_links(""), Ok(vec![]));
+        assert!(decode_links("http://a/\tx").is_err());
+        assert!(decode_links("http://a/\n").is_err());
+        assert!(decode_links("\tx\n").is_err());
+        assert!(decode_links("http://a b/\tx\n").is_err());
+    }
+
+    #[test]
+    fn inlink_anchors_group_by_target() {
+        let links = [link("t:b", "one"), link("t:a", ""), link("t:b", ""), link("t:b", "two")];
+        let got: Vec<(&str, String)> = inlink_anchors(&links).into_iter().collect();
+        assert_eq!(got, [("t:a", String::new()), ("t:b", "one two".to_owned())]);
+    }
+
+    #[test]
+    fn lists_fwd_and_term_counts_round_trip() {
+        assert_eq!(encode_list(["a", "b"]), "a\nb\n");
+        assert_eq!(decode_list("a\nb\n"), Ok(vec!["a", "b"]));
+        assert_eq!(decode_list(""), Ok(vec![]));
+        assert!(decode_list("a\nb").is_err());
+
+        let fwd = encode_fwd([("s:1", "x y"), ("s:2", "")]);
+        assert_eq!(fwd, "s:1\tx y\ns:2\t\n");
+        assert_eq!(decode_fwd(&fwd), Ok(vec![("s:1", "x y"), ("s:2", "")]));
+
+        let counts: BTreeMap<String, u64> = [("cat".to_owned(), 2), ("dog".to_owned(), 10)].into();
+        let encoded = encode_term_counts(&counts);
+        assert_eq!(encoded, "cat\t2\ndog\t10\n");
+        assert_eq!(decode_term_counts(&encoded), Ok(counts));
+        assert!(decode_term_counts("cat\t-1\n").is_err());
+        assert!(decode_term_counts("cat\n").is_err());
+
+        assert_eq!(decode_count(&encode_count(42)), Ok(42));
+        assert!(decode_count("4 2").is_err());
+    }
+
+    #[test]
+    fn hashes() {
+        let h = crate::text::content_hash("t", "x");
+        assert_eq!(decode_hash(&h), Ok(h.as_str()));
+        assert!(decode_hash(&h.to_uppercase()).is_err());
+        assert!(decode_hash(&h[1..]).is_err());
+        assert!(decode_hash("").is_err());
+    }
 }

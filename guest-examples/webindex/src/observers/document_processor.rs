@@ -1,0 +1,175 @@
+//! The document processor: `raw:html` → `doc:title`, `doc:text`, `doc:links`, `doc:hash`.
+
+use percolator_guest::{Error, Notification, Observer, Result, Txn};
+
+use super::{get_page, notified_url, put, text, trigger};
+use crate::html;
+use crate::schema::{DOC_HASH, DOC_LINKS, DOC_TEXT, DOC_TITLE, EXPORT_DIRTY, PAGES, RAW_HTML, encode_links};
+use crate::text::content_hash;
+
+/// Parses `pages/<url>/raw:html` into the four `doc:*` columns of the same row.
+///
+/// Writes a `doc:*` column only when its value changes (so unchanged re-crawls notify nobody),
+/// and `export:dirty` of the page when `doc:title` or `doc:text` changes. `raw:html` absent:
+/// deletes the `doc:*` columns. `raw:html` that is not UTF-8 fails the run.
+///
+/// Bind to `pages/raw:html`. Reads `pages/raw:html`, `pages/doc:*`; writes `pages/doc:*`,
+/// `pages/export:dirty`.
+pub struct DocumentProcessor;
+
+impl Observer for DocumentProcessor {
+    fn observe(txn: &mut impl Txn, n: &Notification) -> Result<()> {
+        let url = notified_url(n)?;
+        let row = url.as_bytes();
+        let new = match txn.get(PAGES, row, RAW_HTML)? {
+            None => None,
+            Some(raw) => {
+                // Row keys built from URLs ("<url> <other>") rely on URLs without whitespace.
+                let normalized = html::resolve(url, url);
+                if normalized.as_deref() != Some(url) {
+                    return Err(Error::Failed(format!(
+                        "pages/{url}/raw:html: the row key is not a normalized http(s) URL{}",
+                        normalized.map(|n| format!(" (expected {n:?})")).unwrap_or_default()
+                    )));
+                }
+                let doc = html::parse(url, &text(PAGES, row, RAW_HTML, raw)?);
+                let hash = content_hash(&doc.title, &doc.text);
+                let links = encode_links(&doc.links);
+                Some([doc.title, doc.text, links, hash])
+            }
+        };
+        let columns = [DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH];
+        let old = get_page(txn, url, columns)?;
+        let mut text_changed = false;
+        for (i, column) in columns.into_iter().enumerate() {
+            let value = new.as_ref().map(|values| values[i].as_str());
+            if old[i].as_deref() != value {
+                put(txn, PAGES, row, column, value)?;
+                text_changed |= column == DOC_TITLE || column == DOC_TEXT;
+            }
+        }
+        if text_changed {
+            trigger(txn, url, EXPORT_DIRTY)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observers::test_util::dump;
+    use percolator_guest::Error;
+    use percolator_guest::mem::MemStore;
+
+    const URL: &str = "http://a.org/x/p.html";
+
+    fn run(store: &MemStore) -> Result<()> {
+        store.observe::<DocumentProcessor>(&store.notification(PAGES, URL, RAW_HTML))
+    }
+
+    #[test]
+    fn writes_doc_columns_and_triggers_export() {
+        let store = MemStore::new();
+        store.declare_writes(PAGES, &[DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]);
+        store.put(PAGES, URL, RAW_HTML, "<title>T</title><p>Body <a href='q.html#f'>go</a> <a href=/>home</a>");
+        run(&store).unwrap();
+        assert_eq!(store.get_str(PAGES, URL, DOC_TITLE).as_deref(), Some("T"));
+        assert_eq!(store.get_str(PAGES, URL, DOC_TEXT).as_deref(), Some("Body go home"));
+        assert_eq!(
+            store.get_str(PAGES, URL, DOC_LINKS).as_deref(),
+            Some("http://a.org/x/q.html\tgo\nhttp://a.org/\thome\n")
+        );
+        assert_eq!(store.get_str(PAGES, URL, DOC_HASH), Some(content_hash("T", "Body go home")));
+        assert!(store.get(PAGES, URL, EXPORT_DIRTY).is_some());
+    }
+
+    #[test]
+    fn a_row_key_that_is_not_a_normalized_url_fails_the_run() {
+        let store = MemStore::new();
+        store.declare_writes(PAGES, &[DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]);
+        for (url, expected) in [("HTTP://A.org/x", "(expected \"http://a.org/x\")"), ("http://a.org/a b", "URL")] {
+            store.put(PAGES, url, RAW_HTML, "<title>T</title>");
+            let e = store.observe::<DocumentProcessor>(&store.notification(PAGES, url, RAW_HTML)).unwrap_err();
+            assert!(matches!(&e, Error::Failed(m) if m.contains("not a normalized") && m.ends_with(expected)), "{e:?}");
+            assert_eq!(store.get(PAGES, url, DOC_HASH), None);
+        }
+    }
+
+    #[test]
+    fn empty_page_has_empty_doc_columns() {
+        let store = MemStore::new();
+        store.put(PAGES, URL, RAW_HTML, "");
+        run(&store).unwrap();
+        for column in [DOC_TITLE, DOC_TEXT, DOC_LINKS] {
+            assert_eq!(store.get_str(PAGES, URL, column).as_deref(), Some(""), "{column}");
+        }
+        assert_eq!(store.get_str(PAGES, URL, DOC_HASH), Some(content_hash("", "")));
+        // Title and text went from absent to "": a change, so the page is re-exported.
+        assert!(store.get(PAGES, URL, EXPORT_DIRTY).is_some());
+    }
+
+    #[test]
+    fn writes_only_what_changed() {
+        let store = MemStore::new();
+        store.put(PAGES, URL, RAW_HTML, "<title>T</title>text <a href=/a>a</a>");
+        run(&store).unwrap();
+        let before: Vec<_> = [DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]
+            .map(|c| store.notification(PAGES, URL, c).commit_ts)
+            .into();
+
+        // Same content, different markup: nothing is written.
+        store.put(PAGES, URL, RAW_HTML, "<TITLE>T</TITLE>\n<b>text</b> <a href='/a'>a</a>");
+        let mut txn = store.begin();
+        DocumentProcessor::observe(&mut txn, &store.notification(PAGES, URL, RAW_HTML)).unwrap();
+        assert!(txn.buffered().is_empty(), "{:?}", txn.buffered());
+
+        // Only the links change: doc:links is written, no export trigger.
+        store.put(PAGES, URL, RAW_HTML, "<title>T</title>text <a href=/b>a</a>");
+        let mut txn = store.begin();
+        DocumentProcessor::observe(&mut txn, &store.notification(PAGES, URL, RAW_HTML)).unwrap();
+        let written: Vec<&str> = txn.buffered().keys().map(|c| c.column.as_str()).collect();
+        assert_eq!(written, [DOC_LINKS]);
+        txn.commit().unwrap();
+        let after: Vec<_> = [DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]
+            .map(|c| store.notification(PAGES, URL, c).commit_ts)
+            .into();
+        assert_eq!(before[0], after[0]);
+        assert_ne!(before[2], after[2]);
+        assert_eq!(before[4], after[4]);
+
+        // The text changes: doc:text, doc:hash and the export trigger.
+        store.put(PAGES, URL, RAW_HTML, "<title>T</title>new text <a href=/b>a</a>");
+        let mut txn = store.begin();
+        DocumentProcessor::observe(&mut txn, &store.notification(PAGES, URL, RAW_HTML)).unwrap();
+        let written: Vec<&str> = txn.buffered().keys().map(|c| c.column.as_str()).collect();
+        assert_eq!(written, [DOC_HASH, DOC_TEXT, EXPORT_DIRTY]);
+    }
+
+    #[test]
+    fn removed_html_deletes_doc_columns() {
+        let store = MemStore::new();
+        store.put(PAGES, URL, RAW_HTML, "<title>T</title>text");
+        run(&store).unwrap();
+        store.remove(PAGES, URL, RAW_HTML);
+        run(&store).unwrap();
+        let left: Vec<String> = dump(&store, PAGES).into_iter().map(|(_, c, _)| c).collect();
+        assert_eq!(left, [EXPORT_DIRTY]);
+        // Nothing to delete any more: the next run writes nothing.
+        let mut txn = store.begin();
+        DocumentProcessor::observe(&mut txn, &store.notification(PAGES, URL, RAW_HTML)).unwrap();
+        assert!(txn.buffered().is_empty());
+    }
+
+    #[test]
+    fn html_that_is_not_utf8_fails_naming_the_cell() {
+        let store = MemStore::new();
+        store.put(PAGES, URL, RAW_HTML, [b'<', 0xff]);
+        let err = run(&store).unwrap_err();
+        assert!(
+            matches!(&err, Error::Failed(m) if m.starts_with(&format!("pages/{URL}/raw:html: not UTF-8"))),
+            "{err}"
+        );
+        assert_eq!(store.get(PAGES, URL, DOC_TITLE), None);
+    }
+}

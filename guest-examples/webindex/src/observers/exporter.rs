@@ -1,0 +1,156 @@
+//! The exporter: the inverted index rows of canonical pages.
+
+use std::collections::BTreeMap;
+
+use percolator_guest::{Notification, Observer, Result, Txn};
+
+use super::{decode, get_page, notified_url, put, scan_prefix};
+use crate::schema::{
+    CLUSTER_CANONICAL, DOC_TEXT, DOC_TITLE, EXPORT_TERMS, FWD, FWD_ANCHORS, HIT_COUNT, INDEX, PAGES, decode_fwd,
+    decode_term_counts, encode_count, encode_term_counts, join_row,
+};
+use crate::text::count_terms;
+
+/// Writes `index/"term C"` for every term of an exported URL `C`, and deletes stale ones.
+///
+/// `C` is exported iff `cluster:canonical(C) == C`. Its terms are those of `doc:title`,
+/// `doc:text` and every anchor forwarded to it (`fwd/"C *"`), counted with repeats.
+/// `export:terms(C)` records them; the rows written or deleted are the difference from the
+/// recorded previous value, and `export:terms` is written on every run (deleted when there
+/// are no terms, as for a URL that is not exported).
+///
+/// Bind to `pages/export:dirty`. Reads `pages/cluster:canonical`, `pages/doc:title`,
+/// `pages/doc:text`, `pages/export:terms`, `fwd/fwd:anchors`; writes `index/hit:count`,
+/// `pages/export:terms`.
+pub struct Exporter;
+
+impl Observer for Exporter {
+    fn observe(txn: &mut impl Txn, n: &Notification) -> Result<()> {
+        let url = notified_url(n)?;
+        let row = url.as_bytes();
+        let [canonical, title, text, recorded] =
+            get_page(txn, url, [CLUSTER_CANONICAL, DOC_TITLE, DOC_TEXT, EXPORT_TERMS])?;
+        let old = decode(PAGES, row, EXPORT_TERMS, recorded.as_deref(), decode_term_counts)?;
+        let mut new = BTreeMap::new();
+        if canonical.as_deref() == Some(url) {
+            count_terms(&mut new, title.as_deref().unwrap_or_default());
+            count_terms(&mut new, text.as_deref().unwrap_or_default());
+            for (target, value) in scan_prefix(txn, FWD, url, FWD_ANCHORS)? {
+                let fwd_row = join_row(url, &target);
+                for (_, anchors) in decode(FWD, &fwd_row, FWD_ANCHORS, Some(&value), decode_fwd)? {
+                    count_terms(&mut new, anchors);
+                }
+            }
+        }
+        for term in old.keys().filter(|t| !new.contains_key(*t)) {
+            txn.delete(INDEX, &join_row(term, url), HIT_COUNT)?;
+        }
+        for (term, &count) in &new {
+            if old.get(term) != Some(&count) {
+                txn.set_str(INDEX, &join_row(term, url), HIT_COUNT, &encode_count(count))?;
+            }
+        }
+        let terms = (!new.is_empty()).then(|| encode_term_counts(&new));
+        put(txn, PAGES, row, EXPORT_TERMS, terms.as_deref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::observers::test_util::column;
+    use percolator_guest::Error;
+    use percolator_guest::mem::MemStore;
+
+    fn export(store: &MemStore, url: &str) {
+        store.observe::<Exporter>(&store.notification(PAGES, url, "export:dirty")).unwrap();
+    }
+
+    fn index(store: &MemStore) -> Vec<(String, String)> {
+        column(store, INDEX, HIT_COUNT)
+    }
+
+    fn strs(v: &[(&str, &str)]) -> Vec<(String, String)> {
+        v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
+    }
+
+    #[test]
+    fn exports_title_text_and_forwarded_anchors() {
+        let store = MemStore::new();
+        store.declare_writes(INDEX, &[HIT_COUNT]);
+        store.declare_writes(PAGES, &[EXPORT_TERMS]);
+        store.put(PAGES, "c:x", CLUSTER_CANONICAL, "c:x");
+        store.put(PAGES, "c:x", DOC_TITLE, "Cats");
+        store.put(PAGES, "c:x", DOC_TEXT, "the cats and dogs");
+        store.put(FWD, join_row("c:x", "c:x"), FWD_ANCHORS, "s:1\tdogs\n");
+        store.put(FWD, join_row("c:x", "d:dup"), FWD_ANCHORS, "s:2\tdogs cats\ns:3\t\n");
+        store.put(FWD, join_row("c:xy", "t"), FWD_ANCHORS, "s:4\tnot mine\n");
+        export(&store, "c:x");
+        assert_eq!(index(&store), strs(&[("cats c:x", "3"), ("dogs c:x", "3")]));
+        assert_eq!(store.get_str(PAGES, "c:x", EXPORT_TERMS).as_deref(), Some("cats\t3\ndogs\t3\n"));
+    }
+
+    #[test]
+    fn writes_the_difference_and_deletes_stale_rows() {
+        let store = MemStore::new();
+        store.put(PAGES, "c:x", CLUSTER_CANONICAL, "c:x");
+        store.put(PAGES, "c:x", DOC_TEXT, "alpha beta beta");
+        export(&store, "c:x");
+        store.put(PAGES, "c:x", DOC_TEXT, "alpha beta gamma");
+        let mut txn = store.begin();
+        Exporter::observe(&mut txn, &store.notification(PAGES, "c:x", "export:dirty")).unwrap();
+        let written: Vec<(String, bool)> = txn
+            .buffered()
+            .iter()
+            .map(|(c, v)| (format!("{}/{}", c.table, String::from_utf8_lossy(&c.row)), v.is_some()))
+            .collect();
+        let want = [("index/beta c:x", true), ("index/gamma c:x", true), ("pages/c:x", true)];
+        assert_eq!(written, want.map(|(c, set)| (c.to_owned(), set)));
+        txn.commit().unwrap();
+        assert_eq!(index(&store), strs(&[("alpha c:x", "1"), ("beta c:x", "1"), ("gamma c:x", "1")]));
+
+        store.put(PAGES, "c:x", DOC_TEXT, "gamma");
+        export(&store, "c:x");
+        assert_eq!(index(&store), strs(&[("gamma c:x", "1")]));
+    }
+
+    #[test]
+    fn pages_that_are_not_canonical_are_not_exported() {
+        let store = MemStore::new();
+        store.put(PAGES, "u:a", DOC_TEXT, "words here");
+        export(&store, "u:a");
+        assert!(index(&store).is_empty());
+        assert_eq!(store.get(PAGES, "u:a", EXPORT_TERMS), None);
+
+        store.put(PAGES, "u:a", CLUSTER_CANONICAL, "u:a");
+        export(&store, "u:a");
+        assert_eq!(index(&store), strs(&[("here u:a", "1"), ("words u:a", "1")]));
+
+        // Another page becomes canonical: u:a's rows go.
+        store.put(PAGES, "u:a", CLUSTER_CANONICAL, "u:b");
+        export(&store, "u:a");
+        assert!(index(&store).is_empty());
+        assert_eq!(store.get(PAGES, "u:a", EXPORT_TERMS), None);
+    }
+
+    #[test]
+    fn every_run_writes_export_terms() {
+        let store = MemStore::new();
+        let mut txn = store.begin();
+        Exporter::observe(&mut txn, &store.notification(PAGES, "u:a", "export:dirty")).unwrap();
+        let written: Vec<(String, bool)> =
+            txn.buffered().iter().map(|(c, v)| (c.column.clone(), v.is_some())).collect();
+        assert_eq!(written, [(EXPORT_TERMS.to_owned(), false)]);
+    }
+
+    #[test]
+    fn bad_recorded_terms_fail_naming_the_cell() {
+        let store = MemStore::new();
+        store.put(PAGES, "u:a", EXPORT_TERMS, "cats\tmany\n");
+        let err = store.observe::<Exporter>(&store.notification(PAGES, "u:a", "export:dirty")).unwrap_err();
+        assert_eq!(
+            err,
+            Error::failed("pages/u:a/export:terms: count \"many\" of term \"cats\" is not a decimal number")
+        );
+    }
+}

@@ -1,0 +1,467 @@
+//! The incremental pipeline reaches the batch result: the four observers, driven natively on a
+//! `MemStore` the way the host drives them, end with exactly the tables that
+//! `webindex::batch::compute` derives from the final `raw:*` inputs — whatever the order in
+//! which inputs arrive and runs interleave.
+//!
+//! The driver imitates the host: every committed write of a bound column of `pages` queues a
+//! notification of its binding's observer (pending notifications of one cell collapse into one);
+//! a run begins a transaction after the write that caused it, and up to six runs are in flight
+//! at once (preferably on rows the others touch), so their snapshots overlap and their commits
+//! race; a run of a cell whose newer run committed since it began fails as the host's ack
+//! conflict would (invariant 3 of the specification); a failed commit queues the notification
+//! again. Input records (first crawls, then re-crawls of the same URL, and a few
+//! deletions) are loaded in a random order interleaved with the runs.
+//!
+//! Run with `cargo test -p webindex --test fixed_point` in `guest-examples/`.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use percolator_guest::mem::{MemStore, MemTxn};
+use percolator_guest::{Cell, Notification, Observer, Result, Txn};
+use webindex::batch::{self, Inputs, Table, Tables};
+use webindex::crawl::{self, Crawl};
+use webindex::observers::{Clustering, DocumentProcessor, Exporter, LinkInversion};
+use webindex::schema::*;
+
+/// Every table the pipeline writes.
+const TABLES: [&str; 5] = [PAGES, CLUSTERS, INLINKS, FWD, INDEX];
+/// Columns whose presence records history, not state: left out of the comparison.
+const TRIGGERS: [&str; 2] = [LINK_DIRTY, EXPORT_DIRTY];
+/// Runs after which the driver gives up: the pipeline does not settle.
+const MAX_RUNS: usize = 500_000;
+
+/// The observers, as the host's configuration binds them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Bound {
+    DocumentProcessor,
+    Clustering,
+    LinkInversion,
+    Exporter,
+}
+
+impl Bound {
+    /// The observer bound to `table`/`column`, if any (config/web-index.toml).
+    fn of(table: &str, column: &str) -> Option<Bound> {
+        if table != PAGES {
+            return None;
+        }
+        match column {
+            RAW_HTML => Some(Bound::DocumentProcessor),
+            DOC_HASH | RAW_PAGERANK => Some(Bound::Clustering),
+            DOC_LINKS | LINK_DIRTY | CLUSTER_CANONICAL => Some(Bound::LinkInversion),
+            EXPORT_DIRTY => Some(Bound::Exporter),
+            _ => None,
+        }
+    }
+
+    fn observe(self, txn: &mut MemTxn, n: &Notification) -> Result<()> {
+        match self {
+            Bound::DocumentProcessor => DocumentProcessor::observe(txn, n),
+            Bound::Clustering => Clustering::observe(txn, n),
+            Bound::LinkInversion => LinkInversion::observe(txn, n),
+            Bound::Exporter => Exporter::observe(txn, n),
+        }
+    }
+}
+
+/// splitmix64, for shuffles and choices.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// One record the loader writes: each column set (`Some`) or deleted (`None`); `raw:html`
+/// is left alone when `html` is `Keep`.
+#[derive(Clone, Debug)]
+struct Record {
+    url: String,
+    html: Change,
+    pagerank: Change,
+}
+
+#[derive(Clone, Debug)]
+enum Change {
+    Keep,
+    Set(Vec<u8>),
+    Delete,
+}
+
+/// The input records of a crawl, per URL in the order they must be loaded (first crawl, then
+/// re-crawls), plus, with `deletions`, a few records that delete `raw:html` or
+/// `raw:pagerank` (a page gone, a rank withdrawn).
+fn records(crawl: &Crawl, rng: &mut Rng, deletions: bool) -> BTreeMap<String, VecDeque<Record>> {
+    let mut per_url: BTreeMap<String, VecDeque<Record>> = BTreeMap::new();
+    for page in crawl.pages.iter().chain(&crawl.recrawls) {
+        per_url.entry(page.url.clone()).or_default().push_back(Record {
+            url: page.url.clone(),
+            html: Change::Set(page.html.clone().into_bytes()),
+            pagerank: Change::Set(format!("{}", page.pagerank).into_bytes()),
+        });
+    }
+    if deletions {
+        for (url, list) in per_url.iter_mut() {
+            let (html, pagerank) = match rng.below(100) {
+                0..4 => (Change::Delete, Change::Keep),
+                4..8 => (Change::Keep, Change::Delete),
+                8..10 => (Change::Delete, Change::Delete),
+                _ => continue,
+            };
+            list.push_back(Record { url: url.clone(), html, pagerank });
+        }
+    }
+    per_url
+}
+
+/// The `raw:*` inputs after every record is loaded.
+fn final_inputs(records: &BTreeMap<String, VecDeque<Record>>) -> Inputs {
+    let mut inputs = Inputs::new();
+    for r in records.values().flatten() {
+        let (html, pagerank) = inputs.entry(r.url.clone()).or_default();
+        for (change, value) in [(&r.html, html), (&r.pagerank, pagerank)] {
+            match change {
+                Change::Keep => {}
+                Change::Set(v) => *value = Some(v.clone()),
+                Change::Delete => *value = None,
+            }
+        }
+    }
+    inputs
+}
+
+/// How the driver schedules.
+#[derive(Clone, Copy, Debug)]
+struct Schedule {
+    /// Seeds the order of loads and runs.
+    seed: u64,
+    /// Most runs in flight at once (1: one run at a time).
+    in_flight: usize,
+    /// Also load records that delete inputs.
+    deletions: bool,
+}
+
+/// A run begun and observed, waiting to commit.
+struct Run {
+    cell: Cell,
+    bound: Bound,
+    attempt: u32,
+    txn: MemTxn,
+}
+
+/// What a drive did, for sanity checks.
+#[derive(Debug, Default)]
+struct Stats {
+    runs: usize,
+    /// Runs that failed on their ack (a newer run of the same notification committed first).
+    ack_conflicts: usize,
+    /// Runs whose commit failed on a write-write conflict.
+    write_conflicts: usize,
+}
+
+/// The host, in miniature.
+struct Driver {
+    store: MemStore,
+    rng: Rng,
+    /// Notified cells not yet run, with the attempt of their next run.
+    queue: Vec<(Cell, u32)>,
+    /// The cells in `queue`: notifications of one cell collapse.
+    queued: BTreeSet<Cell>,
+    /// Runs begun and not yet committed.
+    running: Vec<Run>,
+    /// Commit timestamp of the newest committed run of each cell: the host's ack, which an
+    /// overlapping run of the same binding and row conflicts on.
+    acks: BTreeMap<Cell, u64>,
+    stats: Stats,
+}
+
+impl Driver {
+    fn new(seed: u64) -> Driver {
+        Driver {
+            store: MemStore::new(),
+            rng: Rng(seed),
+            queue: Vec::new(),
+            queued: BTreeSet::new(),
+            running: Vec::new(),
+            acks: BTreeMap::new(),
+            stats: Stats::default(),
+        }
+    }
+
+    fn enqueue(&mut self, cell: Cell, attempt: u32) {
+        if Bound::of(&cell.table, &cell.column).is_some() && self.queued.insert(cell.clone()) {
+            self.queue.push((cell, attempt));
+        }
+    }
+
+    /// Commits `txn` and queues notifications of the bound cells it wrote.
+    fn commit(&mut self, txn: MemTxn) -> Result<u64> {
+        let written: Vec<Cell> = txn.buffered().keys().chain(txn.buffered_weak()).cloned().collect();
+        let ts = txn.commit()?;
+        for cell in written {
+            self.enqueue(cell, 1);
+        }
+        Ok(ts)
+    }
+
+    fn load(&mut self, r: &Record) {
+        let mut txn = self.store.begin();
+        for (column, change) in [(RAW_HTML, &r.html), (RAW_PAGERANK, &r.pagerank)] {
+            match change {
+                Change::Keep => Ok(()),
+                Change::Set(v) => txn.set(PAGES, r.url.as_bytes(), column, v),
+                Change::Delete => txn.delete(PAGES, r.url.as_bytes(), column),
+            }
+            .expect("the loader's write is valid");
+        }
+        self.commit(txn).expect("nobody else writes raw:*");
+    }
+
+    /// Takes a random queued notification and runs its observer in a new transaction, which
+    /// stays in flight until [`finish`](Driver::finish). Half of the time while other runs are
+    /// in flight, it prefers a notification of a row they run on or write to, where conflicts
+    /// and lost updates would be.
+    fn begin(&mut self) {
+        let mut pick = self.rng.below(self.queue.len());
+        if !self.running.is_empty() && self.rng.below(2) == 0 {
+            let hot: BTreeSet<&[u8]> = self
+                .running
+                .iter()
+                .flat_map(|r| std::iter::once(&r.cell).chain(r.txn.buffered().keys()))
+                .filter(|c| c.table == PAGES)
+                .map(|c| c.row.as_slice())
+                .collect();
+            let near: Vec<usize> =
+                (0..self.queue.len()).filter(|&i| hot.contains(self.queue[i].0.row.as_slice())).collect();
+            if !near.is_empty() {
+                pick = near[self.rng.below(near.len())];
+            }
+        }
+        let (cell, attempt) = self.queue.swap_remove(pick);
+        self.queued.remove(&cell);
+        let bound = Bound::of(&cell.table, &cell.column).expect("only bound cells are queued");
+        let n = self.store.notification(&cell.table, &cell.row, &cell.column).with_attempt(attempt);
+        let mut txn = self.store.begin();
+        self.stats.runs += 1;
+        match bound.observe(&mut txn, &n) {
+            Ok(()) => self.running.push(Run { cell, bound, attempt, txn }),
+            Err(e) if e.is_conflict() => self.retry(cell, attempt),
+            Err(e) => {
+                panic!("{bound:?} failed on {}/{}/{}: {e}", cell.table, String::from_utf8_lossy(&cell.row), cell.column)
+            }
+        }
+    }
+
+    /// Commits a random run in flight (or fails it on its ack, or on a write-write conflict).
+    fn finish(&mut self) {
+        let run = self.running.swap_remove(self.rng.below(self.running.len()));
+        if self.acks.get(&run.cell).is_some_and(|&ack| ack > run.txn.start_ts()) {
+            self.stats.ack_conflicts += 1;
+            return self.retry(run.cell, run.attempt);
+        }
+        match self.commit(run.txn) {
+            Ok(ts) => {
+                self.acks.insert(run.cell, ts);
+            }
+            Err(e) if e.is_conflict() => {
+                self.stats.write_conflicts += 1;
+                self.retry(run.cell, run.attempt);
+            }
+            Err(e) => panic!("{:?} commit failed: {e}", run.bound),
+        }
+    }
+
+    fn retry(&mut self, cell: Cell, attempt: u32) {
+        self.enqueue(cell, attempt + 1);
+    }
+
+    /// Loads every record (each URL's in order, URLs interleaved at random) while running
+    /// observers, then runs them until no notification is left.
+    fn drive(&mut self, mut records: BTreeMap<String, VecDeque<Record>>, in_flight: usize) {
+        let mut urls: Vec<String> = records.keys().cloned().collect();
+        loop {
+            assert!(self.stats.runs < MAX_RUNS, "no fixed point after {MAX_RUNS} runs");
+            let can_load = !urls.is_empty();
+            let can_begin = !self.queue.is_empty() && self.running.len() < in_flight;
+            let can_finish = !self.running.is_empty();
+            // Weights: load 1, begin 4, finish 2 (among what is possible).
+            let weights = [usize::from(can_load), 4 * usize::from(can_begin), 2 * usize::from(can_finish)];
+            let total: usize = weights.iter().sum();
+            if total == 0 {
+                break;
+            }
+            let mut roll = self.rng.below(total);
+            let mut action = 0;
+            while roll >= weights[action] {
+                roll -= weights[action];
+                action += 1;
+            }
+            match action {
+                0 => {
+                    let k = self.rng.below(urls.len());
+                    let list = records.get_mut(&urls[k]).expect("listed");
+                    let record = list.pop_front().expect("URLs with records only");
+                    if list.is_empty() {
+                        urls.swap_remove(k);
+                    }
+                    self.load(&record);
+                }
+                1 => self.begin(),
+                _ => self.finish(),
+            }
+        }
+    }
+
+    /// Every table's cells, trigger columns left out; tables without cells absent.
+    fn tables(&self) -> Tables {
+        let mut tables = Tables::new();
+        for name in TABLES {
+            let table: Table = self
+                .store
+                .cells(name)
+                .into_iter()
+                .filter(|(c, _)| !TRIGGERS.contains(&c.column.as_str()))
+                .map(|(c, v)| ((c.row, c.column), v))
+                .collect();
+            tables.insert(name.to_owned(), table);
+        }
+        batch::normalize(&mut tables);
+        tables
+    }
+}
+
+/// Drives the pipeline over `crawl` and returns the final tables, the final inputs and stats.
+fn run(crawl: &Crawl, schedule: Schedule) -> (Tables, Inputs, Stats) {
+    let mut rng = Rng(!schedule.seed);
+    run_records(records(crawl, &mut rng, schedule.deletions), schedule)
+}
+
+/// Drives the pipeline over `records` (`schedule.deletions` is not used).
+fn run_records(records: BTreeMap<String, VecDeque<Record>>, schedule: Schedule) -> (Tables, Inputs, Stats) {
+    let mut driver = Driver::new(schedule.seed);
+    let inputs = final_inputs(&records);
+    driver.drive(records, schedule.in_flight);
+    assert!(driver.running.is_empty() && driver.queue.is_empty());
+    let tables = driver.tables();
+    (tables, inputs, driver.stats)
+}
+
+/// Panics with the first differences if `actual` is not `expected`.
+fn assert_same(expected: &Tables, actual: &Tables, what: &str) {
+    let lines = batch::diff(expected, actual, 25);
+    assert!(lines.is_empty(), "{what}: the tables differ:\n  {}", lines.join("\n  "));
+}
+
+#[test]
+fn incremental_result_equals_the_batch_result() {
+    let (mut ack_conflicts, mut write_conflicts) = (0, 0);
+    for seed in 0..8 {
+        let crawl = crawl::generate(seed, 120);
+        let in_flight = [1, 2, 3, 6][seed as usize % 4];
+        let schedule = Schedule { seed: seed * 7919 + 1, in_flight, deletions: seed % 2 == 1 };
+        let (actual, inputs, stats) = run(&crawl, schedule);
+        let expected = batch::compute(&inputs).expect("generated inputs are valid");
+        assert_same(&expected, &actual, &format!("crawl seed {seed}, {schedule:?}"));
+        assert!(stats.runs > 500, "{stats:?}");
+        ack_conflicts += stats.ack_conflicts;
+        write_conflicts += stats.write_conflicts;
+    }
+    assert!(ack_conflicts > 0 && write_conflicts > 0, "overlapping runs conflicted");
+}
+
+#[test]
+fn the_order_of_loading_and_running_does_not_matter() {
+    let crawl = crawl::generate(42, 120);
+    let (first, inputs, _) = run(&crawl, Schedule { seed: 1, in_flight: 6, deletions: false });
+    let (second, _, _) = run(&crawl, Schedule { seed: 2, in_flight: 2, deletions: false });
+    assert_same(&first, &second, "two shuffles of one crawl");
+    assert_eq!(inputs, crawl.inputs());
+    let expected = batch::compute(&inputs).expect("generated inputs are valid");
+    assert_same(&expected, &first, "crawl seed 42");
+    for table in TABLES {
+        assert!(expected.get(table).is_some_and(|t| !t.is_empty()), "{table} is exercised");
+    }
+}
+
+#[test]
+fn an_unparsable_pagerank_fails_the_clustering_run_naming_the_cell() {
+    let url = "http://site1.example/a/page1.html";
+    let inputs: Inputs =
+        [(url.to_owned(), (Some(b"<title>T</title><p>x</p>".to_vec()), Some(b"lots".to_vec())))].into();
+    assert!(batch::compute(&inputs).unwrap_err().contains(url));
+    let store = MemStore::new();
+    store.put(PAGES, url, RAW_HTML, "<title>T</title><p>x</p>");
+    store.put(PAGES, url, RAW_PAGERANK, "lots");
+    store.observe::<DocumentProcessor>(&store.notification(PAGES, url, RAW_HTML)).unwrap();
+    let err = store.observe::<Clustering>(&store.notification(PAGES, url, RAW_PAGERANK)).unwrap_err();
+    assert!(!err.is_conflict() && err.message().contains(url), "{err}");
+}
+
+#[test]
+fn edge_cases_reach_the_batch_result() {
+    const A: &str = "http://a.example/";
+    const B: &str = "http://b.example/";
+    const C: &str = "http://c.example/x.html";
+    const D: &str = "http://d.example/";
+    const E: &str = "http://e.example/";
+    const F: &str = "http://f.example/";
+    let set = |s: &str| Change::Set(s.as_bytes().to_vec());
+    let links = |list: &[(&str, &str)]| -> String {
+        list.iter().map(|(href, anchor)| format!("<a href=\"{href}\">{anchor}</a>\n")).collect()
+    };
+    let c_first = format!(
+        "<title>Links</title><p>to everything</p>{}",
+        links(&[(A, ""), (B, "beta"), (B, ""), (B, "bravo"), ("/x.html", "self"), ("http://gone.example/", "gone")])
+    );
+    let c_last =
+        format!("<title>Links</title>{}", links(&[(D, "delta"), (E, "echo"), ("http://gone.example/", "gone again")]));
+    let e_html = format!("<title>  </title><script>var x = 1;</script>{}", links(&[(F, "foxtrot")]));
+    let raw: Vec<(&str, Change, Change)> = vec![
+        // Two empty pages: one cluster, tied at PageRank 0 (absent and "0"): A is canonical,
+        // and in the end it has no terms to export (C's links to A and B are gone).
+        (A, set(""), Change::Keep),
+        (B, set(""), set("0")),
+        // C links with empty anchors, repeated targets, itself and an uncrawled page; its
+        // PageRank is odd text; later it loses its page, then comes back with other links.
+        (C, set(&c_first), set("2e-3")),
+        (C, Change::Delete, Change::Keep),
+        (C, set(&c_last), Change::Keep),
+        // D has only a PageRank; E an empty title and a script; F comes and goes entirely.
+        (D, Change::Keep, set("1")),
+        (E, set(&e_html), set("0.5")),
+        (F, set("<title>Gone soon</title>"), set("3")),
+        (F, Change::Delete, Change::Delete),
+        // B becomes the better canonical, then A overtakes it again with a tie and the URL.
+        (B, Change::Keep, set("7")),
+        (A, Change::Keep, set("7.0")),
+    ];
+    let mut records: BTreeMap<String, VecDeque<Record>> = BTreeMap::new();
+    for (url, html, pagerank) in raw {
+        records.entry(url.to_owned()).or_default().push_back(Record { url: url.to_owned(), html, pagerank });
+    }
+    let mut previous: Option<Tables> = None;
+    for seed in 0..12 {
+        let schedule = Schedule { seed, in_flight: 1 + seed as usize % 4, deletions: false };
+        let (actual, inputs, _) = run_records(records.clone(), schedule);
+        let expected = batch::compute(&inputs).expect("the inputs are valid");
+        assert_same(&expected, &actual, &format!("edge cases, {schedule:?}"));
+        let cell = |url: &str, column: &str| expected[PAGES].get(&(url.as_bytes().to_vec(), column.to_owned()));
+        assert_eq!(cell(A, CLUSTER_CANONICAL).map(Vec::as_slice), Some(A.as_bytes()));
+        assert_eq!(cell(A, EXPORT_TERMS), None);
+        assert_eq!(cell(F, RAW_HTML), None);
+        assert_eq!(cell(F, FWD_TO).map(Vec::as_slice), Some(F.as_bytes()));
+        if let Some(previous) = &previous {
+            assert_same(previous, &actual, "edge cases, two schedules");
+        }
+        previous = Some(actual);
+    }
+}
