@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -54,7 +55,18 @@ mod raw {
         pub(super) scanner: Option<Scanner>,
         pub(super) observers: Observers,
         #[serde(default)]
+        pub(super) http: Option<Http>,
+        #[serde(default)]
         pub(super) binding: Vec<Spanned<Binding>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Http {
+        #[serde(default)]
+        pub(super) listen: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) token_file: Option<Spanned<String>>,
     }
 
     #[derive(Deserialize)]
@@ -124,6 +136,56 @@ pub struct Binding {
     pub limits: Limits,
 }
 
+/// The host's HTTP API (`[http]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// Address to bind (port 0: any free port). Default `127.0.0.1:7878`.
+    pub listen: SocketAddr,
+    /// File holding the bearer token every request must carry, if any. The environment
+    /// variable [`TOKEN_ENV`] overrides it.
+    pub token_file: Option<PathBuf>,
+}
+
+/// The environment variable holding the HTTP API's bearer token; it overrides
+/// `http.token_file`, for the host and for the command-line client alike.
+pub const TOKEN_ENV: &str = "PERCOLATOR_TOKEN";
+
+/// The default `http.listen`.
+pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 7878);
+
+impl Default for HttpConfig {
+    fn default() -> HttpConfig {
+        HttpConfig { listen: DEFAULT_LISTEN, token_file: None }
+    }
+}
+
+impl HttpConfig {
+    /// The bearer token: `PERCOLATOR_TOKEN` if set and not empty, else the contents of
+    /// `token_file` (surrounding whitespace removed), else none.
+    pub fn token(&self) -> Result<Option<String>, String> {
+        if let Ok(t) = std::env::var(TOKEN_ENV)
+            && !t.trim().is_empty()
+        {
+            return Ok(Some(t.trim().to_owned()));
+        }
+        let Some(file) = &self.token_file else { return Ok(None) };
+        let token = read_token(file)?;
+        Ok(Some(token))
+    }
+}
+
+fn read_token(file: &Path) -> Result<String, String> {
+    let text = std::fs::read_to_string(file).map_err(|e| format!("token file {}: {e}", file.display()))?;
+    let token = text.trim();
+    if token.is_empty() {
+        return Err(format!("token file {} is empty", file.display()));
+    }
+    if token.chars().any(|c| c.is_control() || c == ' ') {
+        return Err(format!("token file {}: the token must be one line without spaces", file.display()));
+    }
+    Ok(token.to_owned())
+}
+
 /// The validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -139,6 +201,8 @@ pub struct Config {
     pub observers_dir: PathBuf,
     /// Compiled-component cache (never watched).
     pub cache_dir: PathBuf,
+    /// The HTTP API.
+    pub http: HttpConfig,
     /// Bindings, in file order.
     pub bindings: Vec<Binding>,
 }
@@ -159,8 +223,21 @@ impl Config {
     /// True if `self` and `other` agree on everything except the bindings (what a hot reload
     /// can apply).
     pub fn same_host_settings(&self, other: &Config) -> bool {
-        (&self.store_path, self.durability, self.scanner_threads, &self.observers_dir, &self.cache_dir)
-            == (&other.store_path, other.durability, other.scanner_threads, &other.observers_dir, &other.cache_dir)
+        (&self.store_path, self.durability, self.scanner_threads, &self.observers_dir, &self.cache_dir, &self.http)
+            == (
+                &other.store_path,
+                other.durability,
+                other.scanner_threads,
+                &other.observers_dir,
+                &other.cache_dir,
+                &other.http,
+            )
+    }
+
+    /// The file a running host writes its base URL to: the store path with the extension
+    /// `endpoint` (`store.redb` → `store.endpoint`).
+    pub fn endpoint_file(&self) -> PathBuf {
+        self.store_path.with_extension("endpoint")
     }
 
     /// Reads and validates the file at `path`. Relative paths in it are relative to its folder.
@@ -217,6 +294,8 @@ impl Config {
                 "must not be inside observers.dir (the watched folder)",
             ));
         }
+
+        let http = parse_http(&cx, raw.http.as_ref(), &rel)?;
 
         let mut bindings = Vec::new();
         let mut names: HashMap<String, usize> = HashMap::new();
@@ -318,9 +397,45 @@ impl Config {
             scanner_threads,
             observers_dir,
             cache_dir,
+            http,
             bindings,
         })
     }
+}
+
+fn parse_http(cx: &Ctx<'_>, raw: Option<&raw::Http>, rel: &dyn Fn(&str) -> PathBuf) -> Result<HttpConfig, ConfigError> {
+    let Some(raw) = raw else { return Ok(HttpConfig::default()) };
+    let listen = match &raw.listen {
+        None => DEFAULT_LISTEN,
+        Some(l) => parse_listen(l.get_ref()).map_err(|m| cx.err(Some(l.span()), "http.listen", m))?,
+    };
+    let token_file = match &raw.token_file {
+        None => None,
+        Some(t) => {
+            let file = rel(t.get_ref());
+            read_token(&file).map_err(|m| cx.err(Some(t.span()), "http.token_file", m))?;
+            Some(file)
+        }
+    };
+    if !listen.ip().is_loopback() && token_file.is_none() {
+        return Err(cx.err(
+            raw.listen.as_ref().map(|l| l.span()),
+            "http.listen",
+            format!(
+                "{listen} is not a loopback address: a token is required when listening on a non-loopback address; set http.token_file"
+            ),
+        ));
+    }
+    Ok(HttpConfig { listen, token_file })
+}
+
+/// `IP:PORT` (`[v6]:PORT` for IPv6), or `localhost:PORT`.
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    if let Some(port) = s.strip_prefix("localhost:") {
+        let port: u16 = port.parse().map_err(|_| format!("{s:?}: {port:?} is not a port number (0-65535)"))?;
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    s.parse().map_err(|_| format!("{s:?} is not an address and port such as \"127.0.0.1:7878\" or \"[::1]:7878\""))
 }
 
 /// One column is bound either strongly or weakly. (A `writes` rule covering a weak column grants

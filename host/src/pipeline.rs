@@ -2,13 +2,14 @@
 //! replaced as a whole on reload.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
 use percolator_store::{NotifyKind, Observer, ObserverSpec, Store};
 
 use crate::config::{Binding, Config};
-use crate::runtime::{Runtime, WasmObserver};
+use crate::runtime::{RunCounts, Runtime, WasmObserver};
 
 /// What is loaded for one binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,10 +18,21 @@ pub struct BindingStatus {
     pub name: String,
     /// Observed `table/column`.
     pub observes: String,
+    /// Observed table.
+    pub table: String,
+    /// Observed column.
+    pub column: String,
     /// Strong or weak.
     pub kind: NotifyKind,
+    /// The component file.
+    pub wasm: PathBuf,
     /// SHA-256 of the component it runs.
     pub source_hash: String,
+    /// When this version of the binding was loaded (an unchanged binding keeps its time across
+    /// reloads).
+    pub loaded_at: SystemTime,
+    /// Its runs so far (all versions of the binding since the host started).
+    pub counts: RunCounts,
 }
 
 /// The pipeline's state, for `status`.
@@ -39,6 +51,7 @@ pub struct Status {
 struct Loaded {
     binding: Binding,
     observer: Arc<WasmObserver>,
+    loaded_at: SystemTime,
 }
 
 /// Bindings of one configuration, running on a store.
@@ -86,15 +99,7 @@ impl Pipeline {
                     return Err(msg);
                 }
                 state.1 = Status {
-                    bindings: loaded
-                        .values()
-                        .map(|l| BindingStatus {
-                            name: l.binding.name.clone(),
-                            observes: format!("{}/{}", l.binding.table, l.binding.column),
-                            kind: l.binding.kind,
-                            source_hash: l.observer.source_hash().to_owned(),
-                        })
-                        .collect(),
+                    bindings: Vec::new(),
                     generation: state.1.generation + 1,
                     last_error: None,
                     loaded_at: Some(SystemTime::now()),
@@ -116,17 +121,22 @@ impl Pipeline {
         for b in &config.bindings {
             let compiled = self.runtime.compile_file(&b.wasm).map_err(|e| format!("binding {}: {e:#}", b.name))?;
             // Unchanged binding and component: keep the running observer (and its warm instances).
-            let observer = match current.get(&b.name) {
-                Some(l) if l.binding == *b && l.observer.source_hash() == compiled.source_hash => l.observer.clone(),
-                _ => {
-                    let observer = self.runtime.observer(&b.name, &compiled, b.access.clone(), b.limits);
+            let (observer, loaded_at) = match current.get(&b.name) {
+                Some(l) if l.binding == *b && l.observer.source_hash() == compiled.source_hash => {
+                    (l.observer.clone(), l.loaded_at)
+                }
+                previous => {
+                    let mut observer = self.runtime.observer(&b.name, &compiled, b.access.clone(), b.limits);
+                    if let Some(p) = previous {
+                        observer = observer.continuing(p.observer.stats().clone());
+                    }
                     observer.check_instantiates().map_err(|e| {
                         format!("binding {}: {} cannot start under its limits: {e:#}", b.name, b.wasm.display())
                     })?;
-                    Arc::new(observer)
+                    (Arc::new(observer), SystemTime::now())
                 }
             };
-            out.insert(b.name.clone(), Loaded { binding: b.clone(), observer });
+            out.insert(b.name.clone(), Loaded { binding: b.clone(), observer, loaded_at });
         }
         Ok(out)
     }
@@ -139,8 +149,25 @@ impl Pipeline {
         }
     }
 
-    /// What is loaded, and the last reload error.
+    /// What is loaded (with each binding's run counters as of now), and the last reload error.
     pub fn status(&self) -> Status {
-        self.state.lock().map(|s| s.1.clone()).unwrap_or_default()
+        let Ok(state) = self.state.lock() else { return Status::default() };
+        let mut status = state.1.clone();
+        status.bindings = state
+            .0
+            .values()
+            .map(|l| BindingStatus {
+                name: l.binding.name.clone(),
+                observes: format!("{}/{}", l.binding.table, l.binding.column),
+                table: l.binding.table.clone(),
+                column: l.binding.column.clone(),
+                kind: l.binding.kind,
+                wasm: l.binding.wasm.clone(),
+                source_hash: l.observer.source_hash().to_owned(),
+                loaded_at: l.loaded_at,
+                counts: l.observer.stats().counts(),
+            })
+            .collect();
+        status
     }
 }

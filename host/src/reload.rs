@@ -92,7 +92,7 @@ pub fn watch(
                 match Config::load(&config_file) {
                     Ok(config) if !config.same_host_settings(&initial) => {
                         let msg = format!(
-                            "{}: [store], [scanner] and [observers] changes need a restart; reload rejected, previous version keeps serving",
+                            "{}: [store], [scanner], [observers] and [http] changes need a restart; reload rejected, previous version keeps serving",
                             config_file.display()
                         );
                         tracing::error!("{msg}");

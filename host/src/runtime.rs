@@ -17,7 +17,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use percolator_store::{NotifyKind, ObserveError, Transaction};
 use sha2::{Digest, Sha256};
@@ -175,7 +175,48 @@ impl Runtime {
             limits,
             ticks: (limits.timeout.as_millis() as u64).div_ceil(EPOCH_TICK.as_millis() as u64).max(1),
             pool: Mutex::new(Vec::new()),
+            stats: Arc::new(RunStats::default()),
             _ticker: self.ticker.clone(),
+        }
+    }
+}
+
+/// Counters of an observer's runs (for `status` and `/metrics`). Shared by the versions of one
+/// binding across hot reloads (see [`WasmObserver::continuing`]), so they count per binding.
+#[derive(Debug, Default)]
+pub struct RunStats {
+    runs: AtomicU64,
+    failures: AtomicU64,
+    run_nanos: AtomicU64,
+}
+
+/// A snapshot of [`RunStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Calls of the component's `observe` (committed or not).
+    pub runs: u64,
+    /// Runs that failed: a trap, a deadline, an error the observer returned, a denied access.
+    /// Conflicts (retried by the store) are not failures.
+    pub failures: u64,
+    /// Wall-clock time spent in runs.
+    pub run_time: Duration,
+}
+
+impl RunStats {
+    /// The counters now.
+    pub fn counts(&self) -> RunCounts {
+        RunCounts {
+            runs: self.runs.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+            run_time: Duration::from_nanos(self.run_nanos.load(Ordering::Relaxed)),
+        }
+    }
+
+    fn record(&self, elapsed: Duration, failed: bool) {
+        self.runs.fetch_add(1, Ordering::Relaxed);
+        self.run_nanos.fetch_add(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        if failed {
+            self.failures.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -237,6 +278,8 @@ pub struct WasmObserver {
     /// Epoch ticks of the deadline.
     ticks: u64,
     pool: Mutex<Vec<Warm>>,
+    /// Run counters (shared with the binding's earlier versions).
+    stats: Arc<RunStats>,
     /// Keeps the engine's epoch ticker alive while this observer may run.
     _ticker: Arc<()>,
 }
@@ -245,6 +288,18 @@ impl WasmObserver {
     /// SHA-256 of the component file this observer runs.
     pub fn source_hash(&self) -> &str {
         &self.source_hash
+    }
+
+    /// Its run counters.
+    pub fn stats(&self) -> &Arc<RunStats> {
+        &self.stats
+    }
+
+    /// The same observer counting into `stats` (a new version of a binding continues its
+    /// predecessor's counters).
+    pub fn continuing(mut self, stats: Arc<RunStats>) -> WasmObserver {
+        self.stats = stats;
+        self
     }
 
     /// Instantiates once under the binding's limits (a start function that traps, or an
@@ -285,6 +340,20 @@ impl WasmObserver {
 
 impl percolator_store::Observer for WasmObserver {
     fn observe(&self, txn: &mut Transaction, n: &percolator_store::Notification) -> Result<(), ObserveError> {
+        let started = Instant::now();
+        let outcome = self.run(txn, n);
+        let failed = match &outcome {
+            Ok(()) => false,
+            Err(ObserveError::Store(e)) => !e.is_retryable(),
+            Err(ObserveError::Failed(_)) => true,
+        };
+        self.stats.record(started.elapsed(), failed);
+        outcome
+    }
+}
+
+impl WasmObserver {
+    fn run(&self, txn: &mut Transaction, n: &percolator_store::Notification) -> Result<(), ObserveError> {
         let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
         let mut warm = match pooled {
             Some(w) => w,

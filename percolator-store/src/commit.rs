@@ -165,22 +165,36 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
     if txn.writes.is_empty() && txn.weak.is_empty() {
         return Ok(txn.start_ts);
     }
+    let span = tracing::debug_span!(
+        "commit",
+        start_ts = txn.start_ts.raw(),
+        writes = txn.writes.len(),
+        weak = txn.weak.len(),
+        mode = tracing::field::Empty,
+        commit_ts = tracing::field::Empty,
+    );
+    let _entered = span.enter();
     let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
     let rows = group_rows(txn);
     let writing = rows.iter().filter(|r| !r.cells.is_empty()).count();
     let result = if writing == 0 {
         // Weak notifications only: nothing to make atomic.
+        span.record("mode", "weak_only");
         let ts = inner.oracle.next()?;
         let ops = rows.iter().map(|r| Op::Row(commit_op(r, txn.start_ts, ts, None))).collect();
         inner.backend.apply(ops)?;
         Ok(ts)
     } else if writing == 1 && inner.config.one_phase_commit && inner.backend.exclusive() {
+        span.record("mode", "one_pc");
         one_phase(&inner, &registry, &rows, txn.start_ts)
     } else {
+        span.record("mode", "two_pc");
         two_phase(&inner, &registry, &rows, txn.start_ts)
     };
     match &result {
-        Ok(_) => {
+        Ok(ts) => {
+            span.record("commit_ts", ts.raw());
+            tracing::debug!("committed");
             inner.counters.commits.fetch_add(1, Ordering::Relaxed);
             let notified = !txn.weak.is_empty()
                 || txn.writes.keys().any(|c| registry.kind_of(&c.table, &c.column) == Some(NotifyKind::Strong));
@@ -190,8 +204,9 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
         }
         Err(e) if e.is_retryable() => {
             inner.counters.conflicts.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(error = %e, "conflict");
         }
-        Err(_) => {}
+        Err(e) => tracing::debug!(error = %e, "commit failed"),
     }
     txn.writes.clear();
     txn.weak.clear();
@@ -229,8 +244,8 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     let op = RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations };
     let outcomes = inner.backend.apply(vec![Op::Row(op)])?;
     if let Outcome::ConditionFailed { index, found } = &outcomes[0] {
-        resolve_found(inner, found);
         let column = &r.cells[index / 2].0;
+        resolve_found(inner, found, CellRef::new(r.table.clone(), r.row.clone(), column.clone()));
         return Err(conflict(found, &r.table, &r.row, column));
     }
     // Weak notifications of other rows, only once the write is in.
@@ -240,12 +255,14 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     Ok(commit_ts)
 }
 
-/// A prewrite that found a lock helps clean it up if its owner is dead, so the retry can win.
-fn resolve_found(inner: &Inner, found: &Found) {
+/// A prewrite that found a lock on `cell` resolves it if its owner is dead or expired (rolled
+/// forward or back through its primary), so the retry can win. Resolving only the primary is not
+/// enough: a cell that is only ever written, never read (an index entry), would keep a dead
+/// transaction's secondary lock forever and every later writer would conflict on it.
+fn resolve_found(inner: &Inner, found: &Found, cell: CellRef) {
     if let Found::Lock { start_ts, lock } = found {
-        // Deciding the owner through its primary is what unblocks the retry; a later reader
-        // finishes the secondary this prewrite met. Errors here change nothing: we conflict anyway.
-        let _ = lock::primary_status(inner, &lock.primary, *start_ts, Force::No);
+        // Errors here change nothing: we conflict anyway, and the retry meets the lock again.
+        let _ = lock::resolve(inner, &cell, *start_ts, lock, Force::No);
     }
 }
 
@@ -308,8 +325,9 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
                 Outcome::Applied if !r.cells.is_empty() => prewritten.push(r),
                 Outcome::Applied => {}
                 Outcome::ConditionFailed { index, found } => {
-                    resolve_found(inner, found);
-                    failed.get_or_insert_with(|| conflict(found, &r.table, &r.row, &r.cells[index / 2].0));
+                    let column = &r.cells[index / 2].0;
+                    resolve_found(inner, found, CellRef::new(r.table.clone(), r.row.clone(), column.clone()));
+                    failed.get_or_insert_with(|| conflict(found, &r.table, &r.row, column));
                 }
             }
         }

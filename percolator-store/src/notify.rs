@@ -414,8 +414,35 @@ fn run_observer(
     attempt: u32,
     run_ts: &mut Option<Timestamp>,
 ) -> Result<(), ObserveError> {
+    let span = tracing::debug_span!(
+        "observer_run",
+        observer = %b.spec.name,
+        table = %cell.table,
+        row = %String::from_utf8_lossy(&cell.row),
+        column = %cell.column,
+        attempt,
+        start_ts = tracing::field::Empty,
+    );
+    let _entered = span.enter();
+    let result = run_observer_in_span(inner, b, cell, attempt, run_ts);
+    match &result {
+        Ok(()) => tracing::debug!("observer run done"),
+        Err(ObserveError::Store(e)) if e.is_retryable() => tracing::debug!(error = %e, "observer run conflicted"),
+        Err(e) => tracing::debug!(error = %e, "observer run failed"),
+    }
+    result
+}
+
+fn run_observer_in_span(
+    inner: &Arc<Inner>,
+    b: &Bound,
+    cell: &CellRef,
+    attempt: u32,
+    run_ts: &mut Option<Timestamp>,
+) -> Result<(), ObserveError> {
     let mut txn = Transaction::begin(inner.clone())?;
     *run_ts = Some(txn.start_ts());
+    tracing::Span::current().record("start_ts", txn.start_ts().raw());
     let mut commit_ts = None;
     if b.spec.kind == NotifyKind::Strong {
         let ack_col = ack_column(&b.spec.name);

@@ -10,7 +10,7 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use fail::FailScenario;
@@ -101,6 +101,43 @@ fn crash_after_commit_point_rolls_forward() {
 #[test]
 fn crash_after_some_secondary_commits_rolls_forward() {
     crash_at("after-commit-first-secondary", true);
+}
+
+/// Cells that are only ever written, never read (index entries), must not keep a crashed
+/// transaction's locks: a writer's prewrite that meets such a lock resolves it (roll forward or
+/// back) once its owner is dead or expired, so the writer's retry wins instead of conflicting
+/// forever.
+#[test]
+fn blind_writes_resolve_locks_left_by_a_crash() {
+    for (failpoint, committed) in [("after-commit-primary", true), ("after-prewrite-first-secondary", false)] {
+        let scenario = FailScenario::setup();
+        let store = seeded();
+        fail::cfg(failpoint, "return").unwrap();
+        let _ = transfer(&store);
+        fail::remove(failpoint);
+        // Blind writes: b and c in one two-row transaction, then a alone (one-phase commit).
+        for cells in [&["b", "c"][..], &["a"][..]] {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let result = store.begin().and_then(|mut t| {
+                    for r in cells {
+                        set_u64(&mut t, "bank", r, "bal:data", 7)?;
+                    }
+                    t.commit()
+                });
+                match result {
+                    Ok(_) => break,
+                    Err(e) if e.is_retryable() && Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(20))
+                    }
+                    Err(e) => panic!("{failpoint}: the blind write of {cells:?} never got past the lock: {e}"),
+                }
+            }
+        }
+        assert_eq!(balances(&store), vec![7, 7, 7, 100], "after {failpoint} (committed: {committed})");
+        assert_clean(&store);
+        scenario.teardown();
+    }
 }
 
 #[test]

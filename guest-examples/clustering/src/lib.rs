@@ -6,12 +6,14 @@
 //! `cluster:hash` of the page), out of the cluster it was registered in before, and settles
 //! every cluster it touched: `clusters/"<hash>"/canon:url` is the member with the highest
 //! PageRank (ties: the smallest URL), written on every run as the clusters' serialization
-//! point, and every member's `cluster:canonical` follows it, with `export:dirty` for each
-//! member whose canonical changed. An unparsable `raw:pagerank` fails the run.
+//! point, and every member's `cluster:canonical` follows it, with a weak notification of
+//! `export:dirty` for each member whose canonical changed. An unparsable `raw:pagerank` fails
+//! the run.
 //!
-//! Reads `pages/doc:hash`, `pages/raw:pagerank`, `pages/cluster:*`,
-//! `clusters/member:pagerank`; writes `clusters/member:pagerank`, `clusters/canon:url`,
-//! `pages/cluster:hash`, `pages/cluster:canonical`, `pages/export:dirty`:
+//! Reads `pages/doc:hash`, `pages/raw:pagerank` (one observed, one declared), `pages/cluster:*`
+//! and `clusters/member:pagerank` (writable, hence readable); writes `clusters/member:pagerank`,
+//! `clusters/canon:url`, `pages/cluster:hash`, `pages/cluster:canonical`; notifies
+//! `pages/export:dirty`. As in `config/web-index.toml`:
 //!
 //! ```toml
 //! [[binding]]
@@ -19,16 +21,16 @@
 //! wasm = "clustering.wasm"
 //! table = "pages"
 //! column = "doc:hash"
-//! reads = ["pages/doc:hash", "pages/raw:pagerank"]
-//! writes = ["clusters/member:pagerank", "clusters/canon:url", "pages/cluster:*", "pages/export:dirty"]
+//! reads = ["pages/raw:pagerank"]
+//! writes = ["pages/cluster:*", "pages/export:dirty", "clusters/member:pagerank", "clusters/canon:url"]
 //!
 //! [[binding]]
 //! name = "clustering-pagerank"
 //! wasm = "clustering.wasm"
 //! table = "pages"
 //! column = "raw:pagerank"
-//! reads = ["pages/doc:hash", "pages/raw:pagerank"]
-//! writes = ["clusters/member:pagerank", "clusters/canon:url", "pages/cluster:*", "pages/export:dirty"]
+//! reads = ["pages/doc:hash"]
+//! writes = ["pages/cluster:*", "pages/export:dirty", "clusters/member:pagerank", "clusters/canon:url"]
 //! ```
 
 percolator_guest::export_observer!(webindex::observers::Clustering);

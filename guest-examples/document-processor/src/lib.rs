@@ -3,12 +3,15 @@
 //!
 //! Bind it to `pages/raw:html`. On each notification it parses the page's `raw:html` into
 //! `doc:title`, `doc:text`, `doc:links` and `doc:hash` of the same row, writing only the
-//! columns whose value changed, and writes `export:dirty` when the title or text changed
-//! (`raw:html` absent: the `doc:*` columns are deleted). `raw:html` that is not UTF-8 fails
-//! the run.
+//! columns whose value changed, and weakly notifies `export:dirty` when the title or text
+//! changed (`raw:html` absent: the `doc:*` columns are deleted). `raw:html` that is not UTF-8
+//! fails the run, and so does a row key that is not a normalized http(s) URL of at most
+//! [`MAX_URL_BYTES`](webindex::html::MAX_URL_BYTES) (2040) bytes.
 //!
-//! Reads `pages/raw:html`, `pages/doc:*`; writes `pages/doc:title`, `pages/doc:text`,
-//! `pages/doc:links`, `pages/doc:hash`, `pages/export:dirty`:
+//! Reads `pages/raw:html` (the observed column) and `pages/doc:*` (writable, hence readable);
+//! writes `pages/doc:title`, `pages/doc:text`, `pages/doc:links`, `pages/doc:hash`; notifies
+//! `pages/export:dirty` (a weak-notify column: the `writes` rule grants `notify-weak`). As in
+//! `config/web-index.toml`:
 //!
 //! ```toml
 //! [[binding]]
@@ -16,7 +19,6 @@
 //! wasm = "document_processor.wasm"
 //! table = "pages"
 //! column = "raw:html"
-//! reads = ["pages/raw:html"]
 //! writes = ["pages/doc:*", "pages/export:dirty"]
 //! ```
 

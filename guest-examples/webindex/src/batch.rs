@@ -5,9 +5,9 @@
 //! inverted links, forwarding, export), with whole-table maps instead of diffs, so that it can
 //! serve as the oracle for the observers' tests.
 //!
-//! A table without cells is absent from the result ([`normalize`] makes any [`Tables`] so),
-//! and trigger columns (`link:dirty`, `export:dirty`) are never part of it: their presence
-//! records who was notified, not state.
+//! A table without cells is absent from the result ([`normalize`] makes any [`Tables`] so).
+//! The trigger columns (`link:dirty`, `export:dirty`) are weak-notify columns, which never
+//! hold a value, so they are not part of it either.
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -41,8 +41,10 @@ const SHOWN_CHARS: usize = 120;
 /// from the inputs: URL → (`raw:html`, `raw:pagerank`), each possibly absent.
 ///
 /// Tables without cells are absent from the result. Fails, naming the URL, if a `raw:pagerank`
-/// does not parse ([`text::parse_pagerank`]) — whether or not the URL has `raw:html` — or if a
-/// `raw:html` is not UTF-8.
+/// does not parse ([`text::parse_pagerank`]) — whether or not the URL has `raw:html` — if a
+/// `raw:html` is not UTF-8, or if a URL with `raw:html` is not a normalized http(s) URL of at
+/// most [`MAX_URL_BYTES`](html::MAX_URL_BYTES) bytes ([`html::check_url_key`]), as the
+/// document processor's run fails. (Links to longer URLs are dropped by [`html::parse`].)
 pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
     let mut out = Output::default();
 
@@ -56,9 +58,7 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
             out.set(PAGES, url, RAW_PAGERANK, rank.clone());
         }
         if let Some(html) = html {
-            if html::resolve(url, url).as_deref() != Some(url.as_str()) {
-                return Err(format!("pages/{url}: the row key is not a normalized http(s) URL"));
-            }
+            html::check_url_key(url).map_err(|e| format!("pages/{url}/{RAW_HTML}: {e}"))?;
             let source =
                 std::str::from_utf8(html).map_err(|e| format!("pages/{url}/{RAW_HTML} of {url} is not UTF-8: {e}"))?;
             out.set(PAGES, url, RAW_HTML, html.clone());
@@ -309,7 +309,7 @@ mod tests {
         assert_eq!(get(&t, PAGES, B, EXPORT_TERMS), None);
         assert_eq!(get(&t, INDEX, &format!("zebra {B}"), HIT_COUNT), None);
         assert_eq!(get(&t, INDEX, &format!("links {C}"), HIT_COUNT), Some("1"));
-        // Trigger columns never appear.
+        // Trigger columns never hold values.
         assert!(t[PAGES].keys().all(|(_, c)| c != LINK_DIRTY && c != EXPORT_DIRTY));
     }
 
@@ -342,7 +342,29 @@ mod tests {
         let mut bad = inputs(&[]);
         bad.insert(C.to_owned(), (Some(vec![0xff]), None));
         assert!(compute(&bad).unwrap_err().contains(C));
+        let err = compute(&inputs(&[("HTTP://a.example/", Some("x"), None)])).unwrap_err();
+        assert_eq!(
+            err,
+            "pages/HTTP://a.example//raw:html: the row key is not a normalized http(s) URL (expected \"http://a.example/\")"
+        );
         assert_eq!(compute(&inputs(&[])).unwrap(), Tables::new());
+    }
+
+    #[test]
+    fn urls_longer_than_the_limit_are_refused_and_links_to_them_dropped() {
+        let long = format!("{A}{}", "x".repeat(html::MAX_URL_BYTES + 1 - A.len()));
+        let err = compute(&inputs(&[(&long, Some("<p>x</p>"), None)])).unwrap_err();
+        assert!(
+            err.starts_with(&format!("pages/{long}/raw:html: the row key is 2041 bytes, longer than the 2040")),
+            "{err}"
+        );
+        // A PageRank alone is only an input: no row key is derived from it.
+        assert!(compute(&inputs(&[(&long, None, Some("1"))])).is_ok());
+        let html = format!("<a href=\"{long}\">too long</a><a href=\"{}\">fits</a>", &long[..long.len() - 1]);
+        let t = compute(&inputs(&[(B, Some(&html), None)])).unwrap();
+        let links = get(&t, PAGES, B, DOC_LINKS).unwrap();
+        assert_eq!(links, format!("{}\tfits\n", &long[..long.len() - 1]));
+        assert_eq!(t[INLINKS].len(), 1);
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //!   space and trimmed, in the title, the text and each anchor;
 //! - every `<a href>` is a link whose anchor is its text content; an `<a>` inside an open `<a>`
 //!   closes it first (as browsers do), an `<a>` without `href` contributes text only, and an
-//!   href that does not [`resolve`] to an http(s) URL is dropped.
+//!   href that does not [`resolve`] to an http(s) URL of at most [`MAX_URL_BYTES`] is dropped.
 
 use std::borrow::Cow;
 
@@ -388,18 +388,30 @@ fn split_query(s: &str) -> (&str, Option<&str>) {
     }
 }
 
-/// Normalizes an authority: lowercase host, default port dropped. `None` if it has no host
-/// or a bad port.
+/// Normalizes an authority: lowercase host, empty or default port dropped. `None` if it has no
+/// host, a bad port, or a `:`, `[` or `]` in the host outside one IPv6-style literal `[...]`
+/// (`h::80`, `h:p:`, `[::1]x`): such a host would read differently once normalized.
 fn normalize_authority(scheme: &str, authority: &str) -> Option<String> {
     let (userinfo, hostport) = match authority.rsplit_once('@') {
         Some((u, h)) => (Some(u), h),
         None => (None, authority),
     };
-    // The port follows the last ':' that is not inside an IPv6 literal `[...]`.
-    let port_colon = hostport.rfind(':').filter(|&c| !hostport[c..].contains(']'));
-    let (host, port) = match port_colon {
-        Some(c) => (&hostport[..c], &hostport[c + 1..]),
-        None => (hostport, ""),
+    let (host, port) = if let Some(literal) = hostport.strip_prefix('[') {
+        // `[...]`, then nothing or `:port`.
+        let close = literal.find(']')?;
+        let (inner, rest) = (&literal[..close], &literal[close + 1..]);
+        if inner.is_empty() || inner.contains('[') {
+            return None;
+        }
+        let port = if rest.is_empty() { "" } else { rest.strip_prefix(':')? };
+        (&hostport[..close + 2], port)
+    } else {
+        // The first ':' ends the host; a second one makes the port bad.
+        let (host, port) = hostport.split_once(':').unwrap_or((hostport, ""));
+        if host.contains(['[', ']']) {
+            return None;
+        }
+        (host, port)
     };
     if host.is_empty() {
         return None;
@@ -448,15 +460,23 @@ fn parse_absolute(url: &str) -> Option<Url<'_>> {
     parse_network_path(scheme, rest)
 }
 
+/// Longest URL [`resolve`] returns, in bytes: row keys join two URLs (`inlinks/"T P"`,
+/// `fwd/"C T"`), and `2 * 2040 + 1` fits the store's 4096-byte limit on row keys.
+pub const MAX_URL_BYTES: usize = 2040;
+const _: () = assert!(2 * MAX_URL_BYTES < 4096, "two URLs joined by a space fit in a row key");
+
 /// Resolves `href` against `base` and normalizes it; `None` for fragments-only, non-http(s)
-/// schemes and hrefs containing whitespace.
+/// schemes, hrefs containing whitespace and results longer than [`MAX_URL_BYTES`].
 ///
 /// Follows RFC 3986 section 5.2 (with the WHATWG reading of `http:foo`): `//host/p` takes the
 /// base's scheme, `/p` the base's origin, a relative path the base's directory; `.` and `..`
 /// segments are resolved, the fragment is dropped and the query kept as written; scheme and
-/// host are lowercased, an empty path becomes `/` and the default port (80 for http, 443 for
-/// https) is dropped. Percent-encoding is left as written. `None` also when the result would
-/// have no host or a bad port, or when `href` is relative and `base` is not an http(s) URL.
+/// host are lowercased, an empty path becomes `/` and an empty or default port (80 for http,
+/// 443 for https) is dropped. Percent-encoding is left as written. `None` also when the result
+/// would have no host, a bad port or a `:`, `[` or `]` in the host outside an IPv6-style
+/// literal (`h::80`, `h:a:`), or when `href` is relative and `base` is not an http(s) URL.
+///
+/// The result is normalized: `resolve(&t, &t) == Some(t)` for every `Some(t)` it returns.
 ///
 /// ```
 /// use webindex::html::resolve;
@@ -465,6 +485,7 @@ fn parse_absolute(url: &str) -> Option<Url<'_>> {
 /// assert_eq!(resolve(base, "HTTPS://Example.COM:443").as_deref(), Some("https://example.com/"));
 /// assert_eq!(resolve(base, "mailto:someone@example.com"), None);
 /// assert_eq!(resolve(base, "#top"), None);
+/// assert_eq!(resolve(base, &format!("/{}", "x".repeat(2040))), None);
 /// ```
 pub fn resolve(base: &str, href: &str) -> Option<String> {
     let href = href.trim();
@@ -491,7 +512,35 @@ pub fn resolve(base: &str, href: &str) -> Option<String> {
             if href.starts_with("//") { parse_network_path(b.scheme, href)? } else { relative(b, href) }
         }
     };
-    Some(url.to_normalized())
+    let url = url.to_normalized();
+    // Whitespace can only come from a base that has some (a page's URL is checked first).
+    (url.len() <= MAX_URL_BYTES && !url.contains(char::is_whitespace)).then_some(url)
+}
+
+/// Checks that `url` can be a page's row key: a normalized http(s) URL
+/// (`resolve(url, url) == Some(url)`), hence at most [`MAX_URL_BYTES`] long and without
+/// whitespace. The error says why not, e.g. `the row key is not a normalized http(s) URL
+/// (expected "http://a.org/")`.
+///
+/// ```
+/// use webindex::html::check_url_key;
+/// assert_eq!(check_url_key("http://a.org/"), Ok(()));
+/// assert!(check_url_key("HTTP://a.org/").unwrap_err().ends_with("(expected \"http://a.org/\")"));
+/// assert!(check_url_key(&format!("http://a.org/{}", "x".repeat(2040))).unwrap_err().contains("2040"));
+/// ```
+pub fn check_url_key(url: &str) -> Result<(), String> {
+    if url.len() > MAX_URL_BYTES {
+        return Err(format!(
+            "the row key is {} bytes, longer than the {MAX_URL_BYTES} a URL may have (rows joining two URLs \
+             must fit the store's 4096-byte limit)",
+            url.len()
+        ));
+    }
+    match resolve(url, url) {
+        Some(n) if n == url => Ok(()),
+        Some(n) => Err(format!("the row key is not a normalized http(s) URL (expected {n:?})")),
+        None => Err("the row key is not a normalized http(s) URL".to_owned()),
+    }
 }
 
 /// Resolves a relative reference without scheme or authority against `base`.
@@ -671,6 +720,39 @@ mod tests {
         assert_eq!(resolve(base, "http://u@H.org/").as_deref(), Some("http://u@h.org/"));
         assert_eq!(resolve(base, "http://[::1]:8080/").as_deref(), Some("http://[::1]:8080/"));
         assert_eq!(resolve(base, "http://h.org?q").as_deref(), Some("http://h.org/?q"));
+        assert_eq!(resolve(base, "http://[::1]/").as_deref(), Some("http://[::1]/"));
+        assert_eq!(resolve(base, "http://[::1]:/").as_deref(), Some("http://[::1]/"));
+        assert_eq!(resolve(base, "http://u:p@[::A]:80/").as_deref(), Some("http://u:p@[::a]/"));
+        assert_eq!(resolve(base, "http://a:b@c@h.org:081/").as_deref(), Some("http://a:b@c@h.org:81/"));
+    }
+
+    #[test]
+    fn resolve_limits_the_length() {
+        let base = "http://a.org/";
+        let fits = format!("/{}", "x".repeat(MAX_URL_BYTES - base.len()));
+        let url = resolve(base, &fits).unwrap();
+        assert_eq!(url.len(), MAX_URL_BYTES);
+        assert_eq!(resolve(base, &format!("{fits}y")), None);
+        assert_eq!(resolve(base, &format!("{fits}?")), None, "the query counts");
+        // Dot segments are resolved before the length is checked.
+        assert_eq!(resolve(base, &format!("{fits}y/..")).as_deref(), Some(base));
+        assert_eq!(resolve(base, &format!("/y/..{fits}")).as_deref(), Some(url.as_str()));
+        // A link to it is dropped, like any other unusable href.
+        let doc = parse(base, &format!("<a href='{fits}y'>long</a><a href=/ok>ok</a>"));
+        assert_eq!(doc.links, vec![link("http://a.org/ok", "ok")]);
+    }
+
+    #[test]
+    fn url_keys() {
+        assert_eq!(check_url_key("http://a.org/x"), Ok(()));
+        assert_eq!(
+            check_url_key("HTTP://A.org/x"),
+            Err("the row key is not a normalized http(s) URL (expected \"http://a.org/x\")".to_owned())
+        );
+        assert_eq!(check_url_key("a.org/x"), Err("the row key is not a normalized http(s) URL".to_owned()));
+        let long = format!("http://a.org/{}", "x".repeat(MAX_URL_BYTES));
+        let err = check_url_key(&long).unwrap_err();
+        assert!(err.starts_with(&format!("the row key is {} bytes, longer than the 2040", long.len())), "{err}");
     }
 
     #[test]
@@ -690,10 +772,64 @@ mod tests {
             "http://",
             "http://h.org:x/",
             "http://h.org:99999/",
+            "http://h.org::80/",
+            "http://h.org:80:/",
+            "http://h:x:/",
+            "//ftp:HTTP:?&",
+            "http://[::1]x/",
+            "http://[::1]:x/",
+            "http://[]/",
+            "http://[[::1]/",
+            "http://h[1]/",
+            "http://h]/",
+            "http://[::1/",
+            "http://u@:80/",
         ] {
             assert_eq!(resolve(base, href), None, "{href:?}");
         }
         assert_eq!(resolve("not a url", "g"), None);
         assert_eq!(resolve("not a url", "http://h.org/").as_deref(), Some("http://h.org/"));
+        assert_eq!(resolve("http://a.org/x y/", "g"), None, "whitespace from the base");
+    }
+
+    /// Every result of `resolve` is normalized, for many hrefs made of the characters that
+    /// matter to URL syntax, against bases of every shape.
+    #[test]
+    fn resolve_is_idempotent() {
+        const PIECES: &[&str] = &[
+            ":", "/", "//", ".", "..", "?", "#", "@", "[", "]", "a", "B", "h", "x", "0", "8", "80", "443", "%2e",
+            "::1", "http:", "HTTPS:", "http://", "https://", "ftp:", "\\", "-", "&", "=",
+        ];
+        let bases = [
+            "http://a.org/b/c?q",
+            "https://X.y:8443/",
+            "http://[::1]/p/",
+            "http://u:p@h/d/e.html",
+            "https://h.org",
+            "not a url",
+        ];
+        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let (mut some, mut none) = (0, 0);
+        for _ in 0..60_000 {
+            let len = next(9);
+            let href: String = (0..len).map(|_| PIECES[next(PIECES.len())]).collect();
+            let base = bases[next(bases.len())];
+            match resolve(base, &href) {
+                Some(t) => {
+                    some += 1;
+                    assert_eq!(resolve(&t, &t).as_deref(), Some(t.as_str()), "{href:?} against {base:?} gave {t:?}");
+                    assert_eq!(check_url_key(&t), Ok(()));
+                    assert!(t.starts_with("http://") || t.starts_with("https://"), "{t:?}");
+                }
+                None => none += 1,
+            }
+        }
+        assert!(some > 10_000 && none > 10_000, "both outcomes are exercised: {some} resolved, {none} not");
     }
 }

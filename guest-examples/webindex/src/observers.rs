@@ -2,19 +2,25 @@
 //! of them with `percolator_guest::export_observer!`, and tests run them natively against
 //! `percolator_guest::mem::MemStore`.
 //!
-//! | observer | bound to (`pages/…`) | writes |
-//! |---|---|---|
-//! | [`DocumentProcessor`] | `raw:html` | `doc:*`, `export:dirty` |
-//! | [`Clustering`] | `doc:hash`, `raw:pagerank` | `clusters/*`, `cluster:*`, `export:dirty` |
-//! | [`LinkInversion`] | `doc:links`; `link:dirty`, `cluster:canonical` | `inlinks/*`, `link:*`, `fwd/*`, `fwd:to`, `export:dirty` |
-//! | [`Exporter`] | `export:dirty` | `index/*`, `export:terms` |
+//! | observer | bound to (`pages/…`) | writes | notifies (weak) |
+//! |---|---|---|---|
+//! | [`DocumentProcessor`] | `raw:html` | `doc:*` | `export:dirty` |
+//! | [`Clustering`] | `doc:hash`, `raw:pagerank` | `clusters/*`, `cluster:*` | `export:dirty` |
+//! | [`LinkInversion`] | `doc:links`; `link:dirty` (weak), `cluster:canonical` | `inlinks/*`, `link:out`, `fwd/*`, `fwd:to` | `link:dirty`, `export:dirty` |
+//! | [`Exporter`] | `export:dirty` (weak) | `index/*`, `export:terms` | |
+//!
+//! The trigger columns `link:dirty` and `export:dirty` are weak-notify columns: never written,
+//! only notified with `Txn::notify_weak`, so runs that notify one popular page (a site's home
+//! page gaining links) do not conflict on it. Their runs may repeat; each is an idempotent
+//! recomputation.
 //!
 //! Every observer works from whatever state it finds (a run may come before, after or between
 //! the runs it depends on), writes only what differs from the output it recorded before, and
 //! writes its serialization point (`canon:url`, `link:out`, `fwd:to`, `export:terms`) on
 //! every run that could change it, as the specification's invariants require. Bad input (an
-//! unparsable `raw:pagerank`, `raw:html` that is not UTF-8) and unreadable values the pipeline
-//! wrote itself fail the run with [`Error::Failed`] naming the cell.
+//! unparsable `raw:pagerank`, `raw:html` that is not UTF-8, a row key that is not a normalized
+//! URL) and unreadable values the pipeline wrote itself fail the run with [`Error::Failed`]
+//! naming the cell.
 
 mod clustering;
 mod document_processor;
@@ -30,7 +36,7 @@ pub use link_inversion::LinkInversion;
 
 use percolator_guest::{Cell, Error, Notification, Result, Txn};
 
-use crate::schema::{PAGES, TRIGGER, prefix_range};
+use crate::schema::{PAGES, prefix_range};
 
 /// The most cells one scan or get-many may return (the host's limit per call).
 const PAGE: usize = 10_000;
@@ -80,17 +86,20 @@ fn decode<'v, T>(
 
 /// Every `column` value of the rows `"<prefix> <suffix>"` of `table`, as (suffix, value) in row
 /// order, paging through scans of at most [`PAGE`] cells.
+///
+/// A scan may return fewer cells than asked for without the range being exhausted (the host
+/// caps each call), so only an empty page ends the loop.
 fn scan_prefix(txn: &impl Txn, table: &str, prefix: &str, column: &str) -> Result<Vec<(String, String)>> {
     let (mut start, end) = prefix_range(prefix);
     let mut out = Vec::new();
     loop {
         let page = txn.scan(table, &start, Some(&end), Some(&[column]), PAGE as u32)?;
-        let full = page.len() >= PAGE;
-        if let Some(last) = page.last() {
-            // One column, so one cell per row: continue just after the last row.
-            start = last.row.clone();
-            start.push(0);
-        }
+        let Some(last) = page.last() else {
+            return Ok(out);
+        };
+        // One column, so one cell per row: continue just after the last row.
+        start = last.row.clone();
+        start.push(0);
         for entry in page {
             let suffix = entry.row.get(prefix.len() + 1..).unwrap_or_default();
             let suffix = std::str::from_utf8(suffix)
@@ -98,9 +107,6 @@ fn scan_prefix(txn: &impl Txn, table: &str, prefix: &str, column: &str) -> Resul
                 .to_owned();
             let value = text(table, &entry.row, column, entry.value)?;
             out.push((suffix, value));
-        }
-        if !full {
-            return Ok(out);
         }
     }
 }
@@ -128,14 +134,42 @@ fn put(txn: &mut impl Txn, table: &str, row: &[u8], column: &str, value: Option<
     }
 }
 
-/// Writes the trigger column `column` of `pages/url`.
-fn trigger(txn: &mut impl Txn, url: &str, column: &str) -> Result<()> {
-    txn.set_str(PAGES, url.as_bytes(), column, TRIGGER)
+/// Weakly notifies the trigger column `column` (`link:dirty`, `export:dirty`) of `pages/url`:
+/// its observer runs after this transaction commits, on a snapshot that includes its writes.
+fn notify(txn: &mut impl Txn, url: &str, column: &str) -> Result<()> {
+    txn.notify_weak(PAGES, url.as_bytes(), column)
 }
 
 #[cfg(test)]
 mod test_util {
     use percolator_guest::mem::MemStore;
+
+    use crate::schema::{EXPORT_DIRTY, LINK_DIRTY, PAGES};
+
+    /// An empty store whose trigger columns are weak-notify, as `config/web-index.toml` binds
+    /// them: writing one fails.
+    pub(super) fn store() -> MemStore {
+        let store = MemStore::new();
+        store.bind_weak(PAGES, LINK_DIRTY);
+        store.bind_weak(PAGES, EXPORT_DIRTY);
+        store
+    }
+
+    /// Takes the weak notifications committed since the last call, which must all be of
+    /// `pages/<url>/column`: the URLs, sorted, each once.
+    pub(super) fn take_notified(store: &MemStore, column: &str) -> Vec<String> {
+        let mut urls: Vec<String> = store
+            .take_weak_notifications()
+            .into_iter()
+            .map(|c| {
+                assert_eq!((c.table.as_str(), c.column.as_str()), (PAGES, column), "{c:?}");
+                String::from_utf8(c.row).unwrap()
+            })
+            .collect();
+        urls.sort();
+        urls.dedup();
+        urls
+    }
 
     /// Every cell of `table` as `(row, column, value)` text.
     pub(super) fn dump(store: &MemStore, table: &str) -> Vec<(String, String, String)> {
@@ -172,6 +206,52 @@ mod tests {
         assert_eq!(rows.len(), n);
         assert_eq!(rows[0], ("s000000".to_owned(), "0".to_owned()));
         assert_eq!(rows[n - 1], (format!("s{:06}", n - 1), format!("{}", n - 1)));
+    }
+
+    /// A `Txn` whose scans return at most 3 cells, whatever the limit (as a host may cap them).
+    struct ShortScans(percolator_guest::mem::MemTxn);
+
+    impl Txn for ShortScans {
+        fn get(&self, table: &str, row: &[u8], column: &str) -> Result<Option<Vec<u8>>> {
+            self.0.get(table, row, column)
+        }
+        fn get_many(&self, cells: &[Cell]) -> Result<Vec<Option<Vec<u8>>>> {
+            self.0.get_many(cells)
+        }
+        fn scan(
+            &self,
+            table: &str,
+            start: &[u8],
+            end: Option<&[u8]>,
+            columns: Option<&[&str]>,
+            limit: u32,
+        ) -> Result<Vec<percolator_guest::ScanEntry>> {
+            self.0.scan(table, start, end, columns, limit.min(3))
+        }
+        fn set(&mut self, table: &str, row: &[u8], column: &str, value: &[u8]) -> Result<()> {
+            self.0.set(table, row, column, value)
+        }
+        fn delete(&mut self, table: &str, row: &[u8], column: &str) -> Result<()> {
+            self.0.delete(table, row, column)
+        }
+        fn notify_weak(&mut self, table: &str, row: &[u8], column: &str) -> Result<()> {
+            self.0.notify_weak(table, row, column)
+        }
+        fn start_ts(&self) -> u64 {
+            self.0.start_ts()
+        }
+    }
+
+    #[test]
+    fn scan_prefix_reads_on_after_a_short_page() {
+        let store = MemStore::new();
+        for i in 0..10 {
+            store.put(INLINKS, join_row("t", &format!("s{i}")), LINK_ANCHOR, format!("{i}"));
+        }
+        let txn = ShortScans(store.begin());
+        let rows = scan_prefix(&txn, INLINKS, "t", LINK_ANCHOR).unwrap();
+        let want: Vec<(String, String)> = (0..10).map(|i| (format!("s{i}"), format!("{i}"))).collect();
+        assert_eq!(rows, want);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::html::Link;
+use crate::html::{Link, MAX_URL_BYTES};
 
 /// Crawled pages and everything derived per URL.
 pub const PAGES: &str = "pages";
@@ -38,11 +38,11 @@ pub const CLUSTER_HASH: &str = "cluster:hash";
 pub const CLUSTER_CANONICAL: &str = "cluster:canonical";
 /// Targets with published inlinks from this page.
 pub const LINK_OUT: &str = "link:out";
-/// Trigger: this URL's inlinks changed.
+/// Trigger, weak-notify (never written, only notified): this URL's inlinks changed.
 pub const LINK_DIRTY: &str = "link:dirty";
 /// Where this URL's inlinks are forwarded.
 pub const FWD_TO: &str = "fwd:to";
-/// Trigger: re-export this URL.
+/// Trigger, weak-notify (never written, only notified): re-export this URL.
 pub const EXPORT_DIRTY: &str = "export:dirty";
 /// Exported terms, `term\tcount\n` each.
 pub const EXPORT_TERMS: &str = "export:terms";
@@ -80,9 +80,6 @@ pub fn split_row(row: &[u8]) -> Option<(&str, &str)> {
     std::str::from_utf8(row).ok()?.split_once(' ')
 }
 
-/// The value written to trigger columns (`link:dirty`, `export:dirty`); only the write matters.
-pub const TRIGGER: &str = "1";
-
 /// `member:pagerank` of a member whose `raw:pagerank` is absent.
 pub const ABSENT_PAGERANK: &str = "0";
 
@@ -98,14 +95,18 @@ pub fn encode_links(links: &[Link]) -> String {
     out
 }
 
-/// Reads an [`encode_links`] value; a target must be non-empty and free of whitespace (it is
-/// the first part of `inlinks` row keys).
+/// Reads an [`encode_links`] value; a target must be non-empty, free of whitespace and at
+/// most [`MAX_URL_BYTES`] long (it is the first part of `inlinks` row keys).
 pub fn decode_links(value: &str) -> Result<Vec<Link>, String> {
     pairs(value)?
         .map(|pair| {
             let (target, anchor) = pair?;
             if target.is_empty() || target.contains(char::is_whitespace) {
                 return Err(format!("link target {target:?} is empty or contains whitespace"));
+            }
+            if target.len() > MAX_URL_BYTES {
+                let start: String = target.chars().take(40).collect();
+                return Err(format!("link target {start:?}… is {} bytes, longer than {MAX_URL_BYTES}", target.len()));
             }
             Ok(Link { target: target.to_owned(), anchor: anchor.to_owned() })
         })
@@ -251,6 +252,9 @@ mod tests {
         assert!(decode_links("http://a/\n").is_err());
         assert!(decode_links("\tx\n").is_err());
         assert!(decode_links("http://a b/\tx\n").is_err());
+        let long = format!("http://a/{}", "x".repeat(MAX_URL_BYTES));
+        assert!(decode_links(&format!("{}\tx\n", &long[..MAX_URL_BYTES])).is_ok());
+        assert!(decode_links(&format!("{long}\tx\n")).unwrap_err().contains("longer than 2040"));
     }
 
     #[test]

@@ -3,13 +3,16 @@
 //! `webindex::batch::compute` derives from the final `raw:*` inputs — whatever the order in
 //! which inputs arrive and runs interleave.
 //!
-//! The driver imitates the host: every committed write of a bound column of `pages` queues a
-//! notification of its binding's observer (pending notifications of one cell collapse into one);
-//! a run begins a transaction after the write that caused it, and up to six runs are in flight
-//! at once (preferably on rows the others touch), so their snapshots overlap and their commits
-//! race; a run of a cell whose newer run committed since it began fails as the host's ack
-//! conflict would (invariant 3 of the specification); a failed commit queues the notification
-//! again. Input records (first crawls, then re-crawls of the same URL, and a few
+//! The driver imitates the host: every committed write of a strongly bound column of `pages`,
+//! and every committed weak notification (`link:dirty`, `export:dirty`), queues a notification
+//! of its binding's observer (pending notifications of one cell collapse into one, but one weak
+//! notification in four is queued a second time: the host may deliver weak ones more than
+//! once); a run begins a transaction after the commit that caused it, and up to six runs are in
+//! flight at once (preferably on rows the others touch), so their snapshots overlap and their
+//! commits race; a strong run of a cell whose newer run committed since it began fails as the
+//! host's ack conflict would (weak bindings have no ack: their runs serialize on the columns
+//! they always write, invariant 3 of the specification); a failed commit queues the
+//! notification again. Input records (first crawls, then re-crawls of the same URL, and a few
 //! deletions) are loaded in a random order interleaved with the runs.
 //!
 //! Run with `cargo test -p webindex --test fixed_point` in `guest-examples/`.
@@ -25,8 +28,8 @@ use webindex::schema::*;
 
 /// Every table the pipeline writes.
 const TABLES: [&str; 5] = [PAGES, CLUSTERS, INLINKS, FWD, INDEX];
-/// Columns whose presence records history, not state: left out of the comparison.
-const TRIGGERS: [&str; 2] = [LINK_DIRTY, EXPORT_DIRTY];
+/// The weak-notify columns (`notify = "weak"` in config/web-index.toml): never written.
+const WEAK: [&str; 2] = [LINK_DIRTY, EXPORT_DIRTY];
 /// Runs after which the driver gives up: the pipeline does not settle.
 const MAX_RUNS: usize = 500_000;
 
@@ -52,6 +55,11 @@ impl Bound {
             EXPORT_DIRTY => Some(Bound::Exporter),
             _ => None,
         }
+    }
+
+    /// Is `column` bound weakly?
+    fn weak(column: &str) -> bool {
+        WEAK.contains(&column)
     }
 
     fn observe(self, txn: &mut MemTxn, n: &Notification) -> Result<()> {
@@ -162,6 +170,10 @@ struct Run {
 #[derive(Debug, Default)]
 struct Stats {
     runs: usize,
+    /// Runs of weak notifications.
+    weak_runs: usize,
+    /// Weak notifications queued a second time.
+    repeats: usize,
     /// Runs that failed on their ack (a newer run of the same notification committed first).
     ack_conflicts: usize,
     /// Runs whose commit failed on a write-write conflict.
@@ -178,16 +190,20 @@ struct Driver {
     queued: BTreeSet<Cell>,
     /// Runs begun and not yet committed.
     running: Vec<Run>,
-    /// Commit timestamp of the newest committed run of each cell: the host's ack, which an
-    /// overlapping run of the same binding and row conflicts on.
+    /// Commit timestamp of the newest committed run of each strongly bound cell: the host's
+    /// ack, which an overlapping run of the same binding and row conflicts on.
     acks: BTreeMap<Cell, u64>,
     stats: Stats,
 }
 
 impl Driver {
     fn new(seed: u64) -> Driver {
+        let store = MemStore::new();
+        for column in WEAK {
+            store.bind_weak(PAGES, column);
+        }
         Driver {
-            store: MemStore::new(),
+            store,
             rng: Rng(seed),
             queue: Vec::new(),
             queued: BTreeSet::new(),
@@ -203,11 +219,23 @@ impl Driver {
         }
     }
 
-    /// Commits `txn` and queues notifications of the bound cells it wrote.
+    /// Commits `txn` and queues notifications of the bound cells it wrote and of the weak
+    /// notifications it sent, some of the latter twice.
     fn commit(&mut self, txn: MemTxn) -> Result<u64> {
-        let written: Vec<Cell> = txn.buffered().keys().chain(txn.buffered_weak()).cloned().collect();
+        let written: Vec<Cell> = txn.buffered().keys().cloned().collect();
+        let notified: Vec<Cell> = txn.buffered_weak().iter().cloned().collect();
+        assert!(written.iter().all(|c| !Bound::weak(&c.column)), "weak-notify columns are never written");
         let ts = txn.commit()?;
         for cell in written {
+            self.enqueue(cell, 1);
+        }
+        for cell in notified {
+            if self.rng.below(4) == 0 {
+                // A second delivery, outside the collapsing: it may run concurrently with the
+                // first, or after it as a repeat.
+                self.stats.repeats += 1;
+                self.queue.push((cell.clone(), 1));
+            }
             self.enqueue(cell, 1);
         }
         Ok(ts)
@@ -249,7 +277,13 @@ impl Driver {
         let (cell, attempt) = self.queue.swap_remove(pick);
         self.queued.remove(&cell);
         let bound = Bound::of(&cell.table, &cell.column).expect("only bound cells are queued");
-        let n = self.store.notification(&cell.table, &cell.row, &cell.column).with_attempt(attempt);
+        let n = if Bound::weak(&cell.column) {
+            self.stats.weak_runs += 1;
+            Notification::weak(cell.clone())
+        } else {
+            self.store.notification(&cell.table, &cell.row, &cell.column)
+        }
+        .with_attempt(attempt);
         let mut txn = self.store.begin();
         self.stats.runs += 1;
         match bound.observe(&mut txn, &n) {
@@ -270,7 +304,9 @@ impl Driver {
         }
         match self.commit(run.txn) {
             Ok(ts) => {
-                self.acks.insert(run.cell, ts);
+                if !Bound::weak(&run.cell.column) {
+                    self.acks.insert(run.cell, ts);
+                }
             }
             Err(e) if e.is_conflict() => {
                 self.stats.write_conflicts += 1;
@@ -321,17 +357,12 @@ impl Driver {
         }
     }
 
-    /// Every table's cells, trigger columns left out; tables without cells absent.
+    /// Every table's cells; tables without cells absent. (The trigger columns hold no values:
+    /// they are weak-notify.)
     fn tables(&self) -> Tables {
         let mut tables = Tables::new();
         for name in TABLES {
-            let table: Table = self
-                .store
-                .cells(name)
-                .into_iter()
-                .filter(|(c, _)| !TRIGGERS.contains(&c.column.as_str()))
-                .map(|(c, v)| ((c.row, c.column), v))
-                .collect();
+            let table: Table = self.store.cells(name).into_iter().map(|(c, v)| ((c.row, c.column), v)).collect();
             tables.insert(name.to_owned(), table);
         }
         batch::normalize(&mut tables);
@@ -371,7 +402,7 @@ fn incremental_result_equals_the_batch_result() {
         let (actual, inputs, stats) = run(&crawl, schedule);
         let expected = batch::compute(&inputs).expect("generated inputs are valid");
         assert_same(&expected, &actual, &format!("crawl seed {seed}, {schedule:?}"));
-        assert!(stats.runs > 500, "{stats:?}");
+        assert!(stats.runs > 500 && stats.weak_runs > 100 && stats.repeats > 10, "{stats:?}");
         ack_conflicts += stats.ack_conflicts;
         write_conflicts += stats.write_conflicts;
     }

@@ -10,12 +10,16 @@
 //!   weakly notifies `words/<word>/count:dirty`; then it writes `wc:words`. A document writes
 //!   only its own part cells, so splitters never conflict, even on the hottest word.
 //! - **summer**, bound weakly (`notify = "weak"`) to `words/count:dirty`. It scans the word's
-//!   parts (rows `["<word> ", "<word>!")`, page by page), sums them and writes
+//!   parts (rows `["<word> ", "<word>!")`, page by page until a scan returns nothing), sums
+//!   them and writes
 //!   `words/<word>/count:total` (decimal) only if the sum changed, deleting it at 0. Weak
 //!   notifications do not collapse and may repeat, so the summer recomputes from the parts
 //!   instead of adding deltas: any run after the last part change leaves the exact total.
 //!
-//! Words longer than [`MAX_WORD_LEN`] bytes are not counted (they would make over-long rows).
+//! Part rows `"<word> <doc>"` must fit the store's 4096-byte limit on row keys, so words longer
+//! than [`MAX_WORD_LEN`] bytes are not counted, and a document whose row key is longer than
+//! [`MAX_DOC_KEY_LEN`] (`4096 - MAX_WORD_LEN - 1`) bytes fails the splitter's run with a
+//! message naming its cell (a dead letter) instead of failing on the store's limit.
 //!
 //! ```toml
 //! [[binding]]
@@ -60,9 +64,11 @@ pub const DIRTY: &str = "count:dirty";
 pub const TOTAL: &str = "count:total";
 /// Longest counted word, in bytes.
 pub const MAX_WORD_LEN: usize = 100;
+/// Longest document row key, in bytes: a part row `"<word> <doc>"` is then at most 4096 bytes,
+/// the store's limit on row keys.
+pub const MAX_DOC_KEY_LEN: usize = 4096 - MAX_WORD_LEN - 1;
 
-/// Cells per summer scan page. Below the host's per-call cap (10,000), so a short page means
-/// the range is exhausted.
+/// Cells per summer scan page (the host caps a call at 10,000).
 const PAGE: u32 = 1000;
 
 /// The observer (both roles).
@@ -103,6 +109,16 @@ pub fn part_row(word: &str, doc: &[u8]) -> Vec<u8> {
 /// The splitter: publishes the changes of one document's word counts.
 fn split(txn: &mut impl Txn, n: &Notification) -> Result<()> {
     let doc = n.row();
+    if doc.len() > MAX_DOC_KEY_LEN {
+        return Err(Error::failed(format!(
+            "{}/{}/{}: the row key is {} bytes, longer than {MAX_DOC_KEY_LEN} (its part rows \"<word> <doc>\" \
+             must fit in 4096 bytes)",
+            n.table(),
+            String::from_utf8_lossy(doc),
+            n.column(),
+            doc.len()
+        )));
+    }
     let cells = [n.cell.clone(), n.cell.sibling(PUBLISHED)];
     let [text, published]: [Option<Vec<u8>>; 2] = txn
         .get_many(&cells)?
@@ -157,10 +173,12 @@ fn sum(txn: &mut impl Txn, n: &Notification, page: u32) -> Result<()> {
             })?;
             total = total.saturating_add(count);
         }
+        // A page may be short without the range being exhausted (the host may cap a call):
+        // only an empty one ends it. One column per row: the next page starts right after the
+        // last row.
         match cells.last() {
-            // One column per row: the next page starts right after the last row.
-            Some(last) if cells.len() == page as usize => start = [last.row.as_slice(), &[0]].concat(),
-            _ => break,
+            Some(last) => start = [last.row.as_slice(), &[0]].concat(),
+            None => break,
         }
     }
     let current = txn.get(n.table(), word, TOTAL)?;
@@ -334,6 +352,44 @@ mod tests {
         let mut txn = store.begin();
         sum(&mut txn, &n, 3).unwrap();
         assert!(txn.buffered().is_empty());
+        // A host that returns fewer cells than asked for: short pages do not end the scan.
+        let mut txn = Capped(store.begin());
+        sum(&mut txn, &n, PAGE).unwrap();
+        assert!(txn.0.buffered().is_empty(), "the same total: {:?}", txn.0.buffered());
+    }
+
+    /// A transaction whose scans return at most 2 cells, whatever the limit.
+    struct Capped(percolator_guest::mem::MemTxn);
+
+    impl Txn for Capped {
+        fn get(&self, table: &str, row: &[u8], column: &str) -> Result<Option<Vec<u8>>> {
+            self.0.get(table, row, column)
+        }
+        fn get_many(&self, cells: &[Cell]) -> Result<Vec<Option<Vec<u8>>>> {
+            self.0.get_many(cells)
+        }
+        fn scan(
+            &self,
+            table: &str,
+            start: &[u8],
+            end: Option<&[u8]>,
+            columns: Option<&[&str]>,
+            limit: u32,
+        ) -> Result<Vec<percolator_guest::ScanEntry>> {
+            self.0.scan(table, start, end, columns, limit.min(2))
+        }
+        fn set(&mut self, table: &str, row: &[u8], column: &str, value: &[u8]) -> Result<()> {
+            self.0.set(table, row, column, value)
+        }
+        fn delete(&mut self, table: &str, row: &[u8], column: &str) -> Result<()> {
+            self.0.delete(table, row, column)
+        }
+        fn notify_weak(&mut self, table: &str, row: &[u8], column: &str) -> Result<()> {
+            self.0.notify_weak(table, row, column)
+        }
+        fn start_ts(&self) -> u64 {
+            self.0.start_ts()
+        }
     }
 
     #[test]
@@ -350,6 +406,23 @@ mod tests {
         b.commit().unwrap();
         drain(&store);
         assert_eq!(totals(&store)["the"], 2);
+    }
+
+    #[test]
+    fn documents_with_over_long_row_keys_fail_naming_the_cell() {
+        let store = store();
+        let longest = "d".repeat(MAX_DOC_KEY_LEN);
+        let word = "w".repeat(MAX_WORD_LEN);
+        write_doc(&store, &longest, &word);
+        assert_eq!(parts(&store), pairs(&[(&format!("{word} {longest}"), "1")]));
+        assert_eq!(part_row(&word, longest.as_bytes()).len(), 4096);
+
+        let too_long = "d".repeat(MAX_DOC_KEY_LEN + 1);
+        store.put(DOCS, &too_long, TEXT, "a word");
+        let e = store.observe::<WordCount>(&store.notification(DOCS, &too_long, TEXT)).unwrap_err();
+        let want = format!("docs/{too_long}/raw:text: the row key is 3996 bytes, longer than 3995");
+        assert!(matches!(&e, Error::Failed(m) if m.starts_with(&want)), "{e}");
+        assert_eq!(parts(&store).len(), 1);
     }
 
     #[test]

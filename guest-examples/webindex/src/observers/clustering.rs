@@ -4,7 +4,7 @@ use std::cmp::Ordering;
 
 use percolator_guest::{Notification, Observer, Result, Txn};
 
-use super::{bad_cell, decode, get_column, get_page, notified_url, scan_prefix, trigger};
+use super::{bad_cell, decode, get_column, get_page, notified_url, notify, scan_prefix};
 use crate::schema::{
     ABSENT_PAGERANK, CANON_URL, CLUSTER_CANONICAL, CLUSTER_HASH, CLUSTERS, DOC_HASH, EXPORT_DIRTY, MEMBER_PAGERANK,
     PAGES, RAW_PAGERANK, decode_hash, join_row,
@@ -20,15 +20,15 @@ use crate::text::{canonical_order, parse_pagerank};
 /// scanned, the canonical is the best by [`canonical_order`], `canon:url` is written even when
 /// unchanged (deleted when the cluster is empty) — the serialization point that makes two
 /// runs touching one cluster conflict — and every member whose `cluster:canonical` differs
-/// gets it, plus `export:dirty`. A page without `doc:hash` loses `cluster:hash` and
-/// `cluster:canonical` (with `export:dirty` if it had one).
+/// gets it, and a weak notification of its `export:dirty`. A page without `doc:hash` loses
+/// `cluster:hash` and `cluster:canonical` (notifying `export:dirty` if it had one).
 ///
 /// An unparsable `raw:pagerank` fails the run naming the cell, whether or not the page has a
 /// `doc:hash`; absent counts as 0.
 ///
 /// Bind to `pages/doc:hash` and to `pages/raw:pagerank` (the same component twice). Reads
 /// `pages/doc:hash`, `pages/raw:pagerank`, `pages/cluster:*`, `clusters/member:pagerank`;
-/// writes `clusters/member:pagerank`, `clusters/canon:url`, `pages/cluster:*`,
+/// writes `clusters/member:pagerank`, `clusters/canon:url`, `pages/cluster:*`; notifies
 /// `pages/export:dirty`.
 pub struct Clustering;
 
@@ -69,7 +69,7 @@ impl Observer for Clustering {
                 }
                 if canonical.is_some() {
                     txn.delete(PAGES, row, CLUSTER_CANONICAL)?;
-                    trigger(txn, url, EXPORT_DIRTY)?;
+                    notify(txn, url, EXPORT_DIRTY)?;
                 }
             }
         }
@@ -97,7 +97,7 @@ fn settle(txn: &mut impl Txn, hash: &str) -> Result<()> {
     for ((url, _), current) in members.iter().zip(current) {
         if current.as_deref() != Some(canonical.as_bytes()) {
             txn.set_str(PAGES, url.as_bytes(), CLUSTER_CANONICAL, canonical)?;
-            trigger(txn, url, EXPORT_DIRTY)?;
+            notify(txn, url, EXPORT_DIRTY)?;
         }
     }
     Ok(())
@@ -106,7 +106,7 @@ fn settle(txn: &mut impl Txn, hash: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observers::test_util::{column, dump};
+    use crate::observers::test_util::{column, dump, store, take_notified};
     use percolator_guest::Error;
     use percolator_guest::mem::MemStore;
 
@@ -135,7 +135,7 @@ mod tests {
 
     #[test]
     fn highest_pagerank_is_canonical_ties_to_smaller_url() {
-        let store = MemStore::new();
+        let store = store();
         store.declare_writes(CLUSTERS, &[MEMBER_PAGERANK, CANON_URL]);
         store.declare_writes(PAGES, &[CLUSTER_HASH, CLUSTER_CANONICAL, EXPORT_DIRTY]);
         page(&store, "u:b", Some(H1), Some("0.5"));
@@ -149,6 +149,8 @@ mod tests {
         assert_eq!(store.get_str(CLUSTERS, H1, CANON_URL).as_deref(), Some("u:c"));
         assert_eq!(canonicals(&store), pairs(&[("u:a", "u:c"), ("u:b", "u:c"), ("u:c", "u:c")]));
         assert_eq!(column(&store, PAGES, CLUSTER_HASH), pairs(&[("u:a", H1), ("u:b", H1), ("u:c", H1)]));
+        assert_eq!(take_notified(&store, EXPORT_DIRTY), ["u:a", "u:b", "u:c"]);
+        assert!(column(&store, PAGES, EXPORT_DIRTY).is_empty(), "notified, never written");
         // The member keeps the raw text.
         page(&store, "u:a", Some(H1), Some(" 1e1 "));
         assert_eq!(store.get_str(CLUSTERS, join_row(H1, "u:a"), MEMBER_PAGERANK).as_deref(), Some(" 1e1 "));
@@ -157,13 +159,11 @@ mod tests {
 
     #[test]
     fn recrawl_moves_a_page_between_clusters() {
-        let store = MemStore::new();
+        let store = store();
         page(&store, "u:a", Some(H1), Some("3"));
         page(&store, "u:b", Some(H1), Some("2"));
         page(&store, "u:c", Some(H2), Some("1"));
-        store.remove(PAGES, "u:a", EXPORT_DIRTY);
-        store.remove(PAGES, "u:b", EXPORT_DIRTY);
-        store.remove(PAGES, "u:c", EXPORT_DIRTY);
+        assert_eq!(take_notified(&store, EXPORT_DIRTY), ["u:a", "u:b", "u:c"]);
 
         // u:a (the canonical of H1) now has u:c's content.
         page(&store, "u:a", Some(H2), Some("3"));
@@ -175,21 +175,21 @@ mod tests {
             pairs(&[(&format!("{H1} u:b"), "2"), (&format!("{H2} u:a"), "3"), (&format!("{H2} u:c"), "1")])
         );
         // Every page whose canonical changed is re-exported; u:a's did not change.
-        let dirty: Vec<String> = column(&store, PAGES, EXPORT_DIRTY).into_iter().map(|(r, _)| r).collect();
-        assert_eq!(dirty, ["u:b", "u:c"]);
+        assert_eq!(take_notified(&store, EXPORT_DIRTY), ["u:b", "u:c"]);
 
         // u:b loses its content: H1 is empty, so it goes, with u:b's cluster columns.
         page(&store, "u:b", None, Some("2"));
         assert_eq!(store.get(CLUSTERS, H1, CANON_URL), None);
         assert_eq!(store.get(PAGES, "u:b", CLUSTER_HASH), None);
         assert_eq!(store.get(PAGES, "u:b", CLUSTER_CANONICAL), None);
+        assert_eq!(take_notified(&store, EXPORT_DIRTY), ["u:b"], "u:b lost its canonical");
         let clusters: Vec<String> = dump(&store, CLUSTERS).into_iter().map(|(r, _, _)| r).collect();
         assert_eq!(clusters, [H2.to_owned(), format!("{H2} u:a"), format!("{H2} u:c")]);
     }
 
     #[test]
     fn pagerank_change_alone_recomputes() {
-        let store = MemStore::new();
+        let store = store();
         page(&store, "u:a", Some(H1), Some("1"));
         page(&store, "u:b", Some(H1), Some("0"));
         store.put(PAGES, "u:b", RAW_PAGERANK, "5");
@@ -199,26 +199,27 @@ mod tests {
 
     #[test]
     fn nothing_to_do_without_a_hash() {
-        let store = MemStore::new();
+        let store = store();
         store.put(PAGES, "u:a", RAW_PAGERANK, "1");
         let mut txn = store.begin();
         Clustering::observe(&mut txn, &store.notification(PAGES, "u:a", RAW_PAGERANK)).unwrap();
-        assert!(txn.buffered().is_empty());
+        assert!(txn.buffered().is_empty() && txn.buffered_weak().is_empty());
     }
 
     #[test]
     fn every_run_writes_canon_url() {
-        let store = MemStore::new();
+        let store = store();
         page(&store, "u:a", Some(H1), Some("1"));
         let mut txn = store.begin();
         Clustering::observe(&mut txn, &store.notification(PAGES, "u:a", RAW_PAGERANK)).unwrap();
         let written: Vec<String> = txn.buffered().keys().map(|c| c.column.clone()).collect();
         assert_eq!(written, [CANON_URL]);
+        assert!(txn.buffered_weak().is_empty(), "the canonical did not change");
     }
 
     #[test]
     fn bad_pagerank_fails_naming_the_cell() {
-        let store = MemStore::new();
+        let store = store();
         store.put(PAGES, "u:a", DOC_HASH, H1);
         store.put(PAGES, "u:a", RAW_PAGERANK, "abc");
         let err = store.observe::<Clustering>(&store.notification(PAGES, "u:a", RAW_PAGERANK)).unwrap_err();
@@ -232,7 +233,7 @@ mod tests {
 
     #[test]
     fn bad_hash_fails_naming_the_cell() {
-        let store = MemStore::new();
+        let store = store();
         store.put(PAGES, "u:a", DOC_HASH, "not a hash");
         let err = store.observe::<Clustering>(&store.notification(PAGES, "u:a", DOC_HASH)).unwrap_err();
         assert!(
@@ -243,7 +244,7 @@ mod tests {
 
     #[test]
     fn concurrent_runs_on_one_cluster_conflict() {
-        let store = MemStore::new();
+        let store = store();
         store.put(PAGES, "u:a", DOC_HASH, H1);
         store.put(PAGES, "u:b", DOC_HASH, H1);
         let (na, nb) = (store.notification(PAGES, "u:a", DOC_HASH), store.notification(PAGES, "u:b", DOC_HASH));
@@ -261,7 +262,7 @@ mod tests {
 
     #[test]
     fn leaving_and_joining_one_cluster_concurrently_conflict() {
-        let store = MemStore::new();
+        let store = store();
         page(&store, "u:a", Some(H1), Some("3"));
         page(&store, "u:b", Some(H2), Some("1"));
         // a leaves H1 (which it alone is in) while b joins it.

@@ -1,8 +1,8 @@
 //! The document processor: `raw:html` → `doc:title`, `doc:text`, `doc:links`, `doc:hash`.
 
-use percolator_guest::{Error, Notification, Observer, Result, Txn};
+use percolator_guest::{Notification, Observer, Result, Txn};
 
-use super::{get_page, notified_url, put, text, trigger};
+use super::{bad_cell, get_page, notified_url, notify, put, text};
 use crate::html;
 use crate::schema::{DOC_HASH, DOC_LINKS, DOC_TEXT, DOC_TITLE, EXPORT_DIRTY, PAGES, RAW_HTML, encode_links};
 use crate::text::content_hash;
@@ -10,11 +10,14 @@ use crate::text::content_hash;
 /// Parses `pages/<url>/raw:html` into the four `doc:*` columns of the same row.
 ///
 /// Writes a `doc:*` column only when its value changes (so unchanged re-crawls notify nobody),
-/// and `export:dirty` of the page when `doc:title` or `doc:text` changes. `raw:html` absent:
-/// deletes the `doc:*` columns. `raw:html` that is not UTF-8 fails the run.
+/// and weakly notifies `export:dirty` of the page when `doc:title` or `doc:text` changes.
+/// `raw:html` absent: deletes the `doc:*` columns. `raw:html` that is not UTF-8 fails the run,
+/// and so does a row key that is not a normalized http(s) URL of at most
+/// [`MAX_URL_BYTES`](html::MAX_URL_BYTES) ([`html::check_url_key`]): rows derived from it
+/// would be unreachable or too long.
 ///
-/// Bind to `pages/raw:html`. Reads `pages/raw:html`, `pages/doc:*`; writes `pages/doc:*`,
-/// `pages/export:dirty`.
+/// Bind to `pages/raw:html`. Reads `pages/raw:html`, `pages/doc:*`; writes `pages/doc:*`;
+/// notifies `pages/export:dirty`.
 pub struct DocumentProcessor;
 
 impl Observer for DocumentProcessor {
@@ -24,14 +27,9 @@ impl Observer for DocumentProcessor {
         let new = match txn.get(PAGES, row, RAW_HTML)? {
             None => None,
             Some(raw) => {
-                // Row keys built from URLs ("<url> <other>") rely on URLs without whitespace.
-                let normalized = html::resolve(url, url);
-                if normalized.as_deref() != Some(url) {
-                    return Err(Error::Failed(format!(
-                        "pages/{url}/raw:html: the row key is not a normalized http(s) URL{}",
-                        normalized.map(|n| format!(" (expected {n:?})")).unwrap_or_default()
-                    )));
-                }
+                // Row keys built from URLs ("<url> <other>") rely on URLs without whitespace and
+                // short enough that two of them fit in one row key.
+                html::check_url_key(url).map_err(|e| bad_cell(PAGES, row, RAW_HTML, e))?;
                 let doc = html::parse(url, &text(PAGES, row, RAW_HTML, raw)?);
                 let hash = content_hash(&doc.title, &doc.text);
                 let links = encode_links(&doc.links);
@@ -49,7 +47,7 @@ impl Observer for DocumentProcessor {
             }
         }
         if text_changed {
-            trigger(txn, url, EXPORT_DIRTY)?;
+            notify(txn, url, EXPORT_DIRTY)?;
         }
         Ok(())
     }
@@ -58,9 +56,9 @@ impl Observer for DocumentProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::observers::test_util::dump;
-    use percolator_guest::Error;
+    use crate::observers::test_util::{dump, store, take_notified};
     use percolator_guest::mem::MemStore;
+    use percolator_guest::{Cell, Error};
 
     const URL: &str = "http://a.org/x/p.html";
 
@@ -70,7 +68,7 @@ mod tests {
 
     #[test]
     fn writes_doc_columns_and_triggers_export() {
-        let store = MemStore::new();
+        let store = store();
         store.declare_writes(PAGES, &[DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]);
         store.put(PAGES, URL, RAW_HTML, "<title>T</title><p>Body <a href='q.html#f'>go</a> <a href=/>home</a>");
         run(&store).unwrap();
@@ -81,24 +79,42 @@ mod tests {
             Some("http://a.org/x/q.html\tgo\nhttp://a.org/\thome\n")
         );
         assert_eq!(store.get_str(PAGES, URL, DOC_HASH), Some(content_hash("T", "Body go home")));
-        assert!(store.get(PAGES, URL, EXPORT_DIRTY).is_some());
+        assert_eq!(take_notified(&store, EXPORT_DIRTY), [URL]);
     }
 
     #[test]
     fn a_row_key_that_is_not_a_normalized_url_fails_the_run() {
-        let store = MemStore::new();
+        let store = store();
         store.declare_writes(PAGES, &[DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]);
         for (url, expected) in [("HTTP://A.org/x", "(expected \"http://a.org/x\")"), ("http://a.org/a b", "URL")] {
             store.put(PAGES, url, RAW_HTML, "<title>T</title>");
             let e = store.observe::<DocumentProcessor>(&store.notification(PAGES, url, RAW_HTML)).unwrap_err();
-            assert!(matches!(&e, Error::Failed(m) if m.contains("not a normalized") && m.ends_with(expected)), "{e:?}");
+            let prefix = format!("pages/{url}/raw:html: the row key is not a normalized");
+            assert!(matches!(&e, Error::Failed(m) if m.starts_with(&prefix) && m.ends_with(expected)), "{e:?}");
             assert_eq!(store.get(PAGES, url, DOC_HASH), None);
         }
     }
 
     #[test]
+    fn a_row_key_too_long_to_join_fails_the_run() {
+        let store = store();
+        // Normalized, but "<url> <source>" rows of its inlinks could exceed the store's limit.
+        let url = format!("http://a.org/{}", "x".repeat(html::MAX_URL_BYTES));
+        store.put(PAGES, &url, RAW_HTML, "<title>T</title><a href='/y'>y</a>");
+        let e = store.observe::<DocumentProcessor>(&store.notification(PAGES, &url, RAW_HTML)).unwrap_err();
+        let want = format!("pages/{url}/raw:html: the row key is {} bytes, longer than the 2040", url.len());
+        assert!(matches!(&e, Error::Failed(m) if m.starts_with(&want)), "{e:?}");
+        assert!(dump(&store, PAGES).iter().all(|(_, c, _)| c == RAW_HTML));
+        // One byte shorter than the limit works, and so do its links.
+        let url = format!("http://a.org/{}", "x".repeat(html::MAX_URL_BYTES - "http://a.org/".len()));
+        store.put(PAGES, &url, RAW_HTML, "<a href='/y'>y</a>");
+        store.observe::<DocumentProcessor>(&store.notification(PAGES, &url, RAW_HTML)).unwrap();
+        assert_eq!(store.get_str(PAGES, &url, DOC_LINKS).as_deref(), Some("http://a.org/y\ty\n"));
+    }
+
+    #[test]
     fn empty_page_has_empty_doc_columns() {
-        let store = MemStore::new();
+        let store = store();
         store.put(PAGES, URL, RAW_HTML, "");
         run(&store).unwrap();
         for column in [DOC_TITLE, DOC_TEXT, DOC_LINKS] {
@@ -106,64 +122,61 @@ mod tests {
         }
         assert_eq!(store.get_str(PAGES, URL, DOC_HASH), Some(content_hash("", "")));
         // Title and text went from absent to "": a change, so the page is re-exported.
-        assert!(store.get(PAGES, URL, EXPORT_DIRTY).is_some());
+        assert_eq!(take_notified(&store, EXPORT_DIRTY), [URL]);
     }
 
     #[test]
     fn writes_only_what_changed() {
-        let store = MemStore::new();
+        let store = store();
+        let export = [Cell::new(PAGES, URL, EXPORT_DIRTY)];
         store.put(PAGES, URL, RAW_HTML, "<title>T</title>text <a href=/a>a</a>");
         run(&store).unwrap();
-        let before: Vec<_> = [DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]
-            .map(|c| store.notification(PAGES, URL, c).commit_ts)
-            .into();
+        store.take_weak_notifications();
 
-        // Same content, different markup: nothing is written.
+        // Same content, different markup: nothing is written, nobody notified.
         store.put(PAGES, URL, RAW_HTML, "<TITLE>T</TITLE>\n<b>text</b> <a href='/a'>a</a>");
         let mut txn = store.begin();
         DocumentProcessor::observe(&mut txn, &store.notification(PAGES, URL, RAW_HTML)).unwrap();
         assert!(txn.buffered().is_empty(), "{:?}", txn.buffered());
+        assert!(txn.buffered_weak().is_empty());
 
-        // Only the links change: doc:links is written, no export trigger.
+        // Only the links change: doc:links is written, no export notification.
         store.put(PAGES, URL, RAW_HTML, "<title>T</title>text <a href=/b>a</a>");
         let mut txn = store.begin();
         DocumentProcessor::observe(&mut txn, &store.notification(PAGES, URL, RAW_HTML)).unwrap();
         let written: Vec<&str> = txn.buffered().keys().map(|c| c.column.as_str()).collect();
         assert_eq!(written, [DOC_LINKS]);
+        assert!(txn.buffered_weak().is_empty());
         txn.commit().unwrap();
-        let after: Vec<_> = [DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]
-            .map(|c| store.notification(PAGES, URL, c).commit_ts)
-            .into();
-        assert_eq!(before[0], after[0]);
-        assert_ne!(before[2], after[2]);
-        assert_eq!(before[4], after[4]);
 
-        // The text changes: doc:text, doc:hash and the export trigger.
+        // The text changes: doc:text, doc:hash and the export notification.
         store.put(PAGES, URL, RAW_HTML, "<title>T</title>new text <a href=/b>a</a>");
         let mut txn = store.begin();
         DocumentProcessor::observe(&mut txn, &store.notification(PAGES, URL, RAW_HTML)).unwrap();
         let written: Vec<&str> = txn.buffered().keys().map(|c| c.column.as_str()).collect();
-        assert_eq!(written, [DOC_HASH, DOC_TEXT, EXPORT_DIRTY]);
+        assert_eq!(written, [DOC_HASH, DOC_TEXT]);
+        assert!(txn.buffered_weak().iter().eq(&export));
     }
 
     #[test]
     fn removed_html_deletes_doc_columns() {
-        let store = MemStore::new();
+        let store = store();
         store.put(PAGES, URL, RAW_HTML, "<title>T</title>text");
         run(&store).unwrap();
+        store.take_weak_notifications();
         store.remove(PAGES, URL, RAW_HTML);
         run(&store).unwrap();
-        let left: Vec<String> = dump(&store, PAGES).into_iter().map(|(_, c, _)| c).collect();
-        assert_eq!(left, [EXPORT_DIRTY]);
+        assert!(dump(&store, PAGES).is_empty(), "{:?}", dump(&store, PAGES));
+        assert_eq!(take_notified(&store, EXPORT_DIRTY), [URL], "title and text went");
         // Nothing to delete any more: the next run writes nothing.
         let mut txn = store.begin();
         DocumentProcessor::observe(&mut txn, &store.notification(PAGES, URL, RAW_HTML)).unwrap();
-        assert!(txn.buffered().is_empty());
+        assert!(txn.buffered().is_empty() && txn.buffered_weak().is_empty());
     }
 
     #[test]
     fn html_that_is_not_utf8_fails_naming_the_cell() {
-        let store = MemStore::new();
+        let store = store();
         store.put(PAGES, URL, RAW_HTML, [b'<', 0xff]);
         let err = run(&store).unwrap_err();
         assert!(

@@ -2,7 +2,8 @@
 
 use percolator_guest::{Error, Notification, Observer, Result, Txn};
 
-use super::{decode, get_column, get_page, notified_url, put, scan_prefix, trigger};
+use super::{bad_cell, decode, get_column, get_page, notified_url, notify, put, scan_prefix};
+use crate::html::MAX_URL_BYTES;
 use crate::schema::{
     CLUSTER_CANONICAL, DOC_LINKS, EXPORT_DIRTY, FWD, FWD_ANCHORS, FWD_TO, INLINKS, LINK_ANCHOR, LINK_DIRTY, LINK_OUT,
     PAGES, decode_links, decode_list, encode_fwd, encode_list, inlink_anchors, join_row,
@@ -14,22 +15,24 @@ use crate::schema::{
 /// `inlinks/"T P"` holds the anchors of `P`'s links to `T` (empty ones skipped, joined by one
 /// space; the row exists, possibly empty, as long as `P` links to `T`). Rows of targets `P`
 /// no longer links to — read from `P`'s recorded `link:out` — are deleted. Every target whose
-/// row is written or deleted gets `link:dirty`. `link:out` is written on every run (deleted
-/// when `P` has no links).
+/// row is written or deleted is weakly notified on `link:dirty` (never written, so inverting
+/// runs of pages linking to one popular target do not conflict there). `link:out` is written
+/// on every run (deleted when `P` has no links).
 ///
 /// **Forwarding half** (`link:dirty` or `cluster:canonical` of URL `T`): if `T` has inlinks,
 /// `C` = `cluster:canonical(T)`, or `T` itself without one; `fwd/"C T"` holds `T`'s inlinks
 /// (`source\tanchors\n`, sorted by source) and `fwd:to(T) = C`. When the destination changes,
 /// the row at the old destination (`fwd:to` as recorded) is deleted and both the old and the
-/// new `C` get `export:dirty`; when only the value changes, `C` does. `fwd:to` is written on
-/// every run (deleted when `T` has no inlinks), so the two forwarding bindings serialize on it.
+/// new `C` are weakly notified on `export:dirty`; when only the value changes, `C` is.
+/// `fwd:to` is written on every run (deleted when `T` has no inlinks), so forwarding runs on
+/// one row serialize on it — the weak `link:dirty` runs, which have no ack, included.
 ///
-/// Bind to `pages/doc:links` (inverting) and to `pages/link:dirty` and
+/// Bind to `pages/doc:links` (inverting) and to `pages/link:dirty` (`notify = "weak"`) and
 /// `pages/cluster:canonical` (forwarding): the same component three times. Inverting reads
-/// `pages/doc:links`, `pages/link:out`, `inlinks/link:anchor` and writes
-/// `inlinks/link:anchor`, `pages/link:out`, `pages/link:dirty`; forwarding reads
-/// `inlinks/link:anchor`, `pages/cluster:canonical`, `pages/fwd:to`, `fwd/fwd:anchors` and
-/// writes `fwd/fwd:anchors`, `pages/fwd:to`, `pages/export:dirty`.
+/// `pages/doc:links`, `pages/link:out`, `inlinks/link:anchor`, writes `inlinks/link:anchor`,
+/// `pages/link:out` and notifies `pages/link:dirty`; forwarding reads `inlinks/link:anchor`,
+/// `pages/cluster:canonical`, `pages/fwd:to`, `fwd/fwd:anchors`, writes `fwd/fwd:anchors`,
+/// `pages/fwd:to` and notifies `pages/export:dirty`.
 pub struct LinkInversion;
 
 impl Observer for LinkInversion {
@@ -50,6 +53,11 @@ impl Observer for LinkInversion {
 /// The inverting half for source page `source`.
 fn invert(txn: &mut impl Txn, source: &str) -> Result<()> {
     let row = source.as_bytes();
+    if source.len() > MAX_URL_BYTES {
+        // The document processor writes no doc:links for such a page; someone else did.
+        let e = format!("the row key is {} bytes, longer than the {MAX_URL_BYTES} a URL may have", source.len());
+        return Err(bad_cell(PAGES, row, DOC_LINKS, e));
+    }
     let [links, out] = get_page(txn, source, [DOC_LINKS, LINK_OUT])?;
     let links = decode(PAGES, row, DOC_LINKS, links.as_deref(), decode_links)?;
     let old_targets = decode(PAGES, row, LINK_OUT, out.as_deref(), decode_list)?;
@@ -57,14 +65,14 @@ fn invert(txn: &mut impl Txn, source: &str) -> Result<()> {
 
     for target in old_targets.into_iter().filter(|t| !new.contains_key(t)) {
         txn.delete(INLINKS, &join_row(target, source), LINK_ANCHOR)?;
-        trigger(txn, target, LINK_DIRTY)?;
+        notify(txn, target, LINK_DIRTY)?;
     }
     let rows: Vec<Vec<u8>> = new.keys().map(|target| join_row(target, source)).collect();
     let current = get_column(txn, INLINKS, rows.iter().map(Vec::as_slice), LINK_ANCHOR)?;
     for (((target, anchors), inlink), current) in new.iter().zip(&rows).zip(current) {
         if current.as_deref() != Some(anchors.as_bytes()) {
             txn.set_str(INLINKS, inlink, LINK_ANCHOR, anchors)?;
-            trigger(txn, target, LINK_DIRTY)?;
+            notify(txn, target, LINK_DIRTY)?;
         }
     }
     let out = (!new.is_empty()).then(|| encode_list(new.keys()));
@@ -83,16 +91,16 @@ fn forward(txn: &mut impl Txn, target: &str) -> Result<()> {
         && moved
     {
         txn.delete(FWD, &join_row(old, target), FWD_ANCHORS)?;
-        trigger(txn, old, EXPORT_DIRTY)?;
+        notify(txn, old, EXPORT_DIRTY)?;
     }
     if let Some(to) = to {
         let value = encode_fwd(inlinks.iter().map(|(source, anchors)| (source.as_str(), anchors.as_str())));
         let fwd_row = join_row(to, target);
         if txn.get(FWD, &fwd_row, FWD_ANCHORS)?.as_deref() != Some(value.as_bytes()) {
             txn.set_str(FWD, &fwd_row, FWD_ANCHORS, &value)?;
-            trigger(txn, to, EXPORT_DIRTY)?;
+            notify(txn, to, EXPORT_DIRTY)?;
         } else if moved {
-            trigger(txn, to, EXPORT_DIRTY)?;
+            notify(txn, to, EXPORT_DIRTY)?;
         }
     }
     Ok(())
@@ -102,8 +110,9 @@ fn forward(txn: &mut impl Txn, target: &str) -> Result<()> {
 mod tests {
     use super::*;
     use crate::html::Link;
-    use crate::observers::test_util::column;
+    use crate::observers::test_util::{column, store, take_notified};
     use crate::schema::encode_links;
+    use percolator_guest::Cell;
     use percolator_guest::mem::MemStore;
 
     fn links(store: &MemStore, source: &str, links: &[(&str, &str)]) {
@@ -113,8 +122,17 @@ mod tests {
         store.observe::<LinkInversion>(&store.notification(PAGES, source, DOC_LINKS)).unwrap();
     }
 
+    /// Runs the forwarding half as its bindings are notified: weakly on `link:dirty`,
+    /// strongly on `cluster:canonical`.
     fn forward(store: &MemStore, target: &str, column: &str) {
-        store.observe::<LinkInversion>(&store.notification(PAGES, target, column)).unwrap();
+        store.observe::<LinkInversion>(&notification(store, target, column)).unwrap();
+    }
+
+    fn notification(store: &MemStore, target: &str, column: &str) -> Notification {
+        match column {
+            LINK_DIRTY => Notification::weak(Cell::new(PAGES, target, column)),
+            _ => store.notification(PAGES, target, column),
+        }
     }
 
     fn rows(store: &MemStore, table: &str, col: &str) -> Vec<(String, String)> {
@@ -125,29 +143,26 @@ mod tests {
         v.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
     }
 
-    /// Takes the trigger cells written since the last call: the URLs, sorted.
+    /// Takes the weak notifications of `col` sent since the last call: the URLs, sorted.
     fn take_triggers(store: &MemStore, col: &str) -> Vec<String> {
-        let urls: Vec<String> = rows(store, PAGES, col).into_iter().map(|(r, _)| r).collect();
-        for url in &urls {
-            store.remove(PAGES, url, col);
-        }
-        urls
+        take_notified(store, col)
     }
 
     #[test]
     fn inverts_links_and_marks_targets_dirty() {
-        let store = MemStore::new();
+        let store = store();
         store.declare_writes(INLINKS, &[LINK_ANCHOR]);
         store.declare_writes(PAGES, &[LINK_OUT, LINK_DIRTY]);
         links(&store, "s:p", &[("t:a", "one"), ("t:b", ""), ("t:a", ""), ("t:a", "two words"), ("t:b", "")]);
         assert_eq!(rows(&store, INLINKS, LINK_ANCHOR), strs(&[("t:a s:p", "one two words"), ("t:b s:p", "")]));
         assert_eq!(store.get_str(PAGES, "s:p", LINK_OUT).as_deref(), Some("t:a\nt:b\n"));
         assert_eq!(take_triggers(&store, LINK_DIRTY), ["t:a", "t:b"]);
+        assert!(column(&store, PAGES, LINK_DIRTY).is_empty(), "notified, never written");
     }
 
     #[test]
     fn changed_links_replace_stale_inlinks() {
-        let store = MemStore::new();
+        let store = store();
         links(&store, "s:p", &[("t:a", "a"), ("t:b", "b"), ("t:c", "c")]);
         links(&store, "s:q", &[("t:a", "qa")]);
         take_triggers(&store, LINK_DIRTY);
@@ -170,17 +185,54 @@ mod tests {
 
     #[test]
     fn every_inverting_run_writes_link_out() {
-        let store = MemStore::new();
+        let store = store();
         links(&store, "s:p", &[("t:a", "a")]);
         let mut txn = store.begin();
         LinkInversion::observe(&mut txn, &store.notification(PAGES, "s:p", DOC_LINKS)).unwrap();
         let written: Vec<String> = txn.buffered().keys().map(|c| c.column.clone()).collect();
         assert_eq!(written, [LINK_OUT]);
+        assert!(txn.buffered_weak().is_empty(), "no inlink changed");
+    }
+
+    #[test]
+    fn inverting_runs_of_pages_linking_to_one_target_do_not_conflict() {
+        let store = store();
+        store.put(PAGES, "s:p", DOC_LINKS, "t:home\tp\n");
+        store.put(PAGES, "s:q", DOC_LINKS, "t:home\tq\n");
+        let mut p = store.begin();
+        let mut q = store.begin();
+        LinkInversion::observe(&mut p, &store.notification(PAGES, "s:p", DOC_LINKS)).unwrap();
+        LinkInversion::observe(&mut q, &store.notification(PAGES, "s:q", DOC_LINKS)).unwrap();
+        p.commit().unwrap();
+        q.commit().unwrap();
+        // Both notified t:home; one forwarding run (or two) sees both inlinks.
+        assert_eq!(store.take_weak_notifications(), vec![Cell::new(PAGES, "t:home", LINK_DIRTY); 2]);
+        forward(&store, "t:home", LINK_DIRTY);
+        forward(&store, "t:home", LINK_DIRTY);
+        assert_eq!(rows(&store, FWD, FWD_ANCHORS), strs(&[("t:home t:home", "s:p\tp\ns:q\tq\n")]));
+        assert_eq!(take_triggers(&store, EXPORT_DIRTY), ["t:home"], "the repeated run changed nothing");
+    }
+
+    #[test]
+    fn concurrent_forwarding_runs_on_one_row_conflict() {
+        let store = store();
+        store.put(INLINKS, join_row("t:a", "s:p"), LINK_ANCHOR, "p");
+        let n = notification(&store, "t:a", LINK_DIRTY);
+        let mut first = store.begin();
+        LinkInversion::observe(&mut first, &n).unwrap();
+        // A new inlink and its notification arrive while the first run is in flight.
+        store.put(INLINKS, join_row("t:a", "s:q"), LINK_ANCHOR, "q");
+        let mut second = store.begin();
+        LinkInversion::observe(&mut second, &n).unwrap();
+        second.commit().unwrap();
+        // Weak runs have no ack: they serialize on fwd:to, so the stale run cannot commit.
+        assert!(first.commit().unwrap_err().is_conflict());
+        assert_eq!(rows(&store, FWD, FWD_ANCHORS), strs(&[("t:a t:a", "s:p\tp\ns:q\tq\n")]));
     }
 
     #[test]
     fn forwarding_follows_the_canonical() {
-        let store = MemStore::new();
+        let store = store();
         store.declare_writes(FWD, &[FWD_ANCHORS]);
         store.declare_writes(PAGES, &[FWD_TO, EXPORT_DIRTY]);
         store.put(INLINKS, join_row("t:a", "s:q"), LINK_ANCHOR, "q anchors");
@@ -202,9 +254,10 @@ mod tests {
 
         // Nothing changed: only fwd:to is written (the serialization point).
         let mut txn = store.begin();
-        LinkInversion::observe(&mut txn, &store.notification(PAGES, "t:a", LINK_DIRTY)).unwrap();
+        LinkInversion::observe(&mut txn, &notification(&store, "t:a", LINK_DIRTY)).unwrap();
         let written: Vec<String> = txn.buffered().keys().map(|c| c.column.clone()).collect();
         assert_eq!(written, [FWD_TO]);
+        assert!(txn.buffered_weak().is_empty());
         drop(txn);
 
         // An inlink changes: the row is rewritten in place.
@@ -224,7 +277,7 @@ mod tests {
 
     #[test]
     fn inversion_then_forwarding() {
-        let store = MemStore::new();
+        let store = store();
         links(&store, "s:p", &[("t:a", "x")]);
         for target in take_triggers(&store, LINK_DIRTY) {
             forward(&store, &target, LINK_DIRTY);
@@ -233,8 +286,23 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_urls_make_valid_rows() {
+        let store = store();
+        let url = |c: char| format!("http://{c}.org/{}", c.to_string().repeat(MAX_URL_BYTES - 13));
+        let (source, target) = (url('s'), url('t'));
+        assert_eq!(source.len(), MAX_URL_BYTES);
+        links(&store, &source, &[(&target, "a")]);
+        assert_eq!(take_triggers(&store, LINK_DIRTY), std::slice::from_ref(&target));
+        store.put(PAGES, &target, CLUSTER_CANONICAL, &source);
+        forward(&store, &target, LINK_DIRTY);
+        let fwd_row = String::from_utf8(join_row(&source, &target)).unwrap();
+        assert_eq!(fwd_row.len(), 2 * MAX_URL_BYTES + 1);
+        assert_eq!(rows(&store, FWD, FWD_ANCHORS), strs(&[(&fwd_row, &format!("{source}\ta\n"))]));
+    }
+
+    #[test]
     fn bad_input_fails_naming_the_cell() {
-        let store = MemStore::new();
+        let store = store();
         store.put(PAGES, "s:p", DOC_LINKS, "no tab\n");
         let err = store.observe::<LinkInversion>(&store.notification(PAGES, "s:p", DOC_LINKS)).unwrap_err();
         assert_eq!(err, Error::failed("pages/s:p/doc:links: line 1 (\"no tab\") has no tab"));
@@ -242,6 +310,15 @@ mod tests {
         store.put(PAGES, "s:p", LINK_OUT, "t:a");
         let err = store.observe::<LinkInversion>(&store.notification(PAGES, "s:p", DOC_LINKS)).unwrap_err();
         assert_eq!(err, Error::failed("pages/s:p/link:out: the last line does not end in a newline"));
+        let long = format!("s:{}", "p".repeat(MAX_URL_BYTES));
+        store.put(PAGES, &long, DOC_LINKS, "t:a\tx\n");
+        let err = store.observe::<LinkInversion>(&store.notification(PAGES, &long, DOC_LINKS)).unwrap_err();
+        assert_eq!(
+            err,
+            Error::failed(format!(
+                "pages/{long}/doc:links: the row key is 2042 bytes, longer than the 2040 a URL may have"
+            ))
+        );
         let err = store.observe::<LinkInversion>(&store.notification(PAGES, "s:p", "raw:html")).unwrap_err();
         assert!(matches!(&err, Error::Failed(m) if m.starts_with("link inversion is bound to pages/raw:html")));
     }

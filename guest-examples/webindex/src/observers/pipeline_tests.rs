@@ -1,19 +1,25 @@
 //! The four observers together against one `MemStore`, driven to their fixed point by a small
-//! scheduler that imitates the host: a write to a bound column queues a notification; runs
+//! scheduler that imitates the host: a write to a bound column, or a weak notification of
+//! `link:dirty` / `export:dirty`, queues a notification once its transaction commits; runs
 //! start and commit in random interleavings, racing like concurrent workers (a conflict
-//! requeues the notification). Every schedule must reach the same tables.
-
-use std::collections::BTreeSet;
+//! requeues the notification). Weak notifications are sometimes queued twice, as the host may
+//! deliver them more than once. Every schedule must reach the same tables.
 
 use percolator_guest::mem::{MemStore, MemTxn};
 use percolator_guest::{Cell, Notification, Observer, Result, Txn};
 
-use super::test_util::{column, dump};
+use super::test_util::{column, dump, store};
 use super::{Clustering, DocumentProcessor, Exporter, LinkInversion};
 use crate::schema::*;
 
 /// The scheduler's imitation of the host's ack columns (a table of its own, outside the state).
+/// Strong bindings only: weak ones have no ack.
 const ACKS: &str = "acks";
+
+/// Is `column` bound with `notify = "weak"`?
+fn weak(column: &str) -> bool {
+    column == LINK_DIRTY || column == EXPORT_DIRTY
+}
 
 /// Runs the observer bound to `cell`'s column, if any.
 fn dispatch(txn: &mut MemTxn, n: &Notification) -> Option<Result<()>> {
@@ -40,16 +46,33 @@ impl Rng {
 
 struct Pipeline {
     store: MemStore,
-    pending: BTreeSet<Cell>,
+    /// Notifications not yet run. A strong one is queued once however often its cell changes
+    /// (they collapse); a weak one may be queued twice.
+    pending: Vec<Cell>,
     rng: Rng,
     /// Most runs in flight at once.
     concurrency: usize,
     conflicts: usize,
+    /// Weak notifications queued a second time.
+    repeats: usize,
 }
 
 impl Pipeline {
     fn new(seed: u64, concurrency: usize) -> Pipeline {
-        Pipeline { store: MemStore::new(), pending: BTreeSet::new(), rng: Rng(seed), concurrency, conflicts: 0 }
+        Pipeline { store: store(), pending: Vec::new(), rng: Rng(seed), concurrency, conflicts: 0, repeats: 0 }
+    }
+
+    /// Queues a notification of `cell` (if none is pending), and, for one in three weak ones,
+    /// a second.
+    fn notify(&mut self, cell: Cell) {
+        if self.pending.contains(&cell) {
+            return;
+        }
+        if weak(&cell.column) && self.rng.below(3) == 0 {
+            self.repeats += 1;
+            self.pending.push(cell.clone());
+        }
+        self.pending.push(cell);
     }
 
     /// A client write (the loader).
@@ -58,7 +81,7 @@ impl Pipeline {
             Some(v) => self.store.put(PAGES, url, column, v),
             None => self.store.remove(PAGES, url, column),
         };
-        self.pending.insert(Cell::new(PAGES, url, column));
+        self.notify(Cell::new(PAGES, url, column));
     }
 
     fn crawl(&mut self, url: &str, html: &str, pagerank: &str) {
@@ -68,8 +91,9 @@ impl Pipeline {
 
     /// Runs notifications until none is pending: at each step either starts a run of a
     /// random pending notification (at most `concurrency` in flight) or commits a random run
-    /// in flight, so runs overlap in every way. Like the host's acks, each run writes an ack
-    /// cell of its notified cell, so two runs of one notification conflict.
+    /// in flight, so runs overlap in every way. Like the host's acks, each run of a strong
+    /// notification writes an ack cell of its notified cell, so two runs of one notification
+    /// conflict; runs of weak ones have no ack.
     fn settle(&mut self) {
         let mut in_flight: Vec<(Cell, MemTxn)> = Vec::new();
         let mut steps = 0;
@@ -80,23 +104,32 @@ impl Pipeline {
                 && in_flight.len() < self.concurrency
                 && (in_flight.is_empty() || self.rng.below(2) == 0);
             if start {
-                let cell = self.pending.iter().nth(self.rng.below(self.pending.len())).cloned().unwrap();
-                self.pending.remove(&cell);
+                let cell = self.pending.swap_remove(self.rng.below(self.pending.len()));
                 let mut txn = self.store.begin();
-                txn.set(ACKS, &cell.row, &cell.column, b"").unwrap();
-                match dispatch(&mut txn, &Notification::strong(cell.clone(), None)) {
+                let n = if weak(&cell.column) {
+                    Notification::weak(cell.clone())
+                } else {
+                    txn.set(ACKS, &cell.row, &cell.column, b"").unwrap();
+                    Notification::strong(cell.clone(), None)
+                };
+                match dispatch(&mut txn, &n) {
                     None => {}
                     Some(Ok(())) => in_flight.push((cell, txn)),
                     Some(Err(e)) => panic!("{}/{}: {e}", String::from_utf8_lossy(&cell.row), cell.column),
                 }
             } else {
                 let (cell, txn) = in_flight.swap_remove(self.rng.below(in_flight.len()));
-                let written: Vec<Cell> = txn.buffered().keys().filter(|c| c.table == PAGES).cloned().collect();
+                let written: Vec<Cell> =
+                    txn.buffered().keys().chain(txn.buffered_weak()).filter(|c| c.table == PAGES).cloned().collect();
                 match txn.commit() {
-                    Ok(_) => self.pending.extend(written),
+                    Ok(_) => {
+                        for cell in written {
+                            self.notify(cell);
+                        }
+                    }
                     Err(e) if e.is_conflict() => {
                         self.conflicts += 1;
-                        self.pending.insert(cell);
+                        self.notify(cell);
                     }
                     Err(e) => panic!("{e}"),
                 }
@@ -104,14 +137,12 @@ impl Pipeline {
         }
     }
 
-    /// Every derived table, trigger columns excluded.
+    /// Every table (the weak-notify trigger columns never hold values).
     fn state(&self) -> Vec<(String, String, String, String)> {
         let mut out = Vec::new();
         for table in [PAGES, CLUSTERS, INLINKS, FWD, INDEX] {
             for (row, col, value) in dump(&self.store, table) {
-                if col != LINK_DIRTY && col != EXPORT_DIRTY {
-                    out.push((table.to_owned(), row, col, value));
-                }
+                out.push((table.to_owned(), row, col, value));
             }
         }
         out
@@ -234,6 +265,7 @@ fn every_schedule_reaches_the_same_tables() {
                 assert_eq!(got, want, "seed {seed}, concurrency {concurrency}, step {step}");
             }
             conflicts += p.conflicts;
+            assert!(p.repeats > 0, "weak notifications were delivered twice");
         }
     }
     assert!(conflicts > 0, "the concurrent schedules should have raced at least once");
@@ -287,6 +319,7 @@ fn churn_converges_under_every_schedule() {
                 assert_eq!(got, want, "seed {seed}, concurrency {concurrency}, step {step}");
             }
             conflicts += p.conflicts;
+            assert!(p.repeats > 0, "weak notifications were delivered twice");
         }
     }
     assert!(conflicts > 0);

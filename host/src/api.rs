@@ -1,0 +1,413 @@
+//! The JSON types of the HTTP API. Both routes of the command line use them: the direct route
+//! gets them from [`ops`](crate::ops) in-process, the client route from the host over HTTP, so
+//! both print the same thing.
+//!
+//! Byte strings (rows, values) are sent twice: as UTF-8 text (invalid sequences replaced, for
+//! people and `curl`) and as hex (exact).
+
+use serde::{Deserialize, Serialize};
+
+/// API paths (all under `/v1` except [`METRICS`](path::METRICS)).
+pub mod path {
+    /// `GET`: is the host up (and is the token right)?
+    pub const HEALTH: &str = "/v1/health";
+    /// `GET`: pipeline, observers, backlog, throughput.
+    pub const STATUS: &str = "/v1/status";
+    /// `POST` [`GetRequest`](super::GetRequest).
+    pub const GET: &str = "/v1/get";
+    /// `POST` [`ScanRequest`](super::ScanRequest).
+    pub const SCAN: &str = "/v1/scan";
+    /// `POST` [`LoadBegin`](super::LoadBegin): where a load stands.
+    pub const LOAD_BEGIN: &str = "/v1/load/begin";
+    /// `POST` [`LoadBatch`](super::LoadBatch): one batch of a load.
+    pub const LOAD: &str = "/v1/load";
+    /// `GET`: the dead letters.
+    pub const DEAD_LETTERS: &str = "/v1/dead-letters";
+    /// `POST` [`RetryRequest`](super::RetryRequest).
+    pub const RETRY: &str = "/v1/dead-letters/retry";
+    /// `POST` [`QueryRequest`](super::QueryRequest).
+    pub const QUERY: &str = "/v1/query";
+    /// `POST`: garbage collection.
+    pub const GC: &str = "/v1/gc";
+    /// `POST` [`WaitRequest`](super::WaitRequest).
+    pub const WAIT: &str = "/v1/wait";
+    /// `GET`: Prometheus text exposition format 0.0.4.
+    pub const METRICS: &str = "/metrics";
+}
+
+/// The body of every error response.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: String,
+}
+
+/// `GET /v1/health`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Health {
+    /// Always true.
+    pub ok: bool,
+    /// The host's version.
+    pub version: String,
+    /// The store file it serves (canonical path).
+    pub store: String,
+}
+
+/// `POST /v1/get`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GetRequest {
+    /// Table.
+    pub table: String,
+    /// Row key.
+    pub row: String,
+    /// Column (`family:qualifier`).
+    pub column: String,
+}
+
+/// A value: the answer to [`GetRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Value {
+    /// As UTF-8 (invalid sequences replaced).
+    pub value: String,
+    /// The exact bytes, hex.
+    pub value_hex: String,
+}
+
+/// `POST /v1/scan`: cells of rows in `[start, end)` whose row starts with `prefix`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct ScanRequest {
+    /// Table.
+    pub table: String,
+    /// First row (inclusive).
+    #[serde(default)]
+    pub start: Option<String>,
+    /// Last row (exclusive).
+    #[serde(default)]
+    pub end: Option<String>,
+    /// Only rows starting with this.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Only these columns (default: every column).
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+    /// At most this many cells.
+    pub limit: usize,
+}
+
+/// One cell of a [`ScanResponse`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScanCell {
+    /// Row key as UTF-8 (invalid sequences replaced).
+    pub row: String,
+    /// Row key, hex.
+    pub row_hex: String,
+    /// Column.
+    pub column: String,
+    /// Value as UTF-8 (invalid sequences replaced).
+    pub value: String,
+    /// Value, hex.
+    pub value_hex: String,
+}
+
+/// The answer to [`ScanRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScanResponse {
+    /// Cells in (row, column) order.
+    pub cells: Vec<ScanCell>,
+    /// True if more cells follow beyond the limit.
+    pub truncated: bool,
+}
+
+/// One record of a load: a row and its cells (`None` deletes the cell).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadRecord {
+    /// Row key.
+    pub row: String,
+    /// `(column, value)`; `None` deletes.
+    pub cells: Vec<(String, Option<String>)>,
+}
+
+/// `POST /v1/load/begin`: where does the load of this file stand? Writes nothing.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LoadBegin {
+    /// Target table.
+    pub table: String,
+    /// The load's base id: hex SHA-256 of `table + "\n" + file bytes`, first 16 bytes.
+    pub id: String,
+    /// The file (for the checkpoint record and messages).
+    pub file: String,
+    /// Records in the file.
+    pub total: u64,
+    /// How the file is read (format, key, family): a resumed load must read it the same way.
+    pub options: String,
+    /// Load it again even if it was loaded completely before.
+    pub again: bool,
+    /// Every column the load writes (checked against weak-notify bindings before anything is
+    /// written).
+    pub columns: Vec<String>,
+}
+
+/// What a load is to do: the answer to [`LoadBegin`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadPlan {
+    /// The load id to use for the batches (the base id, with `-N` for the Nth `--again`).
+    pub id: String,
+    /// Records already loaded: the next batch starts here.
+    pub start: u64,
+    /// Records in the file.
+    pub total: u64,
+    /// `new`, `resume` or `done`.
+    pub state: LoadState,
+}
+
+/// Where a load stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadState {
+    /// Nothing loaded yet.
+    New,
+    /// Interrupted: `start` records are in.
+    Resume,
+    /// Loaded completely before.
+    Done,
+}
+
+/// `POST /v1/load`: one batch, written in one transaction together with the load's checkpoint
+/// (`_loads/<id>`), and only if the checkpoint says these records are not in yet. Sending a
+/// batch twice (a retry after a lost response) writes it once.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LoadBatch {
+    /// Target table.
+    pub table: String,
+    /// The load id ([`LoadPlan::id`]).
+    pub id: String,
+    /// The file (recorded in the checkpoint).
+    pub file: String,
+    /// As in [`LoadBegin::options`].
+    pub options: String,
+    /// Index of the batch's first record in the file.
+    pub start: u64,
+    /// Records in the file.
+    pub total: u64,
+    /// The records.
+    pub records: Vec<LoadRecord>,
+}
+
+/// The answer to [`LoadBatch`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct LoadProgress {
+    /// Records of the file loaded now (the checkpoint).
+    pub done: u64,
+    /// Records in the file.
+    pub total: u64,
+    /// True if the checkpoint was already past this batch (nothing written).
+    pub skipped: bool,
+}
+
+/// `GET /v1/status`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The running host, if one serves the store.
+    pub host: Option<HostReport>,
+    /// The store.
+    pub store: StoreReport,
+}
+
+/// Store-level status (known with or without a host).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct StoreReport {
+    /// The store file.
+    pub path: String,
+    /// Pending notify cells (counted up to [`StoreReport::pending_capped`]).
+    pub pending_notifications: u64,
+    /// True if there are at least `pending_notifications` (counting stopped there).
+    pub pending_capped: bool,
+    /// Dead letters.
+    pub dead_letters: u64,
+}
+
+/// What a running host reports.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct HostReport {
+    /// The API's base URL.
+    pub url: String,
+    /// The host's process id.
+    pub pid: u32,
+    /// When it started (RFC 3339, UTC).
+    pub started_at: String,
+    /// Successful pipeline loads (1 after start-up, +1 per applied reload).
+    pub generation: u64,
+    /// When the current generation was loaded.
+    pub loaded_at: Option<String>,
+    /// Why the last reload was rejected, if it was.
+    pub last_error: Option<String>,
+    /// Loaded bindings.
+    pub bindings: Vec<BindingReport>,
+    /// Rates over the last seconds.
+    pub throughput: Throughput,
+    /// The store's counters since the host started.
+    pub metrics: MetricsReport,
+}
+
+/// One loaded binding.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct BindingReport {
+    /// Binding (and observer) name.
+    pub name: String,
+    /// Observed table.
+    pub table: String,
+    /// Observed column.
+    pub column: String,
+    /// `strong` or `weak`.
+    pub kind: String,
+    /// The component file.
+    pub wasm: String,
+    /// SHA-256 of the component, hex.
+    pub source_hash: String,
+    /// When this version was loaded (RFC 3339, UTC).
+    pub loaded_at: String,
+    /// Runs since the host started.
+    pub runs: u64,
+    /// Failed runs (trap, deadline, error, denied access; conflicts excluded).
+    pub failures: u64,
+    /// Mean wall-clock time of a run, milliseconds (none before the first run).
+    pub mean_run_ms: Option<f64>,
+    /// Pending notifications of the observed column.
+    pub backlog: u64,
+    /// True if counting stopped at the cap (the backlog is at least `backlog`).
+    pub backlog_capped: bool,
+}
+
+/// Rates over the last [`Throughput::window_secs`] seconds.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+pub struct Throughput {
+    /// The window actually covered (shorter just after start-up).
+    pub window_secs: f64,
+    /// Committed observer runs per second.
+    pub observer_runs_per_sec: f64,
+    /// Commits per second.
+    pub commits_per_sec: f64,
+    /// Conflicts per second.
+    pub conflicts_per_sec: f64,
+}
+
+/// The store's counters (`percolator_store::Metrics`).
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[allow(missing_docs)]
+pub struct MetricsReport {
+    pub commits: u64,
+    pub one_pc_commits: u64,
+    pub conflicts: u64,
+    pub rolled_forward: u64,
+    pub rolled_back: u64,
+    pub lock_waits: u64,
+    pub observer_runs: u64,
+    pub observer_skips: u64,
+    pub observer_failures: u64,
+    pub dead_letters: u64,
+    pub notifications_cleared: u64,
+    pub teleports: u64,
+}
+
+/// One dead letter (`GET /v1/dead-letters` answers a list of them).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeadLetterReport {
+    /// Its id (for `retry`).
+    pub id: String,
+    /// The notified cell as `table/row/column`.
+    pub cell: String,
+    /// Table.
+    pub table: String,
+    /// Row (UTF-8, invalid sequences replaced).
+    pub row: String,
+    /// Column.
+    pub column: String,
+    /// The observer that failed.
+    pub observer: String,
+    /// Failed runs.
+    pub attempts: u32,
+    /// The last error.
+    pub error: String,
+    /// When it was dead-lettered (RFC 3339, UTC).
+    pub time: String,
+}
+
+/// `POST /v1/dead-letters/retry`: one id, or all.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RetryRequest {
+    /// The dead letter to retry.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Retry every dead letter.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// The answer to [`RetryRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RetryResponse {
+    /// The ids moved back to pending.
+    pub retried: Vec<String>,
+}
+
+/// `POST /v1/query`: pages of the web index having every term of `words`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QueryRequest {
+    /// The words (their terms are searched).
+    pub words: Vec<String>,
+    /// At most this many results.
+    pub limit: usize,
+}
+
+/// The answer to [`QueryRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QueryResponse {
+    /// The terms searched.
+    pub terms: Vec<String>,
+    /// Best first.
+    pub hits: Vec<QueryHit>,
+    /// Pages matching (before the limit).
+    pub matched: u64,
+}
+
+/// One page found.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct QueryHit {
+    /// 1-based.
+    pub rank: usize,
+    /// The page.
+    pub url: String,
+    /// Summed occurrences of the terms.
+    pub score: u64,
+    /// `pages/<url>/doc:title`, if any.
+    pub title: Option<String>,
+}
+
+/// The answer to `POST /v1/gc`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct GcReport {
+    /// Versions at or below this timestamp were considered.
+    pub safepoint: u64,
+    /// Rows examined.
+    pub rows: u64,
+    /// Abandoned locks resolved.
+    pub locks_resolved: u64,
+    /// Versions removed.
+    pub versions_removed: u64,
+    /// A live lock below the safepoint deferred removal.
+    pub deferred: bool,
+}
+
+/// `POST /v1/wait`.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct WaitRequest {
+    /// Give up after this many seconds.
+    pub timeout_secs: f64,
+}
+
+/// The answer to [`WaitRequest`].
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct WaitResponse {
+    /// True if the pipeline reached its fixed point (no notification pending, no run going).
+    pub quiescent: bool,
+}

@@ -1,0 +1,665 @@
+//! The command line: clap definitions, the choice of route (a running host's HTTP API or the
+//! store file), and how each answer is printed.
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use percolator_store::{RedbConfig, Store, StoreConfig};
+use sha2::{Digest, Sha256};
+
+use crate::api::*;
+use crate::client::{Api, Direct, Remote};
+use crate::config::{Config, TOKEN_ENV};
+use crate::load::{self, Format};
+use crate::ops::{self, ErrorKind};
+use crate::serve;
+
+/// Stops `load` after this many batches (tests simulate an interrupted load with it).
+const STOP_AFTER_ENV: &str = "PERCOLATOR_LOAD_STOP_AFTER";
+
+/// `percolator`: Percolator (OSDI 2010) with WebAssembly observers.
+///
+/// `up` serves a pipeline: the store, the observers, the scanner, hot reload and a local HTTP
+/// API. The other commands talk to that API when a host serves the configuration's store
+/// (its URL is in the endpoint file next to the store), and open the store file directly
+/// when none does.
+#[derive(Debug, Parser)]
+#[command(name = "percolator", version, max_term_width = 100)]
+pub struct Cli {
+    /// The pipeline configuration (TOML).
+    #[arg(
+        long,
+        global = true,
+        env = "PERCOLATOR_CONFIG",
+        default_value = "config/web-index.toml",
+        help_heading = "Global options"
+    )]
+    pub config: PathBuf,
+    /// Talk to the host at this base URL (e.g. http://127.0.0.1:7878) instead of finding it
+    /// through the configuration.
+    #[arg(long, global = true, value_name = "URL", help_heading = "Global options")]
+    pub url: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The verbs.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the pipeline: store, observers, scanner, hot reload and the HTTP API (until
+    /// SIGINT or SIGTERM).
+    Up {
+        /// The configuration (default: --config).
+        config: Option<PathBuf>,
+    },
+    /// Print one cell's value.
+    Get {
+        /// Table.
+        table: String,
+        /// Row key.
+        row: String,
+        /// Column (family:qualifier).
+        column: String,
+        /// Print the value as hex.
+        #[arg(long)]
+        hex: bool,
+    },
+    /// Print cells of a table, one `row<TAB>column<TAB>value` line each (control characters
+    /// escaped).
+    Scan(ScanArgs),
+    /// Load a JSONL or CSV file into a table (checked whole first; resumable; idempotent).
+    Load(LoadArgs),
+    /// The pipeline's state: bindings, runs, failures, backlog, throughput, dead letters.
+    Status {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List dead letters (notifications whose observer kept failing), or retry them.
+    DeadLetters {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// `retry`.
+        #[command(subcommand)]
+        action: Option<DeadLetterAction>,
+    },
+    /// Search the web index: pages with every term of the words, best first.
+    Query {
+        /// The words.
+        #[arg(required = true)]
+        words: Vec<String>,
+        /// At most this many results.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        limit: u64,
+    },
+    /// Remove versions no reader can see.
+    Gc,
+    /// Wait until the pipeline is quiescent (no pending notification, no run going);
+    /// exit status 1 on timeout.
+    Wait {
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 60.0)]
+        timeout: f64,
+    },
+    /// Write a generated sample crawl: DIR/crawl.jsonl (first crawl) and DIR/recrawl.jsonl
+    /// (re-crawls), fields url, html, pagerank.
+    SampleCrawl {
+        /// Output folder (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// Pages in the first crawl.
+        #[arg(long, default_value_t = 300)]
+        pages: usize,
+        /// Random seed (same seed, same crawl).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+/// `scan` options.
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Table.
+    pub table: String,
+    /// First row (inclusive).
+    #[arg(long)]
+    pub start: Option<String>,
+    /// Last row (exclusive).
+    #[arg(long)]
+    pub end: Option<String>,
+    /// Only rows starting with this.
+    #[arg(long)]
+    pub prefix: Option<String>,
+    /// Only these columns (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub columns: Option<Vec<String>>,
+    /// At most this many cells.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub limit: u64,
+}
+
+/// `load` options.
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Target table.
+    pub table: String,
+    /// The file: JSONL (one JSON object per line) or CSV (a header row naming the fields).
+    pub file: PathBuf,
+    /// The field holding the row key (a non-empty string or an integer).
+    #[arg(long, default_value = "row")]
+    pub key: String,
+    /// File format (default: from the extension: .jsonl/.ndjson/.json or .csv).
+    #[arg(long, value_enum)]
+    pub format: Option<FormatArg>,
+    /// Column family of fields without one: field `f` becomes column `FAMILY:f`.
+    #[arg(long, default_value = "raw")]
+    pub family: String,
+    /// Records per transaction.
+    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub batch: u64,
+    /// Load the file again even though it was loaded completely before.
+    #[arg(long)]
+    pub again: bool,
+}
+
+/// `--format`.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum FormatArg {
+    /// One JSON object per line.
+    Jsonl,
+    /// Comma-separated values with a header row.
+    Csv,
+}
+
+/// `dead-letters` actions.
+#[derive(Debug, Subcommand)]
+pub enum DeadLetterAction {
+    /// Move dead letters back to pending: their observers run again.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["id", "all"])))]
+    Retry {
+        /// The dead letter's id (from `percolator dead-letters`).
+        id: Option<String>,
+        /// Retry every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// Runs the command line. `Err` is a message for people (printed once by `main`).
+pub fn run(cli: Cli) -> Result<ExitCode, String> {
+    match &cli.command {
+        Command::Up { config } => {
+            let config = config.as_deref().unwrap_or(&cli.config);
+            serve::up(config, serve::signals())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::SampleCrawl { out, pages, seed } => sample_crawl(out, *pages, *seed),
+        Command::Load(args) => {
+            // Read and check the file before touching any store.
+            let input = read_load_input(args)?;
+            let api = connect(&cli, true)?;
+            load_file(api.as_ref(), args, input)
+        }
+        command => {
+            let api = connect(&cli, false)?;
+            verb(api.as_ref(), command)
+        }
+    }
+}
+
+fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let w = |r: std::io::Result<()>| r.map_err(|e| format!("writing the output: {e}"));
+    match command {
+        Command::Get { table, row, column, hex } => {
+            let v = api.get(&GetRequest { table: table.clone(), row: row.clone(), column: column.clone() })?;
+            w(writeln!(out, "{}", if *hex { &v.value_hex } else { &v.value }))?;
+        }
+        Command::Scan(a) => {
+            let r = api.scan(&ScanRequest {
+                table: a.table.clone(),
+                start: a.start.clone(),
+                end: a.end.clone(),
+                prefix: a.prefix.clone(),
+                columns: a.columns.clone(),
+                limit: usize::try_from(a.limit).unwrap_or(usize::MAX),
+            })?;
+            for c in &r.cells {
+                w(writeln!(out, "{}\t{}\t{}", escape(&c.row), escape(&c.column), escape(&c.value)))?;
+            }
+            if r.truncated {
+                eprintln!("percolator: more cells follow (stopped at --limit {})", a.limit);
+            }
+        }
+        Command::Status { json } => {
+            let s = api.status()?;
+            if *json {
+                w(writeln!(out, "{}", serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?))?;
+            } else {
+                w(out.write_all(render_status(&s).as_bytes()))?;
+            }
+        }
+        Command::DeadLetters { json, action: None } => {
+            let list = api.dead_letters()?;
+            if *json {
+                w(writeln!(out, "{}", serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?))?;
+            } else {
+                for d in &list {
+                    w(writeln!(
+                        out,
+                        "{}\t{}\t{}\tattempts={}\t{}\t{}",
+                        d.id,
+                        escape(&d.cell),
+                        d.observer,
+                        d.attempts,
+                        escape(&d.error),
+                        d.time
+                    ))?;
+                }
+            }
+        }
+        Command::DeadLetters { json, action: Some(DeadLetterAction::Retry { id, all }) } => {
+            let r = api.retry(&RetryRequest { id: id.clone(), all: *all })?;
+            if *json {
+                w(writeln!(out, "{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?))?;
+            } else {
+                match (r.retried.len(), id) {
+                    (_, Some(id)) => w(writeln!(out, "retried {id}"))?,
+                    (n, None) => w(writeln!(out, "retried {}", plural(n, "dead letter", "dead letters")))?,
+                }
+            }
+        }
+        Command::Query { words, limit } => {
+            let r = api.query(&QueryRequest { words: words.clone(), limit: usize::try_from(*limit).unwrap_or(10) })?;
+            for h in &r.hits {
+                let title = h.title.as_deref().map(escape).unwrap_or_default();
+                w(writeln!(out, "{}\t{}\t{}\t{title}", h.rank, h.url, h.score))?;
+            }
+            if r.hits.is_empty() {
+                eprintln!("percolator: no page has every term ({})", r.terms.join(", "));
+            }
+        }
+        Command::Gc => {
+            let s = api.gc()?;
+            w(writeln!(
+                out,
+                "safepoint {} rows {} locks_resolved {} versions_removed {}{}",
+                s.safepoint,
+                s.rows,
+                s.locks_resolved,
+                s.versions_removed,
+                if s.deferred { " (deferred: a live transaction holds a lock below the safepoint)" } else { "" }
+            ))?;
+        }
+        Command::Wait { timeout } => {
+            if !timeout.is_finite() || *timeout < 0.0 {
+                return Err(format!("--timeout {timeout} is not a number of seconds"));
+            }
+            if !api.wait(&WaitRequest { timeout_secs: *timeout })?.quiescent {
+                eprintln!("percolator: the pipeline did not become quiescent within {timeout} s");
+                return Ok(ExitCode::FAILURE);
+            }
+        }
+        Command::Up { .. } | Command::Load(_) | Command::SampleCrawl { .. } => unreachable!("handled by run"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Escapes control characters and backslashes so that one value stays on one line.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The token for `--url`: PERCOLATOR_TOKEN, else the configuration's token file if the
+/// configuration loads.
+fn url_token(cli: &Cli) -> Result<Option<String>, String> {
+    if let Ok(t) = std::env::var(TOKEN_ENV)
+        && !t.trim().is_empty()
+    {
+        return Ok(Some(t.trim().to_owned()));
+    }
+    match Config::load(&cli.config) {
+        Ok(config) => config.http.token(),
+        Err(e) => {
+            tracing::debug!("no token from the configuration: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// Picks the route: `--url`; else the host named by the endpoint file if it answers; else the
+/// store file (created only when `creates`).
+fn connect(cli: &Cli, creates: bool) -> Result<Box<dyn Api>, String> {
+    if let Some(url) = &cli.url {
+        let remote = Remote::new(url, url_token(cli)?);
+        remote.health()?;
+        return Ok(Box::new(remote));
+    }
+    let config = Config::load(&cli.config).map_err(|e| e.to_string())?;
+    let endpoint = config.endpoint_file();
+    let mut answered_at = None;
+    if let Ok(text) = std::fs::read_to_string(&endpoint) {
+        let url = text.trim();
+        let remote = Remote::new(url, config.http.token()?);
+        match remote.health() {
+            // A host answers: it must be the one serving this store (not another host that
+            // took the port of a host that died without removing its endpoint file).
+            Ok(h) if same_file(Path::new(&h.store), &config.store_path) => return Ok(Box::new(remote)),
+            Ok(h) => {
+                tracing::debug!("the host at {url} serves {}, not this store; using the store file", h.store);
+                answered_at = Some(format!("{url} (from {}; a host there serves {})", endpoint.display(), h.store));
+            }
+            Err(e) if e.kind == ErrorKind::Unavailable => {
+                tracing::debug!("{e}; using the store file");
+                answered_at = Some(format!("{url} (from {})", endpoint.display()));
+            }
+            Err(e) => return Err(e.message),
+        }
+    }
+    let nobody = answered_at.unwrap_or_else(|| format!("{} (no such file)", endpoint.display()));
+    let path = &config.store_path;
+    if !creates && !path.exists() {
+        return Err(format!(
+            "store {} does not exist and no host answers at {nobody}; start one with `percolator up {}`",
+            path.display(),
+            config.file.display()
+        ));
+    }
+    let store = Store::open(
+        path,
+        StoreConfig::default(),
+        RedbConfig { durability: config.durability, ..RedbConfig::default() },
+    )
+    .map_err(|e| {
+        if serve::store_is_locked(&e) {
+            format!("store {} is in use by another process and no host answers at {nobody}", path.display())
+        } else {
+            format!("{}: {e}", path.display())
+        }
+    })?;
+    Ok(Box::new(Direct::open(&config, store)?))
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
+struct LoadInput {
+    name: String,
+    parsed: load::Parsed,
+    id: String,
+    options: String,
+}
+
+fn read_load_input(a: &LoadArgs) -> Result<LoadInput, String> {
+    let name = a.file.display().to_string();
+    let format = match a.format {
+        Some(FormatArg::Jsonl) => Format::Jsonl,
+        Some(FormatArg::Csv) => Format::Csv,
+        None => Format::from_path(&a.file).ok_or_else(|| {
+            format!("{name}: cannot tell the format from the file name; pass --format jsonl or --format csv")
+        })?,
+    };
+    let bytes = std::fs::read(&a.file).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    let opts = load::Options { format, key: a.key.clone(), family: a.family.clone() };
+    let parsed = load::parse(&name, &bytes, &a.table, &opts).map_err(|p| format!("{p}\nnothing was loaded"))?;
+    let mut h = Sha256::new();
+    h.update(a.table.as_bytes());
+    h.update(b"\n");
+    h.update(&bytes);
+    let id = ops::hex(&h.finalize()[..16]);
+    Ok(LoadInput { name, parsed, id, options: opts.describe() })
+}
+
+fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<ExitCode, String> {
+    let LoadInput { name, parsed, id, options } = input;
+    let total = parsed.records.len() as u64;
+    if total == 0 {
+        println!("nothing to load: {name} has no records");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let file = std::fs::canonicalize(&a.file).map(|p| p.display().to_string()).unwrap_or_else(|_| name.clone());
+    let plan = api.load_begin(&LoadBegin {
+        table: a.table.clone(),
+        id,
+        file: file.clone(),
+        total,
+        options: options.clone(),
+        again: a.again,
+        columns: parsed.columns.clone(),
+    })?;
+    match plan.state {
+        LoadState::Done => {
+            println!("{name}: already loaded ({} records); use --again to load it again", plan.total);
+            return Ok(ExitCode::SUCCESS);
+        }
+        LoadState::Resume => eprintln!("{name}: resuming at record {} of {}", plan.start, plan.total),
+        LoadState::New => {}
+    }
+    let stop_after: Option<u64> = std::env::var(STOP_AFTER_ENV).ok().and_then(|v| v.parse().ok());
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = indicatif::ProgressBar::new(total);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:40}] {pos}/{len} records ({elapsed}, about {eta} left)",
+        ) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(format!("loading {}", a.table));
+        bar.set_position(plan.start);
+        bar
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let started = Instant::now();
+    let mut done = plan.start;
+    let mut batches = 0u64;
+    while done < total {
+        let end = (done + a.batch).min(total);
+        let batch = LoadBatch {
+            table: a.table.clone(),
+            id: plan.id.clone(),
+            file: file.clone(),
+            options: options.clone(),
+            start: done,
+            total,
+            records: parsed.records[done as usize..end as usize].to_vec(),
+        };
+        let progress = api.load_batch(&batch).map_err(|e| {
+            bar.abandon();
+            format!("{e}\n{done} of {total} records of {name} are loaded; run the same command again to resume")
+        })?;
+        done = progress.done.max(end);
+        bar.set_position(done);
+        batches += 1;
+        if stop_after == Some(batches) && done < total {
+            bar.abandon();
+            return Err(format!(
+                "stopped after {batches} batches ({STOP_AFTER_ENV}); {done} of {total} records are loaded"
+            ));
+        }
+    }
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    let n = total - plan.start;
+    println!("loaded {n} record{} into {} in {secs:.1} s", if n == 1 { "" } else { "s" }, a.table);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn sample_crawl(out: &Path, pages: usize, seed: u64) -> Result<ExitCode, String> {
+    if pages == 0 {
+        return Err("--pages must be at least 1".into());
+    }
+    std::fs::create_dir_all(out).map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
+    let crawl = webindex::crawl::generate(seed, pages);
+    let write = |file: &str, list: &[webindex::crawl::CrawlPage]| -> Result<PathBuf, String> {
+        let path = out.join(file);
+        let mut text = String::new();
+        for p in list {
+            if !p.pagerank.is_finite() {
+                return Err(format!("the generator made a non-finite PageRank for {}", p.url));
+            }
+            let line = serde_json::json!({"url": p.url, "html": p.html, "pagerank": p.pagerank});
+            text.push_str(&line.to_string());
+            text.push('\n');
+        }
+        std::fs::write(&path, text).map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
+        Ok(path)
+    };
+    let first = write("crawl.jsonl", &crawl.pages)?;
+    let again = write("recrawl.jsonl", &crawl.recrawls)?;
+    println!(
+        "wrote {} pages to {} and {} re-crawls to {}",
+        crawl.pages.len(),
+        first.display(),
+        crawl.recrawls.len(),
+        again.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Aligns columns (the last one is not padded).
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> =
+        (0..cols).map(|i| rows.iter().filter_map(|r| r.get(i)).map(|c| c.chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::from("  ");
+        for (i, c) in r.iter().enumerate() {
+            line.push_str(c);
+            if i + 1 < r.len() {
+                line.push_str(&" ".repeat(widths[i] - c.chars().count() + 2));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+fn count(n: u64, capped: bool) -> String {
+    if capped { format!("≥{n}") } else { n.to_string() }
+}
+
+/// `1 dead letter`, `2 dead letters`.
+fn plural(n: impl std::fmt::Display, one: &str, many: &str) -> String {
+    let s = n.to_string();
+    if s == "1" { format!("1 {one}") } else { format!("{s} {many}") }
+}
+
+/// `status` for people.
+pub fn render_status(s: &StatusReport) -> String {
+    let mut out = String::new();
+    let st = &s.store;
+    match &s.host {
+        None => {
+            out.push_str("host: none is running (the store file was read directly; start one with `percolator up`)\n");
+            out.push_str(&format!(
+                "store: {}: {}, {}\n",
+                st.path,
+                plural(
+                    count(st.pending_notifications, st.pending_capped),
+                    "pending notification",
+                    "pending notifications"
+                ),
+                plural(st.dead_letters, "dead letter", "dead letters")
+            ));
+        }
+        Some(h) => {
+            out.push_str(&format!("host: {} (pid {}, started {})\n", h.url, h.pid, h.started_at));
+            out.push_str(&format!(
+                "pipeline: generation {}{}\n",
+                h.generation,
+                h.loaded_at.as_deref().map(|t| format!(", loaded {t}")).unwrap_or_default()
+            ));
+            out.push_str(&format!(
+                "last reload error: {}\n",
+                h.last_error.as_deref().map(escape).unwrap_or_else(|| "none".into())
+            ));
+            if h.bindings.is_empty() {
+                out.push_str("bindings: none\n");
+            } else {
+                out.push_str("bindings:\n");
+                let mut rows = vec![
+                    ["NAME", "OBSERVES", "KIND", "WASM", "HASH", "LOADED", "RUNS", "FAILURES", "MEAN RUN", "BACKLOG"]
+                        .map(String::from)
+                        .to_vec(),
+                ];
+                for b in &h.bindings {
+                    let wasm = Path::new(&b.wasm).file_name().map(|f| f.to_string_lossy().into_owned());
+                    rows.push(vec![
+                        b.name.clone(),
+                        format!("{}/{}", b.table, b.column),
+                        b.kind.clone(),
+                        wasm.unwrap_or_else(|| b.wasm.clone()),
+                        b.source_hash.chars().take(12).collect(),
+                        b.loaded_at.clone(),
+                        b.runs.to_string(),
+                        b.failures.to_string(),
+                        b.mean_run_ms.map(|m| format!("{m:.2} ms")).unwrap_or_else(|| "-".into()),
+                        count(b.backlog, b.backlog_capped),
+                    ]);
+                }
+                out.push_str(&table(&rows));
+            }
+            let t = &h.throughput;
+            if t.window_secs < 0.5 {
+                out.push_str("throughput: not measured yet (the host samples its counters every second)\n");
+            } else {
+                out.push_str(&format!(
+                    "throughput (last {:.0} s): {:.1} observer runs/s, {:.1} commits/s, {:.1} conflicts/s\n",
+                    t.window_secs, t.observer_runs_per_sec, t.commits_per_sec, t.conflicts_per_sec
+                ));
+            }
+            out.push_str(&format!(
+                "store: {}: {}, {}, {}, {}\n",
+                st.path,
+                plural(h.metrics.commits, "commit", "commits"),
+                plural(h.metrics.conflicts, "conflict", "conflicts"),
+                plural(
+                    count(st.pending_notifications, st.pending_capped),
+                    "pending notification",
+                    "pending notifications"
+                ),
+                plural(st.dead_letters, "dead letter", "dead letters")
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn escape_keeps_one_value_on_one_line() {
+        assert_eq!(escape("a\tb\nc\\d\u{1}é"), "a\\tb\\nc\\\\d\\u{1}é");
+    }
+}

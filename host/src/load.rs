@@ -1,0 +1,474 @@
+//! Reading a file for `percolator load`: JSONL or CSV records become rows and cells. The whole
+//! file is read and checked before anything is written; every problem is reported as
+//! `FILE:LINE: what is wrong`.
+//!
+//! Mapping: the key field (`--key`) is the row; every other field is a column
+//! `<family>:<field>` (or `<field>` as is if it contains `:`). JSON strings are stored as is,
+//! numbers and booleans as their JSON text, arrays and objects as compact JSON, and `null`
+//! deletes the cell. CSV values are stored as strings.
+
+use std::collections::{BTreeSet, HashSet};
+use std::fmt;
+use std::path::Path;
+
+use serde::de::{Deserializer, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+use crate::api::LoadRecord;
+
+/// At most this many problems are listed.
+const MAX_ERRORS: usize = 20;
+
+/// The file format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// One JSON object per line.
+    Jsonl,
+    /// Comma-separated values with a header row.
+    Csv,
+}
+
+impl Format {
+    /// From the file's extension: `.jsonl`, `.ndjson`, `.json` → JSONL; `.csv` → CSV.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let ext = path.extension()?.to_str()?.to_ascii_lowercase();
+        match ext.as_str() {
+            "jsonl" | "ndjson" | "json" => Some(Format::Jsonl),
+            "csv" => Some(Format::Csv),
+            _ => None,
+        }
+    }
+
+    /// `jsonl` or `csv`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Jsonl => "jsonl",
+            Format::Csv => "csv",
+        }
+    }
+}
+
+/// How a file is read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The format.
+    pub format: Format,
+    /// The field that becomes the row key.
+    pub key: String,
+    /// The column family of fields without one.
+    pub family: String,
+}
+
+impl Options {
+    /// A stable description (kept in the load's checkpoint: a resumed load must read the file
+    /// the same way).
+    pub fn describe(&self) -> String {
+        format!("format={} key={} family={}", self.format.name(), self.key, self.family)
+    }
+}
+
+/// A file's records, checked.
+#[derive(Debug)]
+pub struct Parsed {
+    /// In file order.
+    pub records: Vec<LoadRecord>,
+    /// Every column written, sorted.
+    pub columns: Vec<String>,
+}
+
+/// Why a file cannot be loaded: its problems, each `FILE:LINE: what is wrong`.
+#[derive(Debug)]
+pub struct Problems {
+    /// The first problems.
+    pub list: Vec<String>,
+    /// How many more there are.
+    pub more: usize,
+}
+
+impl fmt::Display for Problems {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.list.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            f.write_str(p)?;
+        }
+        if self.more > 0 {
+            write!(f, "\n... and {} more problems", self.more)?;
+        }
+        Ok(())
+    }
+}
+
+struct Collector<'a> {
+    name: &'a str,
+    problems: Problems,
+}
+
+impl Collector<'_> {
+    fn add(&mut self, line: u64, message: impl fmt::Display) {
+        if self.problems.list.len() < MAX_ERRORS {
+            let at = if line > 0 { format!(":{line}") } else { String::new() };
+            self.problems.list.push(format!("{}{at}: {message}", self.name));
+        } else {
+            self.problems.more += 1;
+        }
+    }
+}
+
+/// Maps field names to columns, checking each distinct one once.
+struct Columns<'a> {
+    family: &'a str,
+    seen: BTreeSet<String>,
+    bad: HashSet<String>,
+}
+
+impl Columns<'_> {
+    fn column(&mut self, field: &str) -> Result<String, String> {
+        if field.is_empty() {
+            return Err("a field has an empty name".into());
+        }
+        let column = if field.contains(':') { field.to_owned() } else { format!("{}:{field}", self.family) };
+        if self.seen.contains(&column) {
+            return Ok(column);
+        }
+        if self.bad.contains(&column) {
+            return Err(String::new());
+        }
+        match percolator_store::validate_column(&column) {
+            Ok(()) => {
+                self.seen.insert(column.clone());
+                Ok(column)
+            }
+            Err(e) => {
+                self.bad.insert(column.clone());
+                Err(format!("field {field:?} cannot be a column: {e}"))
+            }
+        }
+    }
+}
+
+/// Checks the family: a column family name, without `:`.
+pub fn check_family(family: &str) -> Result<(), String> {
+    if family.is_empty() || family.contains(':') {
+        return Err(format!("--family {family:?} must be a non-empty name without ':'"));
+    }
+    percolator_store::validate_column(&format!("{family}:x")).map_err(|e| format!("--family {family:?}: {e}"))
+}
+
+/// Reads every record of `bytes` (the contents of the file `name`) for `table`.
+pub fn parse(name: &str, bytes: &[u8], table: &str, opts: &Options) -> Result<Parsed, Problems> {
+    let mut c = Collector { name, problems: Problems { list: Vec::new(), more: 0 } };
+    if let Err(e) = percolator_store::validate_table(table) {
+        c.add(0, format!("table {table:?}: {e}"));
+        return Err(c.problems);
+    }
+    if let Err(e) = check_family(&opts.family) {
+        c.add(0, e);
+        return Err(c.problems);
+    }
+    let mut columns = Columns { family: &opts.family, seen: BTreeSet::new(), bad: HashSet::new() };
+    let records = match opts.format {
+        Format::Jsonl => jsonl(bytes, &opts.key, &mut columns, &mut c),
+        Format::Csv => csv(bytes, &opts.key, &mut columns, &mut c),
+    };
+    if !c.problems.list.is_empty() {
+        return Err(c.problems);
+    }
+    Ok(Parsed { records, columns: columns.seen.into_iter().collect() })
+}
+
+fn check_row(row: &str) -> Result<(), String> {
+    percolator_store::validate_row(row.as_bytes()).map_err(|e| e.to_string())
+}
+
+fn jsonl(bytes: &[u8], key: &str, columns: &mut Columns<'_>, c: &mut Collector<'_>) -> Vec<LoadRecord> {
+    let mut records = Vec::new();
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+        let n = i as u64 + 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Ok(line) = std::str::from_utf8(line) else {
+            c.add(n, "not valid UTF-8");
+            continue;
+        };
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() {
+            continue;
+        }
+        let found = match trimmed.as_bytes()[0] {
+            b'[' => Some("an array"),
+            b'"' => Some("a string"),
+            b'-' | b'0'..=b'9' => Some("a number"),
+            b't' | b'f' => Some("a boolean"),
+            b'n' => Some("null"),
+            _ => None,
+        };
+        if let Some(found) = found
+            && serde_json::from_str::<serde::de::IgnoredAny>(line).is_ok()
+        {
+            c.add(n, format!("expected a JSON object, found {found}"));
+            continue;
+        }
+        let fields = match serde_json::from_str::<Fields>(line) {
+            Ok(f) => f.0,
+            Err(e) => {
+                let msg = e.to_string().replace(" at line 1 column ", " at column ");
+                match e.classify() {
+                    serde_json::error::Category::Data => c.add(n, msg),
+                    _ => c.add(n, format!("expected a JSON object: {msg}")),
+                }
+                continue;
+            }
+        };
+        let mut row = None;
+        let mut cells = Vec::with_capacity(fields.len());
+        let mut ok = true;
+        for (field, raw) in &fields {
+            if field == key {
+                match key_value(raw) {
+                    Ok(r) => row = Some(r),
+                    Err(m) => {
+                        c.add(n, format!("field {key:?} {m}"));
+                        ok = false;
+                    }
+                }
+                continue;
+            }
+            let column = match columns.column(field) {
+                Ok(col) => col,
+                Err(m) => {
+                    if !m.is_empty() {
+                        c.add(n, m);
+                    }
+                    ok = false;
+                    continue;
+                }
+            };
+            match cell_value(raw) {
+                Ok(v) => cells.push((column, v)),
+                Err(e) => {
+                    c.add(n, format!("field {field:?}: {e}"));
+                    ok = false;
+                }
+            }
+        }
+        match row {
+            None if ok => c.add(n, format!("field {key:?} is missing")),
+            Some(row) if ok => match check_row(&row) {
+                Ok(()) => records.push(LoadRecord { row, cells }),
+                Err(e) => c.add(n, format!("field {key:?}: {e}")),
+            },
+            _ => {}
+        }
+    }
+    records
+}
+
+/// The key field's value as a row: a non-empty string, or an integer's text.
+fn key_value(raw: &RawValue) -> Result<String, String> {
+    let t = raw.get();
+    match t.as_bytes().first() {
+        Some(b'"') => {
+            let s: String = serde_json::from_str(t).map_err(|e| e.to_string())?;
+            if s.is_empty() { Err("is an empty string".into()) } else { Ok(s) }
+        }
+        Some(b'-' | b'0'..=b'9') if t.bytes().skip(1).all(|b| b.is_ascii_digit()) && t != "-" => Ok(t.to_owned()),
+        Some(b'-' | b'0'..=b'9') => Err(format!("must be a non-empty string or an integer, not the number {t}")),
+        Some(b'n') => Err("must be a non-empty string or an integer, not null".into()),
+        Some(b't' | b'f') => Err(format!("must be a non-empty string or an integer, not {t}")),
+        Some(b'[') => Err("must be a non-empty string or an integer, not an array".into()),
+        _ => Err("must be a non-empty string or an integer, not an object".into()),
+    }
+}
+
+/// A field's value as a cell value (`None` deletes).
+fn cell_value(raw: &RawValue) -> Result<Option<String>, serde_json::Error> {
+    let t = raw.get();
+    match t.as_bytes().first() {
+        Some(b'"') => serde_json::from_str::<String>(t).map(Some),
+        Some(b'n') => Ok(None),
+        Some(b'[' | b'{') => serde_json::from_str::<serde_json::Value>(t).map(|v| Some(v.to_string())),
+        _ => Ok(Some(t.to_owned())),
+    }
+}
+
+/// A JSON object's fields in order, each value kept as its JSON text; a repeated field is an
+/// error.
+struct Fields(Vec<(String, Box<RawValue>)>);
+
+impl<'de> serde::Deserialize<'de> for Fields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Fields;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Fields, A::Error> {
+                let mut out: Vec<(String, Box<RawValue>)> = Vec::new();
+                while let Some(k) = map.next_key::<String>()? {
+                    if out.iter().any(|(f, _)| *f == k) {
+                        return Err(serde::de::Error::custom(format!("field {k:?} appears twice")));
+                    }
+                    let v: Box<RawValue> = map.next_value()?;
+                    out.push((k, v));
+                }
+                Ok(Fields(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, c: &mut Collector<'_>) -> Vec<LoadRecord> {
+    let mut reader = ::csv::ReaderBuilder::new().has_headers(true).from_reader(bytes);
+    let headers = match reader.headers() {
+        Ok(h) => h.clone(),
+        Err(e) => {
+            c.add(csv_line(&e), csv_message(&e));
+            return Vec::new();
+        }
+    };
+    if headers.is_empty() {
+        c.add(1, "the header row is empty (it names the fields)");
+        return Vec::new();
+    }
+    let mut key_index = None;
+    let mut mapped: Vec<Option<String>> = Vec::with_capacity(headers.len());
+    let mut ok = true;
+    for (i, field) in headers.iter().enumerate() {
+        if headers.iter().take(i).any(|f| f == field) {
+            c.add(1, format!("field {field:?} appears twice in the header"));
+            ok = false;
+        }
+        if field == key {
+            key_index = Some(i);
+            mapped.push(None);
+            continue;
+        }
+        match columns.column(field) {
+            Ok(col) => mapped.push(Some(col)),
+            Err(m) => {
+                c.add(1, m);
+                ok = false;
+                mapped.push(None);
+            }
+        }
+    }
+    let Some(key_index) = key_index else {
+        let names: Vec<&str> = headers.iter().collect();
+        c.add(1, format!("field {key:?} is missing from the header (it has {})", names.join(", ")));
+        return Vec::new();
+    };
+    if !ok {
+        return Vec::new();
+    }
+    let mut records = Vec::new();
+    for result in reader.records() {
+        let rec = match result {
+            Ok(r) => r,
+            Err(e) => {
+                c.add(csv_line(&e), csv_message(&e));
+                continue;
+            }
+        };
+        let line = rec.position().map(|p| p.line()).unwrap_or(0);
+        let row = &rec[key_index];
+        if row.is_empty() {
+            c.add(line, format!("field {key:?} is empty"));
+            continue;
+        }
+        if let Err(e) = check_row(row) {
+            c.add(line, format!("field {key:?}: {e}"));
+            continue;
+        }
+        let cells =
+            rec.iter().zip(&mapped).filter_map(|(v, col)| col.as_ref().map(|col| (col.clone(), Some(v.to_owned()))));
+        records.push(LoadRecord { row: row.to_owned(), cells: cells.collect() });
+    }
+    records
+}
+
+fn csv_line(e: &::csv::Error) -> u64 {
+    e.position().map(|p| p.line()).unwrap_or(0)
+}
+
+fn csv_message(e: &::csv::Error) -> String {
+    match e.kind() {
+        ::csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
+            format!("the record has {len} fields but the header has {expected_len}")
+        }
+        ::csv::ErrorKind::Utf8 { err, .. } => format!("field {} is not valid UTF-8", err.field() + 1),
+        _ => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(format: Format, key: &str) -> Options {
+        Options { format, key: key.into(), family: "raw".into() }
+    }
+
+    #[test]
+    fn jsonl_fields_become_columns() {
+        let src = br#"{"url": "a", "html": "<p>x</p>", "pagerank": 0.50, "ok": true, "tags": [1, 2], "x:y": null}
+
+{"url": 7, "meta": {"k": "v"}}
+"#;
+        let p = parse("f.jsonl", src, "pages", &opts(Format::Jsonl, "url")).unwrap();
+        assert_eq!(p.records.len(), 2);
+        assert_eq!(p.records[0].row, "a");
+        assert_eq!(
+            p.records[0].cells,
+            vec![
+                ("raw:html".into(), Some("<p>x</p>".into())),
+                ("raw:pagerank".into(), Some("0.50".into())),
+                ("raw:ok".into(), Some("true".into())),
+                ("raw:tags".into(), Some("[1,2]".into())),
+                ("x:y".into(), None),
+            ]
+        );
+        assert_eq!(p.records[1].row, "7");
+        assert_eq!(p.records[1].cells, vec![("raw:meta".into(), Some(r#"{"k":"v"}"#.into()))]);
+        assert_eq!(p.columns, ["raw:html", "raw:meta", "raw:ok", "raw:pagerank", "raw:tags", "x:y"]);
+    }
+
+    #[test]
+    fn jsonl_problems_are_located() {
+        let src = b"{\"row\": \"a\"}\n{\"row\": \n[1]\n{\"x\": 1}\n{\"row\": null}\n{\"row\": \"b\", \"row\": \"c\"}\n{\"row\": 1.5}\n";
+        let e = parse("f.jsonl", src, "t", &opts(Format::Jsonl, "row")).unwrap_err().to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert!(lines[0].starts_with("f.jsonl:2: expected a JSON object: EOF while parsing"), "{e}");
+        assert_eq!(lines[1], "f.jsonl:3: expected a JSON object, found an array");
+        assert_eq!(lines[2], "f.jsonl:4: field \"row\" is missing");
+        assert_eq!(lines[3], "f.jsonl:5: field \"row\" must be a non-empty string or an integer, not null");
+        assert!(lines[4].starts_with("f.jsonl:6: field \"row\" appears twice"), "{e}");
+        assert_eq!(lines[5], "f.jsonl:7: field \"row\" must be a non-empty string or an integer, not the number 1.5");
+    }
+
+    #[test]
+    fn bad_table_and_column_names_are_refused() {
+        let e = parse("f.jsonl", b"{\"row\": \"a\"}", "", &opts(Format::Jsonl, "row")).unwrap_err().to_string();
+        assert!(e.starts_with("f.jsonl: table \"\""), "{e}");
+        let e = parse("f.jsonl", b"{\"row\": \"a\", \"__ack:x\": 1}", "t", &opts(Format::Jsonl, "row"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("f.jsonl:1: field \"__ack:x\" cannot be a column"), "{e}");
+    }
+
+    #[test]
+    fn csv_rows_and_problems() {
+        let src = b"id,name,n\n1,one,1\n2,two\n,three,3\n4,\"fo,ur\",4\n";
+        let e = parse("f.csv", src, "t", &opts(Format::Csv, "id")).unwrap_err().to_string();
+        assert_eq!(e, "f.csv:3: the record has 2 fields but the header has 3\nf.csv:4: field \"id\" is empty");
+        let p = parse("f.csv", b"id,name\n1,one\n4,\"fo,ur\"\n", "t", &opts(Format::Csv, "id")).unwrap();
+        assert_eq!(
+            p.records[1],
+            LoadRecord { row: "4".into(), cells: vec![("raw:name".into(), Some("fo,ur".into()))] }
+        );
+        let e = parse("f.csv", b"a,b\n1,2\n", "t", &opts(Format::Csv, "id")).unwrap_err().to_string();
+        assert_eq!(e, "f.csv:1: field \"id\" is missing from the header (it has a, b)");
+    }
+}

@@ -1,0 +1,204 @@
+//! Throughput from periodic samples of the store's counters, and `/metrics` in the Prometheus
+//! text exposition format (version 0.0.4).
+
+use std::collections::VecDeque;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use percolator_store::{Metrics, Store};
+
+use crate::api::Throughput;
+use crate::ops::{self, HostContext, OpResult};
+
+/// Rates are computed over this window.
+pub const WINDOW: Duration = Duration::from_secs(10);
+
+/// A ring of `(when, counters)` samples covering the last [`WINDOW`] (the host takes one a
+/// second).
+#[derive(Default)]
+pub struct Sampler {
+    ring: Mutex<VecDeque<(Instant, Metrics)>>,
+}
+
+impl Sampler {
+    /// An empty ring.
+    pub fn new() -> Sampler {
+        Sampler::default()
+    }
+
+    /// Records a sample taken now.
+    pub fn sample(&self, m: Metrics) {
+        self.sample_at(Instant::now(), m);
+    }
+
+    fn sample_at(&self, at: Instant, m: Metrics) {
+        let Ok(mut ring) = self.ring.lock() else { return };
+        ring.push_back((at, m));
+        // Keep the newest sample at least WINDOW older than `at` (the window's start).
+        while ring.len() > 2 && ring.get(1).is_some_and(|(t, _)| at.duration_since(*t) >= WINDOW) {
+            ring.pop_front();
+        }
+    }
+
+    /// Rates between the oldest and the newest sample (zero until there are two).
+    pub fn throughput(&self) -> Throughput {
+        let Ok(ring) = self.ring.lock() else { return Throughput::default() };
+        let (Some((t0, a)), Some((t1, b))) = (ring.front(), ring.back()) else { return Throughput::default() };
+        let secs = t1.duration_since(*t0).as_secs_f64();
+        if secs <= 0.0 {
+            return Throughput::default();
+        }
+        let rate = |x: u64, y: u64| y.saturating_sub(x) as f64 / secs;
+        Throughput {
+            window_secs: secs,
+            observer_runs_per_sec: rate(a.observer_runs, b.observer_runs),
+            commits_per_sec: rate(a.commits, b.commits),
+            conflicts_per_sec: rate(a.conflicts, b.conflicts),
+        }
+    }
+}
+
+/// Escapes a label value: backslash, double quote and newline.
+pub fn escape_label(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+struct Exposition(String);
+
+impl Exposition {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: impl std::fmt::Display) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.0.push(',');
+                }
+                let _ = write!(self.0, "{k}=\"{}\"", escape_label(v));
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {value}");
+    }
+
+    fn single(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+}
+
+/// The host's metrics in the Prometheus text format.
+pub fn render(store: &Store, host: &HostContext) -> OpResult<String> {
+    let m = store.metrics();
+    let status = host.pipeline.status();
+    let backlog = ops::backlog(store)?;
+    let dead = store.dead_letters()?.len();
+    let mut e = Exposition(String::new());
+    let counters: [(&str, &str, u64); 14] = [
+        ("percolator_commits_total", "Committed read-write transactions.", m.commits),
+        ("percolator_one_pc_commits_total", "Transactions committed in one row operation.", m.one_pc_commits),
+        ("percolator_conflicts_total", "Commits that failed with a conflict.", m.conflicts),
+        ("percolator_rolled_forward_total", "Locks of committed transactions rolled forward.", m.rolled_forward),
+        ("percolator_rolled_back_total", "Locks of dead or expired transactions rolled back.", m.rolled_back),
+        ("percolator_lock_waits_total", "Times a read backed off on a live lock.", m.lock_waits),
+        ("percolator_store_observer_runs_total", "Observer runs that committed, all observers.", m.observer_runs),
+        ("percolator_observer_skips_total", "Notifications skipped because the ack was newer.", m.observer_skips),
+        (
+            "percolator_store_observer_failures_total",
+            "Observer runs that failed, all observers (conflicts excluded).",
+            m.observer_failures,
+        ),
+        ("percolator_dead_lettered_total", "Notifications moved to dead letters.", m.dead_letters),
+        ("percolator_notifications_cleared_total", "Notify cells cleared.", m.notifications_cleared),
+        ("percolator_teleports_total", "Scanner teleports.", m.teleports),
+        ("percolator_backend_commits_total", "Underlying backend commits.", m.backend.commits),
+        ("percolator_backend_ops_total", "Row operations applied by the backend.", m.backend.ops),
+    ];
+    for (name, help, value) in counters {
+        e.single(name, "counter", help, value);
+    }
+    let b = &status.bindings;
+    e.family("percolator_observer_runs_total", "counter", "Runs of the observer's component.");
+    for x in b {
+        e.sample("percolator_observer_runs_total", &[("observer", &x.name)], x.counts.runs);
+    }
+    e.family(
+        "percolator_observer_failures_total",
+        "counter",
+        "Failed runs of the observer (trap, deadline, error, denied access).",
+    );
+    for x in b {
+        e.sample("percolator_observer_failures_total", &[("observer", &x.name)], x.counts.failures);
+    }
+    e.family("percolator_observer_run_seconds", "summary", "Wall-clock time of the observer's runs.");
+    for x in b {
+        e.sample("percolator_observer_run_seconds_sum", &[("observer", &x.name)], x.counts.run_time.as_secs_f64());
+        e.sample("percolator_observer_run_seconds_count", &[("observer", &x.name)], x.counts.runs);
+    }
+    e.family("percolator_backlog", "gauge", "Pending notifications of the observer's column.");
+    for x in b {
+        e.sample("percolator_backlog", &[("observer", &x.name)], backlog.of(&x.table, &x.column));
+    }
+    e.single(
+        "percolator_pending_notifications",
+        "gauge",
+        &format!("Pending notify cells (counted up to {}).", ops::BACKLOG_CAP),
+        backlog.total,
+    );
+    e.single("percolator_dead_letters", "gauge", "Dead letters waiting for a retry.", dead);
+    e.single(
+        "percolator_pipeline_generation",
+        "gauge",
+        "Successful pipeline loads (1 after start-up).",
+        status.generation,
+    );
+    e.single(
+        "percolator_pipeline_last_reload_failed",
+        "gauge",
+        "1 if the last reload was rejected.",
+        u8::from(status.last_error.is_some()),
+    );
+    Ok(e.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+
+    #[test]
+    fn throughput_is_the_rate_over_the_window() {
+        let s = Sampler::new();
+        let t0 = Instant::now();
+        assert_eq!(s.throughput().commits_per_sec, 0.0);
+        for i in 0..30u64 {
+            let mut m = Metrics::default();
+            (m.commits, m.conflicts, m.observer_runs) = (10 * i, i, 2 * i);
+            s.sample_at(t0 + Duration::from_secs(i), m);
+        }
+        let t = s.throughput();
+        assert!((t.window_secs - 10.0).abs() < 1e-9, "{t:?}");
+        assert!((t.commits_per_sec - 10.0).abs() < 1e-9);
+        assert!((t.conflicts_per_sec - 1.0).abs() < 1e-9);
+        assert!((t.observer_runs_per_sec - 2.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,207 @@
+//! `percolator up`: open the store, load the pipeline, run the scanner, hot-reload, and serve
+//! the HTTP API until the shutdown signal; the base URL is written to the endpoint file
+//! (`Config::endpoint_file`) while serving.
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use percolator_store::{RedbConfig, ScannerConfig, Store, StoreConfig};
+
+use crate::config::Config;
+use crate::http::{self, AppState};
+use crate::metrics::Sampler;
+use crate::ops::HostContext;
+use crate::pipeline::Pipeline;
+use crate::{Runtime, reload};
+
+/// In-flight requests get this long to finish after the shutdown signal.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// True if opening the store failed because another process holds it.
+pub fn store_is_locked(e: &percolator_store::Error) -> bool {
+    matches!(e, percolator_store::Error::Storage(m) if m.contains("already open"))
+}
+
+/// The base URL clients use for a listener bound to `addr` (an unspecified address is reached
+/// through loopback).
+pub fn base_url(addr: SocketAddr) -> String {
+    let ip = match addr.ip() {
+        IpAddr::V4(v4) if v4.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(v6) if v6.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}", SocketAddr::new(ip, addr.port()))
+}
+
+/// Serves the pipeline of the configuration at `config_path` until `shutdown` completes, then
+/// stops serving, stops the scanner and removes the endpoint file. The store is crash-safe: a
+/// host killed without the signal loses nothing (its endpoint file is then stale, and clients
+/// notice that no host answers).
+pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
+    let config = Config::load(config_path).map_err(|e| e.to_string())?;
+    let token = config.http.token()?;
+    let store = Store::open(
+        &config.store_path,
+        StoreConfig::default(),
+        RedbConfig { durability: config.durability, ..RedbConfig::default() },
+    )
+    .map_err(|e| {
+        if store_is_locked(&e) {
+            format!(
+                "store {} is in use by another process (is a host already serving it? see {})",
+                config.store_path.display(),
+                config.endpoint_file().display()
+            )
+        } else {
+            format!("{}: {e}", config.store_path.display())
+        }
+    })?;
+    let runtime = Runtime::new(Some(config.cache_dir.clone())).map_err(|e| format!("{e:#}"))?;
+    let pipeline = Arc::new(Pipeline::new(store.clone(), runtime));
+    pipeline.apply(&config)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("percolator-http")
+        .enable_all()
+        .build()
+        .map_err(|e| format!("starting the HTTP runtime: {e}"))?;
+    let result = rt.block_on(serve(config, store, pipeline, token, shutdown));
+    // Blocking tasks still running (a long `wait`) are abandoned, not awaited.
+    rt.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+async fn serve(
+    config: Config,
+    store: Store,
+    pipeline: Arc<Pipeline>,
+    token: Option<String>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), String> {
+    // Listen for the signal from the start.
+    let (signalled, mut on_signal) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = signalled.send(());
+    });
+    let listen = config.http.listen;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| format!("{}: http.listen: cannot listen on {listen}: {e}", config.file.display()))?;
+    let addr = listener.local_addr().map_err(|e| format!("listening on {listen}: {e}"))?;
+    let url = base_url(addr);
+    let sampler = Arc::new(Sampler::new());
+    let host = Arc::new(HostContext {
+        pipeline: pipeline.clone(),
+        sampler: sampler.clone(),
+        url: url.clone(),
+        started_at: SystemTime::now(),
+    });
+    let app = http::router(AppState::new(store.clone(), config.store_path.clone(), host, token.as_deref()));
+    let (stop_serving, mut stopped) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.changed().await;
+            })
+            .into_future(),
+    );
+
+    let scanner = store.start_scanner(ScannerConfig { threads: config.scanner_threads, ..ScannerConfig::default() });
+    let reloader = reload::watch(pipeline.clone(), &config.file, &config.observers_dir, Duration::from_millis(200))
+        .map_err(|e| format!("watching for changes: {e}"))?;
+    let sampling = {
+        let (store, sampler) = (store.clone(), sampler.clone());
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            for n in 1u64.. {
+                tick.tick().await;
+                let m = store.metrics();
+                sampler.sample(m);
+                if n % 10 == 0 {
+                    tracing::info!(
+                        commits = m.commits,
+                        observer_runs = m.observer_runs,
+                        observer_failures = m.observer_failures,
+                        dead_letters = m.dead_letters,
+                        conflicts = m.conflicts,
+                        "status"
+                    );
+                }
+            }
+        })
+    };
+
+    let endpoint = config.endpoint_file();
+    let written = write_endpoint(&endpoint, &url);
+    if let Err(e) = written {
+        let _ = stop_serving.send(true);
+        return Err(e);
+    }
+    let n = config.bindings.len();
+    println!(
+        "percolator: serving {url} (store {}, {n} binding{})",
+        config.store_path.display(),
+        if n == 1 { "" } else { "s" }
+    );
+    tracing::info!(
+        %url,
+        store = %config.store_path.display(),
+        observers = %config.observers_dir.display(),
+        endpoint = %endpoint.display(),
+        "serving"
+    );
+
+    let _ = (&mut on_signal).await;
+    tracing::info!("shutting down");
+    if let Err(e) = std::fs::remove_file(&endpoint) {
+        tracing::warn!("removing {}: {e}", endpoint.display());
+    }
+    let _ = stop_serving.send(true);
+    match tokio::time::timeout(DRAIN, server).await {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => tracing::warn!("HTTP server: {e}"),
+        Ok(Err(e)) => tracing::warn!("HTTP server task: {e}"),
+        Err(_) => tracing::warn!("requests still running after {} s were cut off", DRAIN.as_secs()),
+    }
+    sampling.abort();
+    drop(reloader);
+    tokio::task::spawn_blocking(move || scanner.stop()).await.map_err(|e| format!("stopping the scanner: {e}"))?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Completes on SIGINT or SIGTERM (must be polled inside the tokio runtime).
+pub async fn signals() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+            (Ok(mut int), Ok(mut term)) => {
+                tokio::select! {
+                    _ = int.recv() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                tracing::error!("cannot listen for signals ({e}); stop the host with SIGKILL");
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// Writes the endpoint file atomically (a reader sees the old content or the new, whole).
+fn write_endpoint(path: &Path, url: &str) -> Result<(), String> {
+    let tmp = path.with_extension(format!("endpoint.tmp-{}", std::process::id()));
+    std::fs::write(&tmp, format!("{url}\n"))
+        .and_then(|()| std::fs::rename(&tmp, path))
+        .map_err(|e| format!("writing the endpoint file {}: {e}", path.display()))
+}

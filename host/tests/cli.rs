@@ -1,0 +1,603 @@
+//! The `percolator` command line against real host processes (`percolator up` on a config in a
+//! temp dir, HTTP on 127.0.0.1 with port 0), and against the store file when no host runs:
+//! every verb, located errors for bad input with nothing written, resumable and idempotent
+//! loads, the token, and `/metrics`. Hosts are stopped with SIGTERM by a drop guard.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use percolator_host::api::{LoadBatch, LoadRecord};
+use percolator_host::client::{Api, Remote};
+use percolator_store::{RedbConfig, Store, StoreConfig};
+
+/// Where `scripts/build-guests` puts the guest modules.
+fn guests_dir() -> PathBuf {
+    std::env::var_os("PERCOLATOR_GUESTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests"))
+}
+
+fn uppercase_wasm() -> PathBuf {
+    let p = guests_dir().join("uppercase.wasm");
+    assert!(p.is_file(), "{} not found: run scripts/build-guests first", p.display());
+    p
+}
+
+/// `uppercase` on `docs/raw:text`, writing `docs/derived:upper`.
+const UPPER: &str = "\n[[binding]]\nname = \"upper\"\nwasm = \"uppercase.wasm\"\ntable = \"docs\"\ncolumn = \"raw:text\"\nwrites = [\"docs/derived:upper\"]\n";
+/// `uppercase` on `bad/raw:text` without the right to write: every run fails (denied), and
+/// the first failure is a dead letter.
+const DENIED: &str = "\n[[binding]]\nname = \"denied\"\nwasm = \"uppercase.wasm\"\ntable = \"bad\"\ncolumn = \"raw:text\"\nmax_attempts = 1\n";
+
+/// A temp dir with `p.toml`, `observers/uppercase.wasm` and input files; removed on drop.
+struct Sandbox {
+    dir: PathBuf,
+}
+
+impl Sandbox {
+    fn new(name: &str, http: &str, bindings: &str) -> Sandbox {
+        let dir = std::env::temp_dir().join(format!("percolator-cli-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("observers")).unwrap();
+        if !bindings.is_empty() {
+            std::fs::copy(uppercase_wasm(), dir.join("observers/uppercase.wasm")).unwrap();
+        }
+        std::fs::write(
+            dir.join("p.toml"),
+            format!(
+                "[store]\npath = \"store.redb\"\ndurability = \"none\"\n[observers]\ndir = \"observers\"\n[http]\n{http}\n{bindings}"
+            ),
+        )
+        .unwrap();
+        Sandbox { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn write(&self, name: &str, content: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, content).unwrap();
+        p
+    }
+
+    /// The binary in the sandbox, with none of the environment variables it reads.
+    fn bare_command(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_percolator"));
+        c.current_dir(&self.dir)
+            .env_remove("PERCOLATOR_TOKEN")
+            .env_remove("PERCOLATOR_CONFIG")
+            .env_remove("PERCOLATOR_LOAD_STOP_AFTER")
+            .env_remove("RUST_LOG");
+        c
+    }
+
+    fn command(&self) -> Command {
+        let mut c = self.bare_command();
+        c.arg("--config").arg(self.path("p.toml"));
+        c
+    }
+
+    fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut c = self.command();
+        c.args(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.run_with(args, &[])
+    }
+
+    /// Runs and expects success; returns stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(out.status.success(), "percolator {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Runs and expects exit status 1; returns stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        fails(self.run(args), args)
+    }
+
+    fn wait(&self) {
+        self.ok(&["wait", "--timeout", "120"]);
+    }
+}
+
+fn fails(out: Output, args: &[&str]) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "percolator {args:?} should fail with exit status 1; stdout: {} stderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `percolator up` child process, stopped with SIGTERM on drop.
+struct Host {
+    child: Option<Child>,
+    url: String,
+    endpoint: PathBuf,
+    log: PathBuf,
+}
+
+impl Host {
+    fn start(sb: &Sandbox) -> Host {
+        Host::start_with(sb, &[])
+    }
+
+    fn start_with(sb: &Sandbox, env: &[(&str, &str)]) -> Host {
+        let endpoint = sb.path("store.endpoint");
+        let log = sb.path("host.log");
+        let mut c = sb.command();
+        c.arg("up").stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !endpoint.is_file() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the host exited ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            assert!(Instant::now() < deadline, "the host did not start: {}", std::fs::read_to_string(&log).unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let url = std::fs::read_to_string(&endpoint).unwrap().trim().to_owned();
+        assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+        Host { child: Some(child), url, endpoint, log }
+    }
+
+    /// SIGTERM, then the exit status (a host that ignores it is killed after a minute).
+    fn stop(&mut self) -> Option<ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the host ignored SIGTERM: {}", std::fs::read_to_string(&self.log).unwrap_or_default());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn json(s: &str) -> serde_json::Value {
+    serde_json::from_str(s).unwrap_or_else(|e| panic!("not JSON ({e}): {s}"))
+}
+
+fn binding<'a>(status: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    status["host"]["bindings"].as_array().unwrap().iter().find(|b| b["name"] == name).unwrap()
+}
+
+/// Checks the Prometheus text format line by line: comments, or `name{labels} value`.
+fn check_exposition(text: &str) {
+    for line in text.lines() {
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# ") {
+            assert!(rest.starts_with("HELP ") || rest.starts_with("TYPE "), "{line}");
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("no value: {line}"));
+        value.parse::<f64>().unwrap_or_else(|_| panic!("bad value: {line}"));
+        let name = match series.split_once('{') {
+            Some((name, labels)) => {
+                let labels = labels.strip_suffix('}').unwrap_or_else(|| panic!("unclosed labels: {line}"));
+                for pair in labels.split(',') {
+                    let (k, v) = pair.split_once('=').unwrap_or_else(|| panic!("bad label: {line}"));
+                    assert!(k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'), "{line}");
+                    assert!(v.starts_with('"') && v.ends_with('"') && v.len() >= 2, "{line}");
+                }
+                name
+            }
+            None => series,
+        };
+        assert!(
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "bad metric name: {line}"
+        );
+    }
+}
+
+#[test]
+fn every_verb_against_a_running_host() {
+    let sb = Sandbox::new("verbs", "listen = \"127.0.0.1:0\"", &format!("{UPPER}{DENIED}"));
+    let mut host = Host::start(&sb);
+    let health = Remote::new(&host.url, None).health().unwrap();
+    assert!(health.ok);
+
+    // load: JSONL (strings, numbers, null, control characters) and CSV.
+    sb.write(
+        "docs.jsonl",
+        "{\"row\": \"r1\", \"text\": \"hello world\", \"n\": 1.50}\n\n{\"row\": \"r2\", \"text\": \"tab\\there\\nnewline\"}\n{\"row\": 3, \"text\": \"three\", \"gone\": null}\n",
+    );
+    let out = sb.ok(&["load", "docs", "docs.jsonl"]);
+    assert!(out.starts_with("loaded 3 records into docs in ") && out.ends_with(" s\n"), "{out}");
+    sb.write("more.csv", "id,text\nc1,\"comma, quoted\"\nc2,plain\n");
+    let out = sb.ok(&["load", "docs", "more.csv", "--key", "id"]);
+    assert!(out.starts_with("loaded 2 records into docs in "), "{out}");
+    sb.wait();
+
+    // get
+    assert_eq!(sb.ok(&["get", "docs", "r1", "derived:upper"]), "HELLO WORLD\n");
+    assert_eq!(sb.ok(&["get", "docs", "c1", "derived:upper"]), "COMMA, QUOTED\n");
+    assert_eq!(sb.ok(&["get", "docs", "r1", "raw:n"]), "1.50\n");
+    assert_eq!(sb.ok(&["get", "docs", "3", "raw:text", "--hex"]), "7468726565\n");
+    let e = sb.fails(&["get", "docs", "nope", "derived:upper"]);
+    assert_eq!(e, "percolator: docs/nope/derived:upper: no value\n");
+
+    // scan
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--prefix", "r", "--columns", "derived:upper,raw:text"]),
+        "r1\tderived:upper\tHELLO WORLD\nr1\traw:text\thello world\n\
+         r2\tderived:upper\tTAB\\tHERE\\nNEWLINE\nr2\traw:text\ttab\\there\\nnewline\n"
+    );
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--start", "c2", "--end", "r1", "--columns", "raw:text"]),
+        "c2\traw:text\tplain\n"
+    );
+    let out = sb.run(&["scan", "docs", "--limit", "1"]);
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "3\tderived:upper\tTHREE\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("more cells follow"));
+    assert!(sb.ok(&["scan", "docs", "--columns", "raw:gone"]).is_empty(), "null deletes");
+
+    // dead letters: the `denied` binding's run fails and is dead-lettered at once.
+    sb.write("bad.jsonl", "{\"row\": \"x\", \"text\": \"boom\"}\n");
+    sb.ok(&["load", "bad", "bad.jsonl"]);
+    sb.wait();
+    let list = sb.ok(&["dead-letters"]);
+    let fields: Vec<&str> = list.trim_end().split('\t').collect();
+    assert_eq!(fields.len(), 6, "{list}");
+    assert_eq!(&fields[1..4], ["bad/x/raw:text", "denied", "attempts=1"], "{list}");
+    assert!(fields[4].contains("denied"), "{list}");
+    assert!(fields[5].ends_with('Z'), "{list}");
+    let dead = json(&sb.ok(&["dead-letters", "--json"]));
+    let id = dead[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(id, fields[0]);
+    assert_eq!(dead[0]["observer"], "denied");
+
+    // status
+    let text = sb.ok(&["status"]);
+    assert!(text.starts_with(&format!("host: {} (pid ", host.url)), "{text}");
+    assert!(text.contains("pipeline: generation 1"), "{text}");
+    assert!(text.contains("last reload error: none"), "{text}");
+    let upper_line = text.lines().find(|l| l.trim_start().starts_with("upper ")).unwrap();
+    for word in ["docs/raw:text", "strong", "uppercase.wasm"] {
+        assert!(upper_line.contains(word), "{upper_line}");
+    }
+    assert!(text.contains("0 pending notifications, 1 dead letter\n"), "{text}");
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(status["host"]["generation"], 1);
+    assert!(binding(&status, "upper")["runs"].as_u64().unwrap() >= 5);
+    assert_eq!(binding(&status, "upper")["failures"], 0);
+    assert_eq!(binding(&status, "upper")["backlog"], 0);
+    assert!(binding(&status, "upper")["mean_run_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(binding(&status, "denied")["failures"], 1);
+    assert_eq!(status["store"]["dead_letters"], 1);
+    assert_eq!(status["store"]["pending_notifications"], 0);
+    assert_eq!(status["host"]["metrics"]["observer_runs"], 5);
+
+    // retry: the run fails again and is dead-lettered again.
+    assert_eq!(sb.ok(&["dead-letters", "retry", &id]), format!("retried {id}\n"));
+    sb.wait();
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(binding(&status, "denied")["failures"], 2);
+    assert_eq!(sb.ok(&["dead-letters", "retry", "--all"]), "retried 1 dead letter\n");
+    sb.wait();
+    let e = sb.fails(&["dead-letters", "retry", "no-such-id"]);
+    assert!(e.contains("no dead letter \"no-such-id\""), "{e}");
+
+    // gc
+    let gc = sb.ok(&["gc"]);
+    assert!(gc.starts_with("safepoint ") && gc.contains(" versions_removed "), "{gc}");
+    assert_eq!(sb.ok(&["get", "docs", "r1", "derived:upper"]), "HELLO WORLD\n");
+
+    // /metrics
+    let metrics = Remote::new(&host.url, None).metrics().unwrap();
+    check_exposition(&metrics);
+    for expected in [
+        "percolator_commits_total ",
+        "percolator_conflicts_total ",
+        "percolator_observer_runs_total{observer=\"upper\"} ",
+        "percolator_observer_failures_total{observer=\"denied\"} 3",
+        "percolator_observer_run_seconds_count{observer=\"upper\"} ",
+        "percolator_observer_run_seconds_sum{observer=\"upper\"} ",
+        "percolator_backlog{observer=\"upper\"} 0",
+        "percolator_dead_letters 1",
+        "percolator_pipeline_generation 1",
+        "# TYPE percolator_commits_total counter",
+    ] {
+        assert!(metrics.contains(expected), "{expected:?} missing from\n{metrics}");
+    }
+
+    // A clean stop removes the endpoint file and keeps everything (even with durability
+    // "none": the store is closed properly); the commands then read the store file.
+    let status = host.stop().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(!host.endpoint.exists());
+    assert_eq!(sb.ok(&["get", "docs", "c2", "derived:upper"]), "PLAIN\n");
+    assert!(sb.ok(&["status"]).starts_with("host: none is running"));
+}
+
+#[test]
+fn query_ranks_pages_of_a_hand_written_index() {
+    let sb = Sandbox::new("query", "listen = \"127.0.0.1:0\"", "");
+    let _host = Host::start(&sb);
+    sb.write(
+        "index.jsonl",
+        "{\"row\": \"snapshot http://a.example/\", \"count\": 3}\n\
+         {\"row\": \"snapshot http://b.example/\", \"count\": 1}\n\
+         {\"row\": \"snapshot http://c.example/\", \"count\": 2}\n\
+         {\"row\": \"isolation http://a.example/\", \"count\": 1}\n\
+         {\"row\": \"isolation http://b.example/\", \"count\": 4}\n\
+         {\"row\": \"isolationist http://c.example/\", \"count\": 9}\n",
+    );
+    sb.ok(&["load", "index", "index.jsonl", "--family", "hit"]);
+    sb.write("titles.csv", "url,title\nhttp://a.example/,Alpha\nhttp://b.example/,\"Beta, the second\"\n");
+    sb.ok(&["load", "pages", "titles.csv", "--key", "url", "--family", "doc"]);
+    assert_eq!(
+        sb.ok(&["query", "Snapshot", "isolation"]),
+        "1\thttp://b.example/\t5\tBeta, the second\n2\thttp://a.example/\t4\tAlpha\n"
+    );
+    assert_eq!(
+        sb.ok(&["query", "snapshot", "--limit", "2"]),
+        "1\thttp://a.example/\t3\tAlpha\n2\thttp://c.example/\t2\t\n"
+    );
+    let out = sb.run(&["query", "nothing"]);
+    assert!(out.status.success() && out.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no page has every term (nothing)"));
+    let e = sb.fails(&["query", "a"]);
+    assert!(e.contains("no searchable terms"), "{e}");
+}
+
+#[test]
+fn bad_input_is_reported_with_its_line_and_nothing_is_written() {
+    let sb = Sandbox::new("bad", "listen = \"127.0.0.1:0\"", "");
+    let _host = Host::start(&sb);
+    sb.write(
+        "crawl.jsonl",
+        "{\"url\": \"a\", \"html\": \"x\"}\n{\"url\": \"b\", \"html\": \"y\"}\n{\"url\": \"c\", \"html\": \n",
+    );
+    let e = sb.fails(&["load", "pages", "crawl.jsonl", "--key", "url"]);
+    assert!(e.starts_with("percolator: crawl.jsonl:3: expected a JSON object: EOF while parsing"), "{e}");
+    assert!(e.ends_with("nothing was loaded\n"), "{e}");
+
+    sb.write("nokey.jsonl", "{\"url\": \"a\", \"html\": \"x\"}\n{\"html\": \"y\"}\n[1]\n{\"url\": 1.5}\n");
+    let e = sb.fails(&["load", "pages", "nokey.jsonl", "--key", "url"]);
+    assert_eq!(
+        e,
+        "percolator: nokey.jsonl:2: field \"url\" is missing\n\
+         nokey.jsonl:3: expected a JSON object, found an array\n\
+         nokey.jsonl:4: field \"url\" must be a non-empty string or an integer, not the number 1.5\n\
+         nothing was loaded\n"
+    );
+    sb.write("ok.jsonl", "{\"url\": \"a\", \"html\": \"x\"}\n");
+    let e = sb.fails(&["load", "", "ok.jsonl", "--key", "url"]);
+    assert_eq!(e, "percolator: ok.jsonl: table \"\": invalid argument: table name is empty\nnothing was loaded\n");
+    let e = sb.fails(&["load", "pages", "ok.jsonl", "--key", "url", "--family", "a:b"]);
+    assert!(e.contains("--family \"a:b\" must be a non-empty name without ':'"), "{e}");
+    sb.write("reserved.jsonl", "{\"url\": \"a\", \"__ack:x\": \"1\"}\n");
+    let e = sb.fails(&["load", "pages", "reserved.jsonl", "--key", "url"]);
+    assert!(e.contains("reserved.jsonl:1: field \"__ack:x\" cannot be a column"), "{e}");
+    sb.write("data.txt", "{\"url\": \"a\"}\n");
+    let e = sb.fails(&["load", "pages", "data.txt"]);
+    assert!(e.contains("data.txt: cannot tell the format from the file name; pass --format"), "{e}");
+    sb.write("short.csv", "url,html\na,x\nb\n");
+    let e = sb.fails(&["load", "pages", "short.csv", "--key", "url"]);
+    assert!(e.contains("short.csv:3: the record has 1 fields but the header has 2"), "{e}");
+    let e = sb.fails(&["load", "pages", "missing.jsonl"]);
+    assert!(e.contains("missing.jsonl: cannot read"), "{e}");
+    // Nothing was written by any of them.
+    assert_eq!(sb.ok(&["scan", "pages"]), "");
+    assert_eq!(sb.ok(&["scan", "_loads"]), "");
+    // Bad arguments to other verbs.
+    let e = sb.fails(&["scan", "docs", "--columns", "nofamily,__x"]);
+    assert!(e.contains("reserved namespace"), "{e}");
+    let out = sb.run(&["scan", "docs", "--limit", "0"]);
+    assert_eq!(out.status.code(), Some(2), "clap usage error");
+}
+
+#[test]
+fn an_interrupted_load_resumes_at_its_checkpoint() {
+    let sb = Sandbox::new("resume", "listen = \"127.0.0.1:0\"", UPPER);
+    let host = Host::start(&sb);
+    let records: String = (1..=7).map(|i| format!("{{\"row\": \"d{i}\", \"text\": \"doc {i}\"}}\n")).collect();
+    sb.write("docs.jsonl", &records);
+    let args = ["load", "docs", "docs.jsonl", "--batch", "2"];
+    let e = fails(sb.run_with(&args, &[("PERCOLATOR_LOAD_STOP_AFTER", "2")]), &args);
+    assert!(e.contains("stopped after 2 batches"), "{e}");
+    assert_eq!(sb.ok(&["scan", "docs", "--columns", "raw:text"]).lines().count(), 4);
+    let checkpoint = sb.ok(&["scan", "_loads", "--columns", "load:lines,load:total"]);
+    let id = checkpoint.split('\t').next().unwrap().to_owned();
+    assert_eq!(checkpoint, format!("{id}\tload:lines\t4\n{id}\tload:total\t7\n"));
+
+    let out = sb.run(&args);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "docs.jsonl: resuming at record 4 of 7\n");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("loaded 3 records into docs in "));
+    sb.wait();
+    let upper = sb.ok(&["scan", "docs", "--columns", "derived:upper"]);
+    let expected: String = (1..=7).map(|i| format!("d{i}\tderived:upper\tDOC {i}\n")).collect();
+    assert_eq!(upper, expected);
+    // Each record was written once: one committed observer run per row.
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(status["host"]["metrics"]["observer_runs"], 7);
+
+    // Loaded: a rerun writes nothing; --again loads it as a new generation.
+    assert_eq!(sb.ok(&args), "docs.jsonl: already loaded (7 records); use --again to load it again\n");
+    let again = sb.ok(&["load", "docs", "docs.jsonl", "--again"]);
+    assert!(again.starts_with("loaded 7 records into docs in "), "{again}");
+    let loads = sb.ok(&["scan", "_loads", "--columns", "load:lines"]);
+    assert_eq!(loads, format!("{id}\tload:lines\t7\n{id}-1\tload:lines\t7\n"));
+
+    // A batch sent twice (a retry after a lost answer) is written once.
+    let client = Remote::new(&host.url, None);
+    let batch = LoadBatch {
+        table: "docs".into(),
+        id: id.clone(),
+        file: "docs.jsonl".into(),
+        options: "format=jsonl key=row family=raw".into(),
+        start: 0,
+        total: 7,
+        records: vec![LoadRecord { row: "d1".into(), cells: vec![("raw:text".into(), Some("changed".into()))] }],
+    };
+    let p = client.load_batch(&batch).unwrap();
+    assert!(p.skipped && p.done == 7, "{p:?}");
+    assert_eq!(sb.ok(&["get", "docs", "d1", "raw:text"]), "doc 1\n");
+    // A batch past the file's end is refused.
+    let e = client.load_batch(&LoadBatch { start: 7, ..batch }).unwrap_err();
+    assert!(e.message.contains("past the file's 7 records"), "{e}");
+}
+
+#[test]
+fn a_token_is_required_when_configured() {
+    let sb = Sandbox::new("token", "listen = \"127.0.0.1:0\"\ntoken_file = \"token\"", "");
+    sb.write("token", "s3cret\n");
+    let host = Host::start(&sb);
+    let url = host.url.as_str();
+    let args = ["--url", url, "--config", "/nonexistent/p.toml", "status"];
+    let mut c = sb.bare_command();
+    let e = fails(c.args(args).output().unwrap(), &args);
+    assert!(e.contains(&format!("the host at {url} refused the request: this host requires a token")), "{e}");
+    let mut c = sb.bare_command();
+    let e = fails(c.args(args).env("PERCOLATOR_TOKEN", "wrong").output().unwrap(), &args);
+    assert!(e.contains("refused the request: wrong token"), "{e}");
+    let mut c = sb.bare_command();
+    let out = c.args(args).env("PERCOLATOR_TOKEN", "s3cret").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("host: {url}")));
+    // Through the configuration, the client reads the token file.
+    assert!(sb.ok(&["status"]).starts_with(&format!("host: {url}")));
+    let e = Remote::new(url, None).metrics().unwrap_err();
+    assert!(e.message.contains("401"), "{e}");
+    check_exposition(&Remote::new(url, Some("s3cret".into())).metrics().unwrap());
+}
+
+#[test]
+fn a_non_loopback_listen_needs_a_token() {
+    let sb = Sandbox::new("exposed", "listen = \"0.0.0.0:0\"", "");
+    let out = sb.run(&["up"]);
+    let e = fails(out, &["up"]);
+    let expected = format!(
+        "percolator: {}:7: http.listen: 0.0.0.0:0 is not a loopback address: a token is required when listening on a non-loopback address; set http.token_file\n",
+        sb.path("p.toml").display()
+    );
+    assert_eq!(e, expected);
+    assert!(!sb.path("store.endpoint").exists() && !sb.path("store.redb").exists());
+
+    // Hot reload refuses [http] changes like other host settings.
+    use percolator_host::config::Config;
+    let head = "[store]\npath = \"s.redb\"\n[observers]\ndir = \"observers\"\n";
+    let file = sb.path("p.toml");
+    let a = Config::parse(&file, &format!("{head}[http]\nlisten = \"127.0.0.1:0\"\n")).unwrap();
+    let b = Config::parse(&file, &format!("{head}[http]\nlisten = \"127.0.0.1:1\"\n")).unwrap();
+    assert!(!a.same_host_settings(&b));
+    assert_eq!(Config::parse(&file, head).unwrap().http.listen.to_string(), "127.0.0.1:7878");
+    let e = Config::parse(&file, &format!("{head}[http]\nlisten = \"nowhere\"\n")).unwrap_err().to_string();
+    assert!(e.contains(":6: http.listen: \"nowhere\" is not an address and port"), "{e}");
+    let e = Config::parse(&file, &format!("{head}[http]\ntoken_file = \"absent\"\n")).unwrap_err().to_string();
+    assert!(e.contains(":6: http.token_file: token file "), "{e}");
+}
+
+#[test]
+fn without_a_host_the_commands_use_the_store_file() {
+    let sb = Sandbox::new("direct", "listen = \"127.0.0.1:0\"", UPPER);
+    let e = sb.fails(&["status"]);
+    assert!(e.contains("store.redb does not exist and no host answers at"), "{e}");
+    // A stale endpoint file (a killed host) is ignored.
+    sb.write("store.endpoint", "http://127.0.0.1:1\n");
+    sb.write("docs.jsonl", "{\"row\": \"a\", \"text\": \"offline\"}\n{\"row\": \"b\", \"text\": \"load\"}\n");
+    assert!(sb.ok(&["load", "docs", "docs.jsonl"]).starts_with("loaded 2 records into docs"));
+    assert_eq!(sb.ok(&["get", "docs", "a", "raw:text"]), "offline\n");
+    assert_eq!(sb.ok(&["scan", "docs"]), "a\traw:text\toffline\nb\traw:text\tload\n");
+    let status = sb.ok(&["status"]);
+    assert!(status.starts_with("host: none is running"), "{status}");
+    assert!(status.contains("2 pending notifications, 0 dead letters\n"), "{status}");
+    assert_eq!(json(&sb.ok(&["status", "--json"]))["host"], serde_json::Value::Null);
+    let e = sb.fails(&["wait"]);
+    assert!(e.contains("2 notifications are pending and no host is running"), "{e}");
+    assert_eq!(sb.ok(&["dead-letters"]), "");
+    assert!(sb.ok(&["gc"]).starts_with("safepoint "));
+
+    // Another process holds the store and serves nothing.
+    std::fs::remove_file(sb.path("store.endpoint")).unwrap();
+    let store = Store::open(sb.path("store.redb"), StoreConfig::default(), RedbConfig::default()).unwrap();
+    let e = sb.fails(&["get", "docs", "a", "raw:text"]);
+    assert!(
+        e.contains(&format!(
+            "store {} is in use by another process and no host answers at {}",
+            sb.path("store.redb").display(),
+            sb.path("store.endpoint").display()
+        )),
+        "{e}"
+    );
+    drop(store);
+
+    // The host runs the observers on what was loaded without it.
+    let _host = Host::start(&sb);
+    sb.wait();
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--columns", "derived:upper"]),
+        "a\tderived:upper\tOFFLINE\nb\tderived:upper\tLOAD\n"
+    );
+}
+
+#[test]
+fn sample_crawl_writes_loadable_jsonl() {
+    let sb = Sandbox::new("crawl", "listen = \"127.0.0.1:0\"", "");
+    let out = sb.ok(&["sample-crawl", "--out", "c1", "--pages", "12", "--seed", "2"]);
+    assert!(out.starts_with("wrote 12 pages to "), "{out}");
+    sb.ok(&["sample-crawl", "--out", "c2", "--pages", "12", "--seed", "2"]);
+    for f in ["crawl.jsonl", "recrawl.jsonl"] {
+        let a = std::fs::read(sb.path("c1").join(f)).unwrap();
+        assert_eq!(a, std::fs::read(sb.path("c2").join(f)).unwrap(), "{f} is deterministic");
+        for line in String::from_utf8(a).unwrap().lines() {
+            let v = json(line);
+            assert!(v["url"].is_string() && v["html"].is_string() && v["pagerank"].is_number(), "{line}");
+        }
+    }
+    let crawl = std::fs::read_to_string(sb.path("c1/crawl.jsonl")).unwrap();
+    assert_eq!(crawl.lines().count(), 12);
+    let _host = Host::start(&sb);
+    let out = sb.ok(&["load", "pages", "c1/crawl.jsonl", "--key", "url"]);
+    assert!(out.starts_with("loaded 12 records into pages in "), "{out}");
+    let first = json(crawl.lines().next().unwrap());
+    let url = first["url"].as_str().unwrap();
+    assert_eq!(sb.ok(&["get", "pages", url, "raw:html"]), format!("{}\n", first["html"].as_str().unwrap()));
+}

@@ -1,0 +1,317 @@
+//! The web-index pipeline (`config/web-index.toml`, `docs/webindex.md`) with the real guest
+//! components: incremental equals batch. A sample crawl with re-crawls is written in random
+//! order by concurrent writers while the pipeline runs; at its fixed point every table equals
+//! `webindex::batch::compute` of the final inputs, value by value. The same again with the host
+//! process killed (SIGKILL) and restarted mid-way, loading through the CLI.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use percolator_host::Runtime;
+use percolator_host::api::ScanRequest;
+use percolator_host::client::{Api, Remote};
+use percolator_host::config::Config;
+use percolator_host::pipeline::Pipeline;
+use percolator_store::{Durability, RedbConfig, ScannerConfig, Store, StoreConfig};
+use webindex::batch::{self, Tables};
+use webindex::crawl::{self, CrawlPage};
+use webindex::schema;
+
+/// URL → (`raw:html`, `raw:pagerank`): the batch computation's input.
+type Inputs = BTreeMap<String, (Option<Vec<u8>>, Option<Vec<u8>>)>;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Where `scripts/build-guests` puts the guest modules.
+fn guests_dir() -> PathBuf {
+    std::env::var_os("PERCOLATOR_GUESTS").map(PathBuf::from).unwrap_or_else(|| root().join("target/guests"))
+}
+
+/// A fresh temp dir holding an `observers/` folder with the pipeline's components and
+/// `pipeline.toml`: the bindings of `config/web-index.toml` under a test header.
+fn setup(name: &str, durability: &str, header_extra: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("percolator-webindex-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("observers")).unwrap();
+    for wasm in ["document_processor", "clustering", "link_inversion", "exporter"] {
+        let src = guests_dir().join(format!("{wasm}.wasm"));
+        assert!(src.is_file(), "{} is missing: run scripts/build-guests first", src.display());
+        std::fs::copy(&src, dir.join("observers").join(format!("{wasm}.wasm"))).unwrap();
+    }
+    let real = std::fs::read_to_string(root().join("config/web-index.toml")).unwrap();
+    let bindings = &real[real.find("[[binding]]").expect("config/web-index.toml has bindings")..];
+    std::fs::write(
+        dir.join("pipeline.toml"),
+        format!(
+            "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n[observers]\ndir = \"observers\"\n{header_extra}\n{bindings}"
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// The crawl's records in a random order in which every re-crawl of a URL comes after its
+/// first crawl (and after earlier re-crawls of it): the final version of each URL is the last
+/// one in the crawl.
+fn shuffled_records(crawl: &crawl::Crawl, seed: u64) -> Vec<CrawlPage> {
+    let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    let mut out: Vec<CrawlPage> = crawl.pages.clone();
+    for i in (1..out.len()).rev() {
+        out.swap(i, next(i + 1));
+    }
+    for r in &crawl.recrawls {
+        let after = out.iter().rposition(|p| p.url == r.url).expect("re-crawl of a crawled URL");
+        let at = after + 1 + next(out.len() - after);
+        out.insert(at, r.clone());
+    }
+    out
+}
+
+/// The final inputs: the last version of each URL, as the store holds them.
+fn final_inputs(records: &[CrawlPage]) -> Inputs {
+    let mut inputs = BTreeMap::new();
+    for p in records {
+        inputs.insert(p.url.clone(), (Some(p.html.clone().into_bytes()), Some(format!("{}", p.pagerank).into_bytes())));
+    }
+    inputs
+}
+
+/// Every user cell of the pipeline's tables, trigger columns excluded.
+fn read_tables(store: &Store) -> Tables {
+    let txn = store.begin().unwrap();
+    let mut tables = Tables::new();
+    for table in [schema::PAGES, schema::CLUSTERS, schema::INLINKS, schema::FWD, schema::INDEX] {
+        let cells: batch::Table = txn
+            .scan(table, b"", None, None, usize::MAX)
+            .unwrap()
+            .into_iter()
+            .filter(|e| e.column != schema::LINK_DIRTY && e.column != schema::EXPORT_DIRTY)
+            .map(|e| ((e.row, e.column), e.value))
+            .collect();
+        tables.insert(table.to_owned(), cells);
+    }
+    batch::normalize(&mut tables);
+    tables
+}
+
+fn assert_equals_batch(store: &Store, inputs: &Inputs) {
+    let mut expected = batch::compute(inputs).unwrap();
+    batch::normalize(&mut expected);
+    let actual = read_tables(store);
+    let diff = batch::diff(&expected, &actual, 20);
+    assert!(diff.is_empty(), "incremental result differs from batch:\n{}", diff.join("\n"));
+    let cells: usize = actual.values().map(|t| t.len()).sum();
+    assert!(actual.get(schema::INDEX).is_some_and(|t| !t.is_empty()), "the index is empty");
+    eprintln!("equal: {} tables, {cells} cells", actual.len());
+}
+
+#[test]
+fn incremental_equals_batch_with_concurrent_writers_in_random_order() {
+    let dir = setup("inproc", "none", "");
+    let config = Config::load(&dir.join("pipeline.toml")).unwrap();
+    let store = Store::open(
+        &config.store_path,
+        StoreConfig::default(),
+        RedbConfig { durability: Durability::None, ..RedbConfig::default() },
+    )
+    .unwrap();
+    let pipeline = Arc::new(Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone())).unwrap()));
+    pipeline.apply(&config).unwrap();
+    let scanner = store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() });
+
+    let crawl = crawl::generate(11, 120);
+    let records = shuffled_records(&crawl, 5);
+    // Three writers; each writes its share of the records in order (a URL's versions all go to
+    // one writer, so the last version written is the last in `records`).
+    let writers = 3;
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let (store, records) = (&store, &records);
+            s.spawn(move || {
+                for p in records
+                    .iter()
+                    .filter(|p| (p.url.len() + p.url.bytes().map(usize::from).sum::<usize>()) % writers == w)
+                {
+                    store
+                        .run(|txn| {
+                            txn.set(schema::PAGES, &p.url, schema::RAW_HTML, p.html.as_bytes())?;
+                            txn.set(schema::PAGES, &p.url, schema::RAW_PAGERANK, format!("{}", p.pagerank))
+                        })
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert!(store.wait_quiescent(Duration::from_secs(300)).unwrap(), "the pipeline did not reach its fixed point");
+    scanner.stop();
+    let m = store.metrics();
+    assert_eq!(m.dead_letters, 0, "dead letters: {:?}", store.dead_letters().unwrap());
+    eprintln!("observer runs {}, conflicts {}, commits {}", m.observer_runs, m.conflicts, m.commits);
+    assert_equals_batch(&store, &final_inputs(&records));
+    drop(pipeline);
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A `percolator up` child, killed on drop.
+struct HostProcess {
+    child: Child,
+}
+
+impl HostProcess {
+    fn start(dir: &Path) -> HostProcess {
+        let _ = std::fs::remove_file(dir.join("store.endpoint"));
+        let log = std::fs::File::create(dir.join("host.log")).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_percolator"))
+            .arg("up")
+            .arg(dir.join("pipeline.toml"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !dir.join("store.endpoint").is_file() {
+            assert!(Instant::now() < deadline, "host did not start: {}", read_log(dir));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        HostProcess { child }
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM and wait: a clean stop.
+    fn stop(mut self) {
+        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for HostProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn read_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("host.log")).unwrap_or_default()
+}
+
+fn percolator(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_percolator"))
+        .arg("--config")
+        .arg(dir.join("pipeline.toml"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn write_jsonl(path: &Path, records: &[CrawlPage]) {
+    let mut out = String::new();
+    for p in records {
+        out.push_str(&serde_json::json!({"url": p.url, "html": p.html, "pagerank": p.pagerank}).to_string());
+        out.push('\n');
+    }
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn incremental_equals_batch_across_host_kills_mid_load() {
+    // fsync: with durability "none" a killed process loses its recent commits, by design.
+    let dir = setup("killed", "fsync", "[http]\nlisten = \"127.0.0.1:0\"\n");
+    let crawl = crawl::generate(23, 150);
+    let records = shuffled_records(&crawl, 9);
+    // Three files loaded one after another; the host is killed during the loads of the first
+    // two and once more after each of them was loaded.
+    let parts: Vec<&[CrawlPage]> = records.chunks(records.len().div_ceil(3)).collect();
+    for (i, part) in parts.iter().enumerate() {
+        write_jsonl(&dir.join(format!("part{i}.jsonl")), part);
+    }
+    for i in 0..parts.len() {
+        let file = dir.join(format!("part{i}.jsonl"));
+        let file = file.to_str().unwrap();
+        let load_args = ["load", "pages", file, "--key", "url", "--batch", "4"];
+        if i + 1 < parts.len() {
+            // Kill the host while the load is running (and the pipeline busy with it); the load
+            // fails or finishes; after a restart the same command resumes from its checkpoint.
+            let host = HostProcess::start(&dir);
+            // Wait until a few records are in, then kill the host under the running load.
+            let endpoint = std::fs::read_to_string(dir.join("store.endpoint")).unwrap();
+            let api = Remote::new(endpoint.trim(), None);
+            let scan = ScanRequest {
+                table: "_loads".into(),
+                start: None,
+                end: None,
+                prefix: None,
+                columns: Some(vec!["load:lines".into()]),
+                limit: 100,
+            };
+            // Progress of this load: the checkpoint row that earlier loads did not have.
+            let rows = |api: &Remote| -> Vec<(String, usize)> {
+                api.scan(&scan)
+                    .map(|r| r.cells.iter().map(|c| (c.row.clone(), c.value.parse().unwrap_or(0))).collect())
+                    .unwrap_or_default()
+            };
+            let earlier: Vec<String> = rows(&api).into_iter().map(|(row, _)| row).collect();
+            let load = Command::new(env!("CARGO_BIN_EXE_percolator"))
+                .arg("--config")
+                .arg(dir.join("pipeline.toml"))
+                .args(["load", "pages", file, "--key", "url", "--batch", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                let done =
+                    rows(&api).into_iter().filter(|(row, _)| !earlier.contains(row)).map(|(_, n)| n).max().unwrap_or(0);
+                if done >= 3 {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the load made no progress: {}", read_log(&dir));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            host.kill();
+            let output = load.wait_with_output().unwrap();
+            assert!(
+                !output.status.success(),
+                "the load finished before the host was killed (the test proves nothing): {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        let host = HostProcess::start(&dir);
+        let load = percolator(&dir, &load_args);
+        assert!(load.status.success(), "load failed: {}", String::from_utf8_lossy(&load.stderr));
+        if i + 1 == parts.len() {
+            let wait = percolator(&dir, &["wait", "--timeout", "300"]);
+            assert!(wait.status.success(), "no fixed point: {}", read_log(&dir));
+            let status = percolator(&dir, &["status"]);
+            eprintln!("{}", String::from_utf8_lossy(&status.stdout));
+            host.stop();
+        } else {
+            std::thread::sleep(Duration::from_millis(200));
+            host.kill();
+        }
+    }
+    // Reopen the store directly and compare.
+    let store = Store::open(dir.join("store.redb"), StoreConfig::default(), RedbConfig::default()).unwrap();
+    assert!(store.dead_letters().unwrap().is_empty(), "dead letters: {:?}", store.dead_letters().unwrap());
+    assert!(store.pending_notifications(1).unwrap().is_empty(), "notifications left pending");
+    assert_equals_batch(&store, &final_inputs(&records));
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+}
