@@ -7,6 +7,14 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The largest request body the host accepts (bytes); a larger one is refused with 413.
+pub const MAX_REQUEST_BYTES: usize = 64 << 20;
+/// The most cells one [`ScanRequest`] may ask for; a larger `limit` is refused with 400 (scan
+/// on from the last row to read more).
+pub const MAX_SCAN_LIMIT: usize = 100_000;
+/// The longest [`WaitRequest`] timeout, in seconds; a longer one is refused with 400.
+pub const MAX_WAIT_SECS: u64 = 3600;
+
 /// API paths (all under `/v1` except [`METRICS`](path::METRICS)).
 pub mod path {
     /// `GET`: is the host up (and is the token right)?
@@ -55,6 +63,7 @@ pub struct Health {
 
 /// `POST /v1/get`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct GetRequest {
     /// Table.
     pub table: String,
@@ -75,6 +84,7 @@ pub struct Value {
 
 /// `POST /v1/scan`: cells of rows in `[start, end)` whose row starts with `prefix`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ScanRequest {
     /// Table.
     pub table: String,
@@ -90,7 +100,7 @@ pub struct ScanRequest {
     /// Only these columns (default: every column).
     #[serde(default)]
     pub columns: Option<Vec<String>>,
-    /// At most this many cells.
+    /// At most this many cells (1 to [`MAX_SCAN_LIMIT`]).
     pub limit: usize,
 }
 
@@ -120,6 +130,7 @@ pub struct ScanResponse {
 
 /// One record of a load: a row and its cells (`None` deletes the cell).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LoadRecord {
     /// Row key.
     pub row: String,
@@ -129,6 +140,7 @@ pub struct LoadRecord {
 
 /// `POST /v1/load/begin`: where does the load of this file stand? Writes nothing.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LoadBegin {
     /// Target table.
     pub table: String,
@@ -176,6 +188,7 @@ pub enum LoadState {
 /// (`_loads/<id>`), and only if the checkpoint says these records are not in yet. Sending a
 /// batch twice (a retry after a lost response) writes it once.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LoadBatch {
     /// Target table.
     pub table: String,
@@ -202,6 +215,9 @@ pub struct LoadProgress {
     pub total: u64,
     /// True if the checkpoint was already past this batch (nothing written).
     pub skipped: bool,
+    /// Records of this batch written by this request (fewer than the batch's when another
+    /// run of the same load wrote some of them first; 0 when skipped).
+    pub written: u64,
 }
 
 /// `GET /v1/status`.
@@ -334,6 +350,7 @@ pub struct DeadLetterReport {
 
 /// `POST /v1/dead-letters/retry`: one id, or all.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RetryRequest {
     /// The dead letter to retry.
     #[serde(default)]
@@ -352,6 +369,7 @@ pub struct RetryResponse {
 
 /// `POST /v1/query`: pages of the web index having every term of `words`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct QueryRequest {
     /// The words (their terms are searched).
     pub words: Vec<String>,
@@ -400,8 +418,9 @@ pub struct GcReport {
 
 /// `POST /v1/wait`.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WaitRequest {
-    /// Give up after this many seconds.
+    /// Give up after this many seconds (0 to [`MAX_WAIT_SECS`]).
     pub timeout_secs: f64,
 }
 

@@ -17,8 +17,19 @@ use crate::load::{self, Format};
 use crate::ops::{self, ErrorKind};
 use crate::serve;
 
-/// Stops `load` after this many batches (tests simulate an interrupted load with it).
+/// Test hook, read by debug builds only: `load` stops after this many batches, as if it were
+/// interrupted (the integration tests run the debug binary).
 const STOP_AFTER_ENV: &str = "PERCOLATOR_LOAD_STOP_AFTER";
+
+#[cfg(debug_assertions)]
+fn stop_after() -> Option<u64> {
+    std::env::var(STOP_AFTER_ENV).ok().and_then(|v| v.parse().ok())
+}
+
+#[cfg(not(debug_assertions))]
+fn stop_after() -> Option<u64> {
+    None
+}
 
 /// `percolator`: Percolator (OSDI 2010) with WebAssembly observers.
 ///
@@ -102,7 +113,7 @@ pub enum Command {
     /// Wait until the pipeline is quiescent (no pending notification, no run going);
     /// exit status 1 on timeout.
     Wait {
-        /// Give up after this many seconds.
+        /// Give up after this many seconds (at most 3600).
         #[arg(long, default_value_t = 60.0)]
         timeout: f64,
     },
@@ -138,7 +149,7 @@ pub struct ScanArgs {
     /// Only these columns (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub columns: Option<Vec<String>>,
-    /// At most this many cells.
+    /// At most this many cells (up to 100000).
     #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub limit: u64,
 }
@@ -159,7 +170,7 @@ pub struct LoadArgs {
     /// Column family of fields without one: field `f` becomes column `FAMILY:f`.
     #[arg(long, default_value = "raw")]
     pub family: String,
-    /// Records per transaction.
+    /// Records per transaction (fewer when they would make more than 8 MiB of JSON).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub batch: u64,
     /// Load the file again even though it was loaded completely before.
@@ -203,7 +214,8 @@ pub fn run(cli: Cli) -> Result<ExitCode, String> {
             // Read and check the file before touching any store.
             let input = read_load_input(args)?;
             let api = connect(&cli, true)?;
-            load_file(api.as_ref(), args, input)
+            println!("{}", load_file(api.as_ref(), args, input)?);
+            Ok(ExitCode::SUCCESS)
         }
         command => {
             let api = connect(&cli, false)?;
@@ -300,6 +312,9 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
         Command::Wait { timeout } => {
             if !timeout.is_finite() || *timeout < 0.0 {
                 return Err(format!("--timeout {timeout} is not a number of seconds"));
+            }
+            if *timeout > MAX_WAIT_SECS as f64 {
+                return Err(format!("--timeout {timeout} is more than the limit of {MAX_WAIT_SECS} s"));
             }
             if !api.wait(&WaitRequest { timeout_secs: *timeout })?.quiescent {
                 eprintln!("percolator: the pipeline did not become quiescent within {timeout} s");
@@ -431,12 +446,13 @@ fn read_load_input(a: &LoadArgs) -> Result<LoadInput, String> {
     Ok(LoadInput { name, parsed, id, options: opts.describe() })
 }
 
-fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<ExitCode, String> {
+/// Loads the records of `input` in batches (at most `--batch` records and
+/// [`load::MAX_BATCH_BYTES`] of JSON each) and says what was done.
+fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<String, String> {
     let LoadInput { name, parsed, id, options } = input;
     let total = parsed.records.len() as u64;
     if total == 0 {
-        println!("nothing to load: {name} has no records");
-        return Ok(ExitCode::SUCCESS);
+        return Ok(format!("nothing to load: {name} has no records"));
     }
     let file = std::fs::canonicalize(&a.file).map(|p| p.display().to_string()).unwrap_or_else(|_| name.clone());
     let plan = api.load_begin(&LoadBegin {
@@ -450,13 +466,12 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<ExitCode, 
     })?;
     match plan.state {
         LoadState::Done => {
-            println!("{name}: already loaded ({} records); use --again to load it again", plan.total);
-            return Ok(ExitCode::SUCCESS);
+            return Ok(format!("{name}: already loaded ({} records); use --again to load it again", plan.total));
         }
         LoadState::Resume => eprintln!("{name}: resuming at record {} of {}", plan.start, plan.total),
         LoadState::New => {}
     }
-    let stop_after: Option<u64> = std::env::var(STOP_AFTER_ENV).ok().and_then(|v| v.parse().ok());
+    let stop_after = stop_after();
     let bar = if std::io::stderr().is_terminal() {
         let bar = indicatif::ProgressBar::new(total);
         if let Ok(style) = indicatif::ProgressStyle::with_template(
@@ -473,8 +488,9 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<ExitCode, 
     let started = Instant::now();
     let mut done = plan.start;
     let mut batches = 0u64;
+    let mut written = 0u64;
     while done < total {
-        let end = (done + a.batch).min(total);
+        let end = batch_end(&parsed.sizes, done as usize, a.batch) as u64;
         let batch = LoadBatch {
             table: a.table.clone(),
             id: plan.id.clone(),
@@ -489,6 +505,7 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<ExitCode, 
             format!("{e}\n{done} of {total} records of {name} are loaded; run the same command again to resume")
         })?;
         done = progress.done.max(end);
+        written += progress.written;
         bar.set_position(done);
         batches += 1;
         if stop_after == Some(batches) && done < total {
@@ -500,9 +517,25 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<ExitCode, 
     }
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
-    let n = total - plan.start;
-    println!("loaded {n} record{} into {} in {secs:.1} s", if n == 1 { "" } else { "s" }, a.table);
-    Ok(ExitCode::SUCCESS)
+    let mut out = format!("loaded {} into {} in {secs:.1} s", plural(written, "record", "records"), a.table);
+    let by_others = (total - plan.start).saturating_sub(written);
+    if by_others > 0 {
+        out.push_str(&format!(" ({by_others} more were written meanwhile by another run of this load)"));
+    }
+    Ok(out)
+}
+
+/// The end of the batch starting at record `start`: at most `max_records` records, and no more
+/// than [`load::MAX_BATCH_BYTES`] of JSON unless a single record is larger.
+fn batch_end(sizes: &[usize], start: usize, max_records: u64) -> usize {
+    let max_end = start.saturating_add(usize::try_from(max_records).unwrap_or(usize::MAX)).min(sizes.len());
+    let mut end = start;
+    let mut bytes = 0usize;
+    while end < max_end && (end == start || bytes + sizes[end] <= load::MAX_BATCH_BYTES) {
+        bytes += sizes[end];
+        end += 1;
+    }
+    end
 }
 
 fn sample_crawl(out: &Path, pages: usize, seed: u64) -> Result<ExitCode, String> {
@@ -656,6 +689,82 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn batches_are_cut_by_records_and_by_bytes() {
+        let mb = 1 << 20;
+        assert_eq!(batch_end(&[10; 7], 0, 3), 3);
+        assert_eq!(batch_end(&[10; 7], 6, 3), 7);
+        assert_eq!(batch_end(&[3 * mb; 5], 0, 200), 2);
+        assert_eq!(batch_end(&[4 * mb, 4 * mb, 1], 0, 200), 2);
+        // A record larger than a batch goes alone.
+        assert_eq!(batch_end(&[20 * mb, 1, 1], 0, 200), 1);
+        assert_eq!(batch_end(&[1, 20 * mb, 1], 0, 200), 1);
+    }
+
+    /// The store, where another run of the same load writes each batch just before this one.
+    struct Racing {
+        store: Store,
+    }
+
+    impl Api for Racing {
+        fn load_begin(&self, r: &LoadBegin) -> ops::OpResult<LoadPlan> {
+            ops::load_begin(&self.store, r)
+        }
+        fn load_batch(&self, r: &LoadBatch) -> ops::OpResult<LoadProgress> {
+            if r.start == 0 {
+                ops::load_batch(&self.store, r)?;
+            }
+            ops::load_batch(&self.store, r)
+        }
+        fn get(&self, _: &GetRequest) -> ops::OpResult<Value> {
+            unreachable!("not used by load")
+        }
+        fn scan(&self, _: &ScanRequest) -> ops::OpResult<ScanResponse> {
+            unreachable!("not used by load")
+        }
+        fn status(&self) -> ops::OpResult<StatusReport> {
+            unreachable!("not used by load")
+        }
+        fn dead_letters(&self) -> ops::OpResult<Vec<DeadLetterReport>> {
+            unreachable!("not used by load")
+        }
+        fn retry(&self, _: &RetryRequest) -> ops::OpResult<RetryResponse> {
+            unreachable!("not used by load")
+        }
+        fn query(&self, _: &QueryRequest) -> ops::OpResult<QueryResponse> {
+            unreachable!("not used by load")
+        }
+        fn gc(&self) -> ops::OpResult<GcReport> {
+            unreachable!("not used by load")
+        }
+        fn wait(&self, _: &WaitRequest) -> ops::OpResult<WaitResponse> {
+            unreachable!("not used by load")
+        }
+    }
+
+    #[test]
+    fn load_reports_the_records_this_run_wrote() {
+        let store =
+            Store::with_backend(std::sync::Arc::new(percolator_store::MemBigtable::new()), StoreConfig::default())
+                .unwrap();
+        let args = LoadArgs {
+            table: "t".into(),
+            file: PathBuf::from("/nonexistent/f.jsonl"),
+            key: "row".into(),
+            format: None,
+            family: "raw".into(),
+            batch: 2,
+            again: false,
+        };
+        let src = b"{\"row\": \"a\"}\n{\"row\": \"b\"}\n{\"row\": \"c\"}\n";
+        let opts = load::Options { format: Format::Jsonl, key: "row".into(), family: "raw".into() };
+        let parsed = load::parse("f.jsonl", src, "t", &opts).unwrap();
+        let input = LoadInput { name: "f.jsonl".into(), parsed, id: "0".repeat(32), options: opts.describe() };
+        let out = load_file(&Racing { store }, &args, input).unwrap();
+        assert!(out.starts_with("loaded 1 record into t in "), "{out}");
+        assert!(out.ends_with(" s (2 more were written meanwhile by another run of this load)"), "{out}");
     }
 
     #[test]

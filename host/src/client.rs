@@ -34,7 +34,8 @@ pub trait Api {
     fn query(&self, r: &QueryRequest) -> OpResult<QueryResponse>;
     /// [`ops::gc`].
     fn gc(&self) -> OpResult<GcReport>;
-    /// [`ops::wait`].
+    /// Waits for the pipeline's fixed point: [`ops::wait`] without a host, polling
+    /// [`ops::quiescent`] on a running host.
     fn wait(&self, r: &WaitRequest) -> OpResult<WaitResponse>;
 }
 
@@ -107,7 +108,7 @@ impl Api for Direct {
         ops::gc(&self.store)
     }
     fn wait(&self, r: &WaitRequest) -> OpResult<WaitResponse> {
-        ops::wait(&self.store, r, false)
+        ops::wait(&self.store, r)
     }
 }
 
@@ -162,8 +163,8 @@ impl Remote {
             });
         }
         let kind = match status {
-            400 | 405 | 413 | 422 => ErrorKind::BadInput,
-            401 => ErrorKind::Unauthorized,
+            400 | 405 | 413 | 415 | 422 => ErrorKind::BadInput,
+            401 | 403 => ErrorKind::Unauthorized,
             404 => ErrorKind::NotFound,
             409 => ErrorKind::Conflict,
             503 => ErrorKind::Unavailable,
@@ -187,10 +188,13 @@ impl Remote {
         self.finish(path, resp)
     }
 
+    /// POSTs `body` as compact JSON (the host refuses a POST of any other content type).
     fn post<B: Serialize, T: DeserializeOwned>(&self, path: &str, body: &B, timeout: Duration) -> OpResult<T> {
+        let json = serde_json::to_vec(body).map_err(|e| OpError::bad_input(format!("encoding the request: {e}")))?;
         let resp = self
             .auth(Self::agent(timeout).post(format!("{}{path}", self.base)))
-            .send_json(body)
+            .header("Content-Type", "application/json")
+            .send(&json[..])
             .map_err(|e| self.unreachable(e))?;
         self.finish(path, resp)
     }
@@ -242,7 +246,9 @@ impl Api for Remote {
         self.post(path::GC, &serde_json::json!({}), TIMEOUT)
     }
     fn wait(&self, r: &WaitRequest) -> OpResult<WaitResponse> {
-        let timeout = Duration::try_from_secs_f64(r.timeout_secs).unwrap_or(TIMEOUT) + Duration::from_secs(30);
+        // The host answers within the request's timeout (it refuses one above the limit).
+        let asked = Duration::try_from_secs_f64(r.timeout_secs).unwrap_or(Duration::ZERO);
+        let timeout = asked.min(Duration::from_secs(MAX_WAIT_SECS)).saturating_add(Duration::from_secs(30));
         self.post(path::WAIT, r, timeout)
     }
 }

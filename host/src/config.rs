@@ -234,10 +234,13 @@ impl Config {
             )
     }
 
-    /// The file a running host writes its base URL to: the store path with the extension
-    /// `endpoint` (`store.redb` → `store.endpoint`).
+    /// The file a running host writes its base URL to: the store path with `.endpoint`
+    /// appended (`store.redb` → `store.redb.endpoint`), so stores that differ only in their
+    /// extension have their own.
     pub fn endpoint_file(&self) -> PathBuf {
-        self.store_path.with_extension("endpoint")
+        let mut name = self.store_path.as_os_str().to_owned();
+        name.push(".endpoint");
+        PathBuf::from(name)
     }
 
     /// Reads and validates the file at `path`. Relative paths in it are relative to its folder.

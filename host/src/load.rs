@@ -1,6 +1,6 @@
 //! Reading a file for `percolator load`: JSONL or CSV records become rows and cells. The whole
 //! file is read and checked before anything is written; every problem is reported as
-//! `FILE:LINE: what is wrong`.
+//! `FILE:LINE: what is wrong`. A UTF-8 byte order mark at the start of the file is skipped.
 //!
 //! Mapping: the key field (`--key`) is the row; every other field is a column
 //! `<family>:<field>` (or `<field>` as is if it contains `:`). JSON strings are stored as is,
@@ -14,10 +14,21 @@ use std::path::Path;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::api::LoadRecord;
+use crate::api::{LoadRecord, MAX_REQUEST_BYTES};
 
 /// At most this many problems are listed.
 const MAX_ERRORS: usize = 20;
+
+/// A load batch holds at most this much JSON (records), unless one record alone is larger.
+pub const MAX_BATCH_BYTES: usize = 8 << 20;
+
+/// The largest record (as JSON): one record must fit in one load request, with room for the
+/// request's other fields. A larger one is a problem of the file, found before anything is
+/// written, whichever route the load takes.
+pub const MAX_RECORD_BYTES: usize = MAX_REQUEST_BYTES - (1 << 20);
+
+/// The UTF-8 byte order mark some editors put at the start of a file.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 /// The file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,8 +83,48 @@ impl Options {
 pub struct Parsed {
     /// In file order.
     pub records: Vec<LoadRecord>,
+    /// The size of each record as compact JSON (as a load batch carries it), in file order.
+    pub sizes: Vec<usize>,
     /// Every column written, sorted.
     pub columns: Vec<String>,
+}
+
+/// Records as they are accepted, with their JSON sizes.
+struct Records {
+    list: Vec<LoadRecord>,
+    sizes: Vec<usize>,
+    max_bytes: usize,
+}
+
+impl Records {
+    /// Accepts the record of line `line`, unless it is too large to send.
+    fn push(&mut self, line: u64, record: LoadRecord, c: &mut Collector<'_>) {
+        let size = json_size(&record);
+        if size > self.max_bytes {
+            c.add(line, format!("the record is {size} bytes of JSON, more than the limit of {} bytes", self.max_bytes));
+            return;
+        }
+        self.list.push(record);
+        self.sizes.push(size);
+    }
+}
+
+/// The length of `record` as compact JSON.
+fn json_size(record: &LoadRecord) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    // Strings and options only: serializing cannot fail.
+    let _ = serde_json::to_writer(&mut n, record);
+    n.0
 }
 
 /// Why a file cannot be loaded: its problems, each `FILE:LINE: what is wrong`.
@@ -158,6 +209,17 @@ pub fn check_family(family: &str) -> Result<(), String> {
 
 /// Reads every record of `bytes` (the contents of the file `name`) for `table`.
 pub fn parse(name: &str, bytes: &[u8], table: &str, opts: &Options) -> Result<Parsed, Problems> {
+    parse_limited(name, bytes, table, opts, MAX_RECORD_BYTES)
+}
+
+fn parse_limited(
+    name: &str,
+    bytes: &[u8],
+    table: &str,
+    opts: &Options,
+    max_record_bytes: usize,
+) -> Result<Parsed, Problems> {
+    let bytes = bytes.strip_prefix(BOM).unwrap_or(bytes);
     let mut c = Collector { name, problems: Problems { list: Vec::new(), more: 0 } };
     if let Err(e) = percolator_store::validate_table(table) {
         c.add(0, format!("table {table:?}: {e}"));
@@ -168,22 +230,22 @@ pub fn parse(name: &str, bytes: &[u8], table: &str, opts: &Options) -> Result<Pa
         return Err(c.problems);
     }
     let mut columns = Columns { family: &opts.family, seen: BTreeSet::new(), bad: HashSet::new() };
-    let records = match opts.format {
-        Format::Jsonl => jsonl(bytes, &opts.key, &mut columns, &mut c),
-        Format::Csv => csv(bytes, &opts.key, &mut columns, &mut c),
-    };
+    let mut records = Records { list: Vec::new(), sizes: Vec::new(), max_bytes: max_record_bytes };
+    match opts.format {
+        Format::Jsonl => jsonl(bytes, &opts.key, &mut columns, &mut records, &mut c),
+        Format::Csv => csv(bytes, &opts.key, &mut columns, &mut records, &mut c),
+    }
     if !c.problems.list.is_empty() {
         return Err(c.problems);
     }
-    Ok(Parsed { records, columns: columns.seen.into_iter().collect() })
+    Ok(Parsed { records: records.list, sizes: records.sizes, columns: columns.seen.into_iter().collect() })
 }
 
 fn check_row(row: &str) -> Result<(), String> {
     percolator_store::validate_row(row.as_bytes()).map_err(|e| e.to_string())
 }
 
-fn jsonl(bytes: &[u8], key: &str, columns: &mut Columns<'_>, c: &mut Collector<'_>) -> Vec<LoadRecord> {
-    let mut records = Vec::new();
+fn jsonl(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records, c: &mut Collector<'_>) {
     for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
         let n = i as u64 + 1;
         let line = line.strip_suffix(b"\r").unwrap_or(line);
@@ -255,13 +317,12 @@ fn jsonl(bytes: &[u8], key: &str, columns: &mut Columns<'_>, c: &mut Collector<'
         match row {
             None if ok => c.add(n, format!("field {key:?} is missing")),
             Some(row) if ok => match check_row(&row) {
-                Ok(()) => records.push(LoadRecord { row, cells }),
+                Ok(()) => records.push(n, LoadRecord { row, cells }, c),
                 Err(e) => c.add(n, format!("field {key:?}: {e}")),
             },
             _ => {}
         }
     }
-    records
 }
 
 /// The key field's value as a row: a non-empty string, or an integer's text.
@@ -320,18 +381,18 @@ impl<'de> serde::Deserialize<'de> for Fields {
     }
 }
 
-fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, c: &mut Collector<'_>) -> Vec<LoadRecord> {
+fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records, c: &mut Collector<'_>) {
     let mut reader = ::csv::ReaderBuilder::new().has_headers(true).from_reader(bytes);
     let headers = match reader.headers() {
         Ok(h) => h.clone(),
         Err(e) => {
             c.add(csv_line(&e), csv_message(&e));
-            return Vec::new();
+            return;
         }
     };
     if headers.is_empty() {
         c.add(1, "the header row is empty (it names the fields)");
-        return Vec::new();
+        return;
     }
     let mut key_index = None;
     let mut mapped: Vec<Option<String>> = Vec::with_capacity(headers.len());
@@ -358,12 +419,11 @@ fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, c: &mut Collector<'_>
     let Some(key_index) = key_index else {
         let names: Vec<&str> = headers.iter().collect();
         c.add(1, format!("field {key:?} is missing from the header (it has {})", names.join(", ")));
-        return Vec::new();
+        return;
     };
     if !ok {
-        return Vec::new();
+        return;
     }
-    let mut records = Vec::new();
     for result in reader.records() {
         let rec = match result {
             Ok(r) => r,
@@ -384,9 +444,8 @@ fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, c: &mut Collector<'_>
         }
         let cells =
             rec.iter().zip(&mapped).filter_map(|(v, col)| col.as_ref().map(|col| (col.clone(), Some(v.to_owned()))));
-        records.push(LoadRecord { row: row.to_owned(), cells: cells.collect() });
+        records.push(line, LoadRecord { row: row.to_owned(), cells: cells.collect() }, c);
     }
-    records
 }
 
 fn csv_line(e: &::csv::Error) -> u64 {
@@ -456,6 +515,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("f.jsonl:1: field \"__ack:x\" cannot be a column"), "{e}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped() {
+        let p = parse("f.jsonl", b"\xEF\xBB\xBF{\"row\": \"a\"}\n{\"row\": \"b\"}\n", "t", &opts(Format::Jsonl, "row"))
+            .unwrap();
+        assert_eq!(p.records.iter().map(|r| r.row.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        let p = parse("f.csv", b"\xEF\xBB\xBFid,x\n1,2\n", "t", &opts(Format::Csv, "id")).unwrap();
+        assert_eq!(p.records[0], LoadRecord { row: "1".into(), cells: vec![("raw:x".into(), Some("2".into()))] });
+    }
+
+    #[test]
+    fn records_too_large_to_send_are_located() {
+        let src = b"{\"row\": \"a\", \"x\": \"short\"}\n{\"row\": \"b\", \"x\": \"much longer\"}\n";
+        let p = parse_limited("f.jsonl", src, "t", &opts(Format::Jsonl, "row"), 45).unwrap();
+        assert_eq!(p.sizes, [json_size(&p.records[0]), json_size(&p.records[1])]);
+        assert_eq!(p.sizes[0], serde_json::to_vec(&p.records[0]).unwrap().len());
+        let e = parse_limited("f.jsonl", src, "t", &opts(Format::Jsonl, "row"), 44).unwrap_err().to_string();
+        assert_eq!(e, "f.jsonl:2: the record is 45 bytes of JSON, more than the limit of 44 bytes");
+        let e = parse_limited("f.csv", b"id,x\n1,2\n2,3333\n", "t", &opts(Format::Csv, "id"), 37).unwrap_err();
+        assert_eq!(e.to_string(), "f.csv:3: the record is 38 bytes of JSON, more than the limit of 37 bytes");
     }
 
     #[test]

@@ -42,7 +42,8 @@ pub enum ErrorKind {
     Conflict,
     /// The store failed (500).
     Store,
-    /// The host could not be reached (client side only).
+    /// The host cannot serve it: it could not be reached (client side), or it is shutting
+    /// down (503).
     Unavailable,
 }
 
@@ -64,6 +65,11 @@ impl OpError {
     /// A not-found error.
     pub fn not_found(message: impl Into<String>) -> OpError {
         OpError { kind: ErrorKind::NotFound, message: message.into() }
+    }
+
+    /// The host cannot serve the request (it is shutting down, or unreachable).
+    pub fn unavailable(message: impl Into<String>) -> OpError {
+        OpError { kind: ErrorKind::Unavailable, message: message.into() }
     }
 
     /// A store error.
@@ -146,6 +152,12 @@ pub fn scan(store: &Store, r: &ScanRequest) -> OpResult<ScanResponse> {
     if r.limit == 0 {
         return Err(OpError::bad_input("limit must be at least 1"));
     }
+    if r.limit > MAX_SCAN_LIMIT {
+        return Err(OpError::bad_input(format!(
+            "limit {} is more than the maximum of {MAX_SCAN_LIMIT} cells; scan again from the last row to read more",
+            r.limit
+        )));
+    }
     percolator_store::validate_table(&r.table).map_err(OpError::from)?;
     let mut start = r.start.clone().unwrap_or_default().into_bytes();
     let mut end = r.end.clone().map(String::into_bytes);
@@ -198,6 +210,17 @@ struct Checkpoint {
     options: String,
 }
 
+/// Loads go into any valid table but [`LOADS_TABLE`], which holds their checkpoints.
+fn check_load_table(table: &str) -> OpResult<()> {
+    percolator_store::validate_table(table).map_err(OpError::from)?;
+    if table == LOADS_TABLE {
+        return Err(OpError::bad_input(format!(
+            "table {LOADS_TABLE} holds the checkpoints of loads and cannot be loaded into; pick another table"
+        )));
+    }
+    Ok(())
+}
+
 fn check_load_id(id: &str, generations: bool) -> OpResult<()> {
     let (base, generation) = match id.split_once('-') {
         Some((b, g)) if generations => (b, Some(g)),
@@ -225,7 +248,7 @@ fn parse_count(txn: &Transaction, id: &str, column: &str) -> OpResult<Option<u64
 /// Where the load of a file stands: new, interrupted (resume at the checkpoint) or done.
 /// Writes nothing.
 pub fn load_begin(store: &Store, r: &LoadBegin) -> OpResult<LoadPlan> {
-    percolator_store::validate_table(&r.table).map_err(OpError::from)?;
+    check_load_table(&r.table)?;
     check_load_id(&r.id, false)?;
     for spec in store.observers() {
         if spec.kind == NotifyKind::Weak && spec.table == r.table && r.columns.contains(&spec.column) {
@@ -280,11 +303,16 @@ pub fn load_begin(store: &Store, r: &LoadBegin) -> OpResult<LoadPlan> {
     let Some(cp) = latest else { return Ok(new(0)) };
     let same = cp.options == r.options && cp.total == r.total;
     if cp.lines >= cp.total {
-        return Ok(if r.again {
-            new(cp.generation + 1)
-        } else {
-            LoadPlan { id: cp.id, start: cp.lines, total: cp.total, state: LoadState::Done }
-        });
+        if r.again {
+            return Ok(new(cp.generation + 1));
+        }
+        if !same {
+            return Err(OpError::bad_input(format!(
+                "{} was loaded into {} with other options ({}; now {}); pass --again to load it with these",
+                r.file, r.table, cp.options, r.options
+            )));
+        }
+        return Ok(LoadPlan { id: cp.id, start: cp.lines, total: cp.total, state: LoadState::Done });
     }
     if same {
         return Ok(LoadPlan { id: cp.id, start: cp.lines, total: cp.total, state: LoadState::Resume });
@@ -302,7 +330,7 @@ pub fn load_begin(store: &Store, r: &LoadBegin) -> OpResult<LoadPlan> {
 /// Writes one batch of a load and its checkpoint in one transaction, unless the checkpoint is
 /// already past it (then nothing is written: a repeated batch is harmless).
 pub fn load_batch(store: &Store, b: &LoadBatch) -> OpResult<LoadProgress> {
-    percolator_store::validate_table(&b.table).map_err(OpError::from)?;
+    check_load_table(&b.table)?;
     check_load_id(&b.id, true)?;
     if b.records.is_empty() {
         return Err(OpError::bad_input("a load batch needs at least one record"));
@@ -322,11 +350,11 @@ pub fn load_batch(store: &Store, b: &LoadBatch) -> OpResult<LoadProgress> {
             Err(e) => return Err(percolator_store::Error::Corrupt(e.message)),
         };
         if done >= end {
-            return Ok((done, true));
+            return Ok((done, 0));
         }
         if done < b.start {
             behind = Some(done);
-            return Ok((done, true));
+            return Ok((done, 0));
         }
         for record in &b.records[(done - b.start) as usize..] {
             for (column, value) in &record.cells {
@@ -340,9 +368,9 @@ pub fn load_batch(store: &Store, b: &LoadBatch) -> OpResult<LoadProgress> {
         t.set(LOADS_TABLE, &b.id, LOAD_TOTAL, b.total.to_string())?;
         t.set(LOADS_TABLE, &b.id, LOAD_FILE, b.file.as_bytes())?;
         t.set(LOADS_TABLE, &b.id, LOAD_OPTIONS, b.options.as_bytes())?;
-        Ok((end, false))
+        Ok((end, end - done))
     });
-    let (done, skipped) = outcome.map_err(|e| {
+    let (done, written) = outcome.map_err(|e| {
         let mut e = OpError::from(e);
         e.message = format!("loading records {}..{} of {}: {}", b.start + 1, end, b.file, e.message);
         e
@@ -353,7 +381,7 @@ pub fn load_batch(store: &Store, b: &LoadBatch) -> OpResult<LoadProgress> {
             b.id, b.file, b.start
         )));
     }
-    Ok(LoadProgress { done, total: b.total, skipped })
+    Ok(LoadProgress { done, total: b.total, skipped: written == 0, written })
 }
 
 /// Pending notifications, counted up to [`BACKLOG_CAP`].
@@ -584,24 +612,40 @@ pub fn gc(store: &Store) -> OpResult<GcReport> {
     })
 }
 
-/// Waits for the pipeline's fixed point. Without a running scanner (`serving` false) nothing
-/// would ever process a pending notification, so it answers at once.
-pub fn wait(store: &Store, r: &WaitRequest, serving: bool) -> OpResult<WaitResponse> {
-    let timeout = Duration::try_from_secs_f64(r.timeout_secs)
-        .map_err(|_| OpError::bad_input(format!("timeout {} is not a number of seconds", r.timeout_secs)))?;
-    if !serving {
-        let b = backlog(store)?;
-        if b.total > 0 {
-            return Err(OpError::bad_input(format!(
-                "{}{} notifications are pending and no host is running to process them \
-                 (start one with `percolator up <config>`)",
-                if b.capped { "at least " } else { "" },
-                b.total
-            )));
-        }
-        return Ok(WaitResponse { quiescent: true });
+/// The timeout of a [`WaitRequest`], checked: a number of seconds from 0 to
+/// [`MAX_WAIT_SECS`].
+pub fn wait_timeout(r: &WaitRequest) -> OpResult<Duration> {
+    let t = r.timeout_secs;
+    if !t.is_finite() || t < 0.0 {
+        return Err(OpError::bad_input(format!("timeout {t} is not a number of seconds")));
     }
-    Ok(WaitResponse { quiescent: store.wait_quiescent(timeout)? })
+    if t > MAX_WAIT_SECS as f64 {
+        return Err(OpError::bad_input(format!("timeout {t} s is more than the limit of {MAX_WAIT_SECS} s")));
+    }
+    Duration::try_from_secs_f64(t).map_err(|_| OpError::bad_input(format!("timeout {t} is not a number of seconds")))
+}
+
+/// True if the pipeline is at its fixed point now: no notification pending, no run going.
+/// Does not wait (a running host polls it; see `http.rs`).
+pub fn quiescent(store: &Store) -> OpResult<bool> {
+    Ok(store.wait_quiescent(Duration::ZERO)?)
+}
+
+/// `wait` without a host: no scanner runs here, so nothing would ever process a pending
+/// notification; it answers at once (an error if any is pending). A running host waits
+/// instead, polling [`quiescent`] until the timeout or its shutdown.
+pub fn wait(store: &Store, r: &WaitRequest) -> OpResult<WaitResponse> {
+    wait_timeout(r)?;
+    let b = backlog(store)?;
+    if b.total > 0 {
+        return Err(OpError::bad_input(format!(
+            "{}{} notifications are pending and no host is running to process them \
+             (start one with `percolator up <config>`)",
+            if b.capped { "at least " } else { "" },
+            b.total
+        )));
+    }
+    Ok(WaitResponse { quiescent: true })
 }
 
 /// Lowercase hex.
@@ -663,6 +707,46 @@ mod tests {
         assert_eq!(rfc3339(UNIX_EPOCH), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_millis(951_782_400_123)), "2000-02-29T00:00:00.123Z");
         assert_eq!(rfc3339(UNIX_EPOCH + Duration::from_secs(1_700_000_000)), "2023-11-14T22:13:20.000Z");
+    }
+
+    fn batch(start: u64, rows: &[&str]) -> LoadBatch {
+        LoadBatch {
+            table: "t".into(),
+            id: "0123456789abcdef0123456789abcdef".into(),
+            file: "f.jsonl".into(),
+            options: "format=jsonl key=row family=raw".into(),
+            start,
+            total: 4,
+            records: rows
+                .iter()
+                .map(|r| LoadRecord { row: (*r).into(), cells: vec![("raw:x".into(), Some((*r).into()))] })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_batch_counts_only_the_records_it_writes() {
+        let store = Store::with_backend(Arc::new(percolator_store::MemBigtable::new()), Default::default()).unwrap();
+        let p = load_batch(&store, &batch(0, &["a", "b"])).unwrap();
+        assert_eq!((p.done, p.written, p.skipped), (2, 2, false));
+        // Another run's batch overlapping this one: only the new records are written.
+        let p = load_batch(&store, &batch(0, &["a", "b", "c"])).unwrap();
+        assert_eq!((p.done, p.written, p.skipped), (3, 1, false));
+        let p = load_batch(&store, &batch(1, &["b", "c"])).unwrap();
+        assert_eq!((p.done, p.written, p.skipped), (3, 0, true));
+        let e = load_batch(&store, &LoadBatch { table: LOADS_TABLE.into(), ..batch(3, &["d"]) }).unwrap_err();
+        assert!(e.message.contains("holds the checkpoints of loads"), "{e}");
+    }
+
+    #[test]
+    fn wait_timeouts_are_bounded() {
+        let t = |secs: f64| wait_timeout(&WaitRequest { timeout_secs: secs });
+        assert_eq!(t(0.5), Ok(Duration::from_millis(500)));
+        assert_eq!(t(3600.0), Ok(Duration::from_secs(3600)));
+        assert_eq!(t(3600.5).unwrap_err().message, "timeout 3600.5 s is more than the limit of 3600 s");
+        assert_eq!(t(1e19).unwrap_err().kind, ErrorKind::BadInput);
+        assert_eq!(t(-1.0).unwrap_err().message, "timeout -1 is not a number of seconds");
+        assert_eq!(t(f64::NAN).unwrap_err().kind, ErrorKind::BadInput);
     }
 
     #[test]

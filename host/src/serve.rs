@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -37,9 +37,12 @@ pub fn base_url(addr: SocketAddr) -> String {
 }
 
 /// Serves the pipeline of the configuration at `config_path` until `shutdown` completes, then
-/// stops serving, stops the scanner and removes the endpoint file. The store is crash-safe: a
-/// host killed without the signal loses nothing (its endpoint file is then stale, and clients
-/// notice that no host answers).
+/// stops serving (running `wait`s end with "the host is shutting down"), stops the scanner,
+/// removes the endpoint file and closes the store once every request has finished with it, so
+/// that its last commits are durable whatever `store.durability` says. With durability
+/// `fsync` the store is crash-safe: a host killed without the signal loses nothing (its
+/// endpoint file is then stale, and clients notice that no host answers); with `none` it loses
+/// the commits since the last clean stop.
 pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
     let config = Config::load(config_path).map_err(|e| e.to_string())?;
     let token = config.http.token()?;
@@ -68,9 +71,15 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
         .enable_all()
         .build()
         .map_err(|e| format!("starting the HTTP runtime: {e}"))?;
-    let result = rt.block_on(serve(config, store, pipeline, token, shutdown));
-    // Blocking tasks still running (a long `wait`) are abandoned, not awaited.
-    rt.shutdown_timeout(Duration::from_secs(1));
+    let result = rt.block_on(serve(config, store.clone(), pipeline.clone(), token, shutdown));
+    // Dropping the runtime drops its tasks (requests cut off after the drain) and waits for the
+    // blocking ones still running: every request's clone of the store is gone after it. No
+    // blocking call waits long (`wait` polls asynchronously), so this ends soon.
+    drop(rt);
+    // The last clones: closing the store commits durably (redb keeps non-durable commits only
+    // when a durable one follows).
+    drop(pipeline);
+    drop(store);
     result
 }
 
@@ -100,8 +109,15 @@ async fn serve(
         url: url.clone(),
         started_at: SystemTime::now(),
     });
-    let app = http::router(AppState::new(store.clone(), config.store_path.clone(), host, token.as_deref()));
     let (stop_serving, mut stopped) = tokio::sync::watch::channel(false);
+    let app = http::router(AppState::new(
+        store.clone(),
+        config.store_path.clone(),
+        host,
+        token.as_deref(),
+        addr,
+        stopped.clone(),
+    ));
     let server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
@@ -200,7 +216,9 @@ pub async fn signals() {
 
 /// Writes the endpoint file atomically (a reader sees the old content or the new, whole).
 fn write_endpoint(path: &Path, url: &str) -> Result<(), String> {
-    let tmp = path.with_extension(format!("endpoint.tmp-{}", std::process::id()));
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp-{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
     std::fs::write(&tmp, format!("{url}\n"))
         .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|e| format!("writing the endpoint file {}: {e}", path.display()))

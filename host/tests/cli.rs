@@ -1,14 +1,19 @@
 //! The `percolator` command line against real host processes (`percolator up` on a config in a
 //! temp dir, HTTP on 127.0.0.1 with port 0), and against the store file when no host runs:
 //! every verb, located errors for bad input with nothing written, resumable and idempotent
-//! loads, the token, and `/metrics`. Hosts are stopped with SIGTERM by a drop guard.
+//! loads (in batches bounded by size), the token, what the API refuses (browser-sendable POSTs,
+//! foreign `Host`s, unknown fields, oversized requests), a clean stop during a `wait`, and
+//! `/metrics`. Hosts are stopped with SIGTERM by a drop guard.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use percolator_host::api::{LoadBatch, LoadRecord};
+use percolator_host::api::{LoadBatch, LoadRecord, WaitRequest};
 use percolator_host::client::{Api, Remote};
+use percolator_host::ops::ErrorKind;
 use percolator_store::{RedbConfig, Store, StoreConfig};
 
 /// Where `scripts/build-guests` puts the guest modules.
@@ -29,6 +34,9 @@ const UPPER: &str = "\n[[binding]]\nname = \"upper\"\nwasm = \"uppercase.wasm\"\
 /// `uppercase` on `bad/raw:text` without the right to write: every run fails (denied), and
 /// the first failure is a dead letter.
 const DENIED: &str = "\n[[binding]]\nname = \"denied\"\nwasm = \"uppercase.wasm\"\ntable = \"bad\"\ncolumn = \"raw:text\"\nmax_attempts = 1\n";
+/// Like [`DENIED`], but retried (with growing back-off) up to 1000 times: a notification of
+/// `stuck/raw:text` stays pending for a long time.
+const STUCK: &str = "\n[[binding]]\nname = \"stuck\"\nwasm = \"uppercase.wasm\"\ntable = \"stuck\"\ncolumn = \"raw:text\"\nmax_attempts = 1000\n";
 
 /// A temp dir with `p.toml`, `observers/uppercase.wasm` and input files; removed on drop.
 struct Sandbox {
@@ -141,7 +149,7 @@ impl Host {
     }
 
     fn start_with(sb: &Sandbox, env: &[(&str, &str)]) -> Host {
-        let endpoint = sb.path("store.endpoint");
+        let endpoint = sb.path("store.redb.endpoint");
         let log = sb.path("host.log");
         let mut c = sb.command();
         c.arg("up").stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap());
@@ -193,6 +201,38 @@ impl Drop for Host {
             let _ = child.wait();
         }
     }
+}
+
+/// An answer to [`raw_http`].
+struct RawResponse {
+    status: u16,
+    /// The status line and headers, lowercase.
+    head: String,
+    body: String,
+}
+
+/// Sends one HTTP/1.1 request as written (`headers` as given; `Content-Length` added unless
+/// given) to the host at `url`, and reads the answer.
+fn raw_http(url: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> RawResponse {
+    let addr = url.strip_prefix("http://").unwrap();
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        request.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("content-length")) {
+        request.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    request.push_str("Connection: close\r\n\r\n");
+    request.push_str(body);
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer).into_owned();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no end of headers: {answer}"));
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{head}"));
+    RawResponse { status, head: head.to_ascii_lowercase(), body: body.to_owned() }
 }
 
 fn json(s: &str) -> serde_json::Value {
@@ -423,6 +463,8 @@ fn bad_input_is_reported_with_its_line_and_nothing_is_written() {
     assert!(e.contains("short.csv:3: the record has 1 fields but the header has 2"), "{e}");
     let e = sb.fails(&["load", "pages", "missing.jsonl"]);
     assert!(e.contains("missing.jsonl: cannot read"), "{e}");
+    let e = sb.fails(&["load", "_loads", "ok.jsonl", "--key", "url"]);
+    assert!(e.contains("table _loads holds the checkpoints of loads and cannot be loaded into"), "{e}");
     // Nothing was written by any of them.
     assert_eq!(sb.ok(&["scan", "pages"]), "");
     assert_eq!(sb.ok(&["scan", "_loads"]), "");
@@ -431,6 +473,10 @@ fn bad_input_is_reported_with_its_line_and_nothing_is_written() {
     assert!(e.contains("reserved namespace"), "{e}");
     let out = sb.run(&["scan", "docs", "--limit", "0"]);
     assert_eq!(out.status.code(), Some(2), "clap usage error");
+    let e = sb.fails(&["scan", "docs", "--limit", "100001"]);
+    assert!(e.contains("limit 100001 is more than the maximum of 100000 cells"), "{e}");
+    let e = sb.fails(&["wait", "--timeout", "1e19"]);
+    assert!(e.contains("is more than the limit of 3600 s"), "{e}");
 }
 
 #[test]
@@ -461,6 +507,16 @@ fn an_interrupted_load_resumes_at_its_checkpoint() {
 
     // Loaded: a rerun writes nothing; --again loads it as a new generation.
     assert_eq!(sb.ok(&args), "docs.jsonl: already loaded (7 records); use --again to load it again\n");
+    // With other options it is not "already loaded": it would write other columns.
+    let e = sb.fails(&["load", "docs", "docs.jsonl", "--family", "other"]);
+    assert!(
+        e.contains(
+            "docs.jsonl was loaded into docs with other options (format=jsonl key=row family=raw; \
+             now format=jsonl key=row family=other); pass --again to load it with these"
+        ),
+        "{e}"
+    );
+    assert_eq!(sb.ok(&["scan", "docs", "--columns", "other:text"]), "");
     let again = sb.ok(&["load", "docs", "docs.jsonl", "--again"]);
     assert!(again.starts_with("loaded 7 records into docs in "), "{again}");
     let loads = sb.ok(&["scan", "_loads", "--columns", "load:lines"]);
@@ -519,7 +575,7 @@ fn a_non_loopback_listen_needs_a_token() {
         sb.path("p.toml").display()
     );
     assert_eq!(e, expected);
-    assert!(!sb.path("store.endpoint").exists() && !sb.path("store.redb").exists());
+    assert!(!sb.path("store.redb.endpoint").exists() && !sb.path("store.redb").exists());
 
     // Hot reload refuses [http] changes like other host settings.
     use percolator_host::config::Config;
@@ -533,6 +589,10 @@ fn a_non_loopback_listen_needs_a_token() {
     assert!(e.contains(":6: http.listen: \"nowhere\" is not an address and port"), "{e}");
     let e = Config::parse(&file, &format!("{head}[http]\ntoken_file = \"absent\"\n")).unwrap_err().to_string();
     assert!(e.contains(":6: http.token_file: token file "), "{e}");
+    // Stores that differ only in their extension have their own endpoint files.
+    assert_eq!(Config::parse(&file, head).unwrap().endpoint_file(), sb.path("s.redb.endpoint"));
+    let db = Config::parse(&file, &head.replace("s.redb", "s.db")).unwrap();
+    assert_eq!(db.endpoint_file(), sb.path("s.db.endpoint"));
 }
 
 #[test]
@@ -541,7 +601,7 @@ fn without_a_host_the_commands_use_the_store_file() {
     let e = sb.fails(&["status"]);
     assert!(e.contains("store.redb does not exist and no host answers at"), "{e}");
     // A stale endpoint file (a killed host) is ignored.
-    sb.write("store.endpoint", "http://127.0.0.1:1\n");
+    sb.write("store.redb.endpoint", "http://127.0.0.1:1\n");
     sb.write("docs.jsonl", "{\"row\": \"a\", \"text\": \"offline\"}\n{\"row\": \"b\", \"text\": \"load\"}\n");
     assert!(sb.ok(&["load", "docs", "docs.jsonl"]).starts_with("loaded 2 records into docs"));
     assert_eq!(sb.ok(&["get", "docs", "a", "raw:text"]), "offline\n");
@@ -556,14 +616,14 @@ fn without_a_host_the_commands_use_the_store_file() {
     assert!(sb.ok(&["gc"]).starts_with("safepoint "));
 
     // Another process holds the store and serves nothing.
-    std::fs::remove_file(sb.path("store.endpoint")).unwrap();
+    std::fs::remove_file(sb.path("store.redb.endpoint")).unwrap();
     let store = Store::open(sb.path("store.redb"), StoreConfig::default(), RedbConfig::default()).unwrap();
     let e = sb.fails(&["get", "docs", "a", "raw:text"]);
     assert!(
         e.contains(&format!(
             "store {} is in use by another process and no host answers at {}",
             sb.path("store.redb").display(),
-            sb.path("store.endpoint").display()
+            sb.path("store.redb.endpoint").display()
         )),
         "{e}"
     );
@@ -600,4 +660,132 @@ fn sample_crawl_writes_loadable_jsonl() {
     let first = json(crawl.lines().next().unwrap());
     let url = first["url"].as_str().unwrap();
     assert_eq!(sb.ok(&["get", "pages", url, "raw:html"]), format!("{}\n", first["html"].as_str().unwrap()));
+}
+
+#[test]
+fn the_api_refuses_what_a_browser_page_could_send() {
+    let sb = Sandbox::new("browser", "listen = \"127.0.0.1:0\"", "");
+    let host = Host::start(&sb);
+    let url = host.url.as_str();
+    let authority = url.strip_prefix("http://").unwrap();
+    let batch = r#"{"table": "docs", "id": "0123456789abcdef0123456789abcdef", "file": "f.jsonl",
+        "options": "format=jsonl key=row family=raw", "start": 0, "total": 1,
+        "records": [{"row": "r1", "cells": [["raw:text", "from a page"]]}]}"#;
+
+    // A form or `fetch` without preflight can send text/plain: refused, nothing written.
+    let r = raw_http(url, "POST", "/v1/load", &[("Host", authority), ("Content-Type", "text/plain")], batch);
+    assert_eq!(r.status, 415, "{}", r.body);
+    assert!(json(&r.body)["error"].as_str().unwrap().contains("needs `Content-Type: application/json`"), "{}", r.body);
+    let r = raw_http(url, "POST", "/v1/load", &[("Host", authority)], batch);
+    assert_eq!(r.status, 415, "{}", r.body);
+    assert_eq!(sb.ok(&["scan", "docs"]), "");
+    assert_eq!(sb.ok(&["scan", "_loads"]), "");
+    // The same request as JSON is served.
+    let r = raw_http(url, "POST", "/v1/load", &[("Host", authority), ("Content-Type", "application/json")], batch);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(sb.ok(&["scan", "docs"]), "r1\traw:text\tfrom a page\n");
+
+    // DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1.
+    let r = raw_http(url, "GET", "/v1/status", &[("Host", "evil.example")], "");
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert!(json(&r.body)["error"].as_str().unwrap().starts_with("Host \"evil.example\" is refused"), "{}", r.body);
+    let evil_port = format!("evil.example:{}", url.rsplit(':').next().unwrap());
+    let r = raw_http(url, "POST", "/v1/gc", &[("Host", &evil_port), ("Content-Type", "application/json")], "{}");
+    assert_eq!(r.status, 403, "{}", r.body);
+    assert_eq!(raw_http(url, "GET", "/v1/health", &[], "").status, 403, "no Host header");
+    for ok in [authority, "localhost", "LOCALHOST:1", "127.0.0.2", "[::1]:7878"] {
+        assert_eq!(raw_http(url, "GET", "/v1/health", &[("Host", ok)], "").status, 200, "{ok}");
+    }
+
+    // No CORS: a preflight gets no permission, and no answer says who may read it.
+    let r = raw_http(
+        url,
+        "OPTIONS",
+        "/v1/load",
+        &[("Host", authority), ("Origin", "http://evil.example"), ("Access-Control-Request-Method", "POST")],
+        "",
+    );
+    assert!(!r.head.contains("access-control-"), "{}", r.head);
+    let r = raw_http(url, "GET", "/v1/status", &[("Host", authority), ("Origin", "http://evil.example")], "");
+    assert_eq!(r.status, 200);
+    assert!(!r.head.contains("access-control-"), "{}", r.head);
+
+    // A mistyped field is an error, not a scan of the whole table.
+    let r = raw_http(
+        url,
+        "POST",
+        "/v1/scan",
+        &[("Host", authority), ("Content-Type", "application/json")],
+        r#"{"table": "docs", "prefx": "zzz", "limit": 10}"#,
+    );
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("unknown field `prefx`"), "{}", r.body);
+
+    // Bounded requests: the body, the scan limit, the wait.
+    let r = raw_http(
+        url,
+        "POST",
+        "/v1/load",
+        &[
+            ("Host", authority),
+            ("Content-Type", "application/json"),
+            ("Content-Length", &((64usize << 20) + 1).to_string()),
+        ],
+        "",
+    );
+    assert_eq!(r.status, 413, "{}", r.body);
+    assert!(json(&r.body)["error"].as_str().unwrap().contains("larger than the limit of 64 MiB"), "{}", r.body);
+    let e = sb.fails(&["scan", "docs", "--limit", "100001"]);
+    assert!(e.contains("limit 100001 is more than the maximum of 100000 cells"), "{e}");
+    let e = Remote::new(url, None).wait(&WaitRequest { timeout_secs: 1e19 }).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    assert_eq!(e.message, "timeout 10000000000000000000 s is more than the limit of 3600 s");
+    assert!(Remote::new(url, None).wait(&WaitRequest { timeout_secs: 3600.0 }).unwrap().quiescent);
+}
+
+#[test]
+fn a_host_stopped_during_a_wait_keeps_its_commits() {
+    // Durability "none": only the clean close makes the commits durable, and it happens only
+    // once no request holds the store any more.
+    let sb = Sandbox::new("stopwait", "listen = \"127.0.0.1:0\"", STUCK);
+    let mut host = Host::start(&sb);
+    sb.write("docs.jsonl", "{\"row\": \"r1\", \"text\": \"kept\"}\n");
+    sb.ok(&["load", "docs", "docs.jsonl"]);
+    sb.write("stuck.jsonl", "{\"row\": \"s\", \"text\": \"fails\"}\n");
+    sb.ok(&["load", "stuck", "stuck.jsonl"]);
+    let mut wait =
+        sb.command().args(["wait", "--timeout", "600"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    // Long enough for the command to start and send its request, even on a busy machine.
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(wait.try_wait().unwrap().is_none(), "the wait should still be waiting");
+    let status = host.stop().unwrap();
+    assert!(status.success(), "{status}");
+    let out = wait.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "percolator: the host is shutting down\n");
+    // The store file has everything (read directly: no host runs).
+    assert_eq!(sb.ok(&["get", "docs", "r1", "raw:text"]), "kept\n");
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(status["store"]["pending_notifications"], 1);
+}
+
+#[test]
+fn load_batches_stay_small_and_a_bom_is_skipped() {
+    let sb = Sandbox::new("big", "listen = \"127.0.0.1:0\"", "");
+    let _host = Host::start(&sb);
+    // Three records of 3 MiB: batches of at most 8 MiB hold two, whatever --batch says.
+    let value = "x".repeat(3 << 20);
+    let records: String = (1..=3).map(|i| format!("{{\"row\": \"b{i}\", \"text\": \"{value}\"}}\n")).collect();
+    sb.write("big.jsonl", &records);
+    let args = ["load", "big", "big.jsonl", "--batch", "200"];
+    let e = fails(sb.run_with(&args, &[("PERCOLATOR_LOAD_STOP_AFTER", "1")]), &args);
+    assert!(e.contains("stopped after 1 batches (PERCOLATOR_LOAD_STOP_AFTER); 2 of 3 records are loaded"), "{e}");
+    let out = sb.ok(&args);
+    assert!(out.starts_with("loaded 1 record into big in "), "{out}");
+    assert_eq!(sb.ok(&["get", "big", "b3", "raw:text"]).len(), (3 << 20) + 1);
+
+    // A byte order mark before the first record.
+    sb.write("bom.jsonl", "\u{feff}{\"row\": \"a\", \"text\": \"first\"}\n{\"row\": \"b\", \"text\": \"second\"}\n");
+    assert!(sb.ok(&["load", "bom", "bom.jsonl"]).starts_with("loaded 2 records into bom in "));
+    assert_eq!(sb.ok(&["get", "bom", "a", "raw:text"]), "first\n");
 }

@@ -171,7 +171,7 @@ struct HostProcess {
 
 impl HostProcess {
     fn start(dir: &Path) -> HostProcess {
-        let _ = std::fs::remove_file(dir.join("store.endpoint"));
+        let _ = std::fs::remove_file(dir.join("store.redb.endpoint"));
         let log = std::fs::File::create(dir.join("host.log")).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_percolator"))
             .arg("up")
@@ -181,7 +181,7 @@ impl HostProcess {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !dir.join("store.endpoint").is_file() {
+        while !dir.join("store.redb.endpoint").is_file() {
             assert!(Instant::now() < deadline, "host did not start: {}", read_log(dir));
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -250,7 +250,7 @@ fn incremental_equals_batch_across_host_kills_mid_load() {
             // fails or finishes; after a restart the same command resumes from its checkpoint.
             let host = HostProcess::start(&dir);
             // Wait until a few records are in, then kill the host under the running load.
-            let endpoint = std::fs::read_to_string(dir.join("store.endpoint")).unwrap();
+            let endpoint = std::fs::read_to_string(dir.join("store.redb.endpoint")).unwrap();
             let api = Remote::new(endpoint.trim(), None);
             let scan = ScanRequest {
                 table: "_loads".into(),
