@@ -1,11 +1,17 @@
 //! Host benchmark: the same observer as a Wasm component and as native Rust, end to end per
-//! notification, and the latency from a commit to the observer's commit on an idle host.
+//! notification, and the latency from a commit to the observer's commit on an idle host; then
+//! the web-index pipeline, incremental updates vs batch recomputation ([`incremental`]).
 //!
 //! Run: `scripts/build-guests && cargo run --release -p percolator-host-bench` (`-- --quick`
 //! for a short run). Prints one `name value` line per figure; `#` lines are comments.
+//! `-- --webindex` runs only the web-index part; `--pages 250,1000,4000` sets its crawl sizes
+//! (default 1000, 250 with `--quick`) and `--updates K` its re-crawled pages per size
+//! (default 20).
 //!
 //! The observer is `guest-examples/counter` (read a u64, add one, write it back, in the run's
 //! transaction); the native twin does exactly the same through the same `Transaction`.
+
+mod incremental;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -69,16 +75,61 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// The command line: which parts to run and their sizes.
+struct Args {
+    quick: bool,
+    /// Only the web-index part.
+    webindex_only: bool,
+    webindex: incremental::Settings,
+}
+
+fn parse_args() -> Res<Args> {
+    let mut args = std::env::args().skip(1);
+    let (mut quick, mut webindex_only, mut pages, mut updates) = (false, false, None, 20);
+    while let Some(a) = args.next() {
+        let mut value = |name: &str| args.next().ok_or_else(|| format!("{name} needs a value"));
+        match a.as_str() {
+            "--quick" => quick = true,
+            "--webindex" => webindex_only = true,
+            "--pages" => {
+                let list = value("--pages")?;
+                let sizes: Result<Vec<usize>, _> = list.split(',').map(|s| s.trim().parse::<usize>()).collect();
+                match sizes {
+                    Ok(s) if !s.is_empty() && s.iter().all(|&n| n >= 10) => pages = Some(s),
+                    _ => return Err(format!("--pages {list:?}: expected sizes >= 10 separated by commas").into()),
+                }
+            }
+            "--updates" => {
+                let v = value("--updates")?;
+                updates = v.parse().ok().filter(|&u| u > 0).ok_or(format!("--updates {v:?}: expected a count > 0"))?;
+            }
+            other => {
+                return Err(
+                    format!("unknown argument {other:?} (expected --quick, --webindex, --pages, --updates)").into()
+                );
+            }
+        }
+    }
+    let pages = pages.unwrap_or_else(|| vec![if quick { 250 } else { 1000 }]);
+    Ok(Args { quick, webindex_only, webindex: incremental::Settings { pages, updates } })
+}
+
 fn main() -> Res<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
-    let (n, rounds, samples) = if quick { (2_000, 2, 100) } else { (20_000, 3, 500) };
+    let args = parse_args()?;
+    let (n, rounds, samples) = if args.quick { (2_000, 2, 100) } else { (20_000, 3, 500) };
     let wasm = guest("counter");
-    if !wasm.is_file() {
+    if !args.webindex_only && !wasm.is_file() {
         return Err(format!("{} is missing: run scripts/build-guests first", wasm.display()).into());
     }
     let dir = std::env::temp_dir().join(format!("percolator-host-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    let result = run(&dir, &wasm, n, rounds, samples);
+    let mut result = Ok(());
+    if !args.webindex_only {
+        result = run(&dir, &wasm, n, rounds, samples);
+    }
+    if result.is_ok() {
+        result = incremental::run(&dir.join("webindex"), &args.webindex);
+    }
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

@@ -3,6 +3,7 @@
 //!
 //! Named failpoints (feature `failpoints`) sit between the phases; see `docs/design.md`.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 use fail::fail_point;
@@ -33,26 +34,24 @@ struct RowWrites {
 
 fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
     let mut rows: Vec<RowWrites> = Vec::new();
-    fn index_of(rows: &mut Vec<RowWrites>, c: &CellRef) -> usize {
-        match rows.iter().rposition(|r| r.table == c.table && r.row == c.row) {
-            Some(i) => i,
-            None => {
-                rows.push(RowWrites {
-                    table: c.table.clone(),
-                    row: c.row.clone(),
-                    cells: Vec::new(),
-                    weak: Vec::new(),
-                });
-                rows.len() - 1
-            }
-        }
+    // (table, row) → index in `rows`: grouping stays linear in the transaction's size.
+    let mut index: HashMap<(&str, &[u8]), usize> = HashMap::new();
+    fn index_of<'a>(
+        rows: &mut Vec<RowWrites>,
+        index: &mut HashMap<(&'a str, &'a [u8]), usize>,
+        c: &'a CellRef,
+    ) -> usize {
+        *index.entry((c.table.as_str(), c.row.as_slice())).or_insert_with(|| {
+            rows.push(RowWrites { table: c.table.clone(), row: c.row.clone(), cells: Vec::new(), weak: Vec::new() });
+            rows.len() - 1
+        })
     }
     for (c, v) in &txn.writes {
-        let i = index_of(&mut rows, c);
+        let i = index_of(&mut rows, &mut index, c);
         rows[i].cells.push((c.column.clone(), v.clone()));
     }
     for c in &txn.weak {
-        let i = index_of(&mut rows, c);
+        let i = index_of(&mut rows, &mut index, c);
         rows[i].weak.push(c.column.clone());
     }
     // Rows with writes first (the primary is the first cell of the first row); weak-only after.
