@@ -55,6 +55,8 @@ struct State {
     declared_writes: Option<BTreeSet<(String, String)>>,
     /// Weak-notify columns: they can be notified, not written.
     weak_columns: BTreeSet<(String, String)>,
+    /// `Some(n)`: a scan returns at most `n` cells, whatever its limit.
+    scan_cap: Option<u32>,
 }
 
 impl State {
@@ -162,6 +164,13 @@ impl MemStore {
     /// ([`Error::InvalidArgument`], as in the store).
     pub fn bind_weak(&self, table: &str, column: &str) {
         self.lock().weak_columns.insert((table.to_owned(), column.to_owned()));
+    }
+
+    /// Caps every scan at `cells` cells, whatever its limit — as the host caps a scan at 10,000
+    /// cells per call — so tests can check that an observer pages through a short result
+    /// instead of taking it for the end.
+    pub fn cap_scans(&self, cells: u32) {
+        self.lock().scan_cap = Some(cells);
     }
 
     /// The weak notifications sent by committed transactions since the last call, oldest first.
@@ -324,7 +333,7 @@ impl Txn for MemTxn {
             None => !c.starts_with(RESERVED_COLUMN_PREFIX),
         };
         let mut merged: BTreeMap<(Vec<u8>, String), Vec<u8>> = BTreeMap::new();
-        {
+        let limit = {
             let s = self.store.lock();
             let from = Cell::new(table, start, "");
             for (cell, _) in s.versions.range(from..).take_while(|(c, _)| c.table == table) {
@@ -335,7 +344,8 @@ impl Txn for MemTxn {
                     merged.insert((cell.row.clone(), cell.column.clone()), v.clone());
                 }
             }
-        }
+            s.scan_cap.map_or(limit, |cap| limit.min(cap))
+        };
         for (cell, value) in self.writes.iter().filter(|(c, _)| in_range(c) && col_ok(&c.column)) {
             let k = (cell.row.clone(), cell.column.clone());
             match value {
@@ -416,6 +426,18 @@ mod tests {
         });
         assert_eq!(r, Err(Error::failed("no")));
         assert_eq!(store.get("t", b"r", "c:a"), None);
+    }
+
+    #[test]
+    fn capped_scans_return_short_pages() {
+        let store = MemStore::new();
+        for row in ["a", "b", "c"] {
+            store.put("t", row, "c:x", "1");
+        }
+        store.cap_scans(2);
+        let txn = store.begin();
+        assert_eq!(txn.scan("t", b"", None, None, 100).unwrap().len(), 2);
+        assert_eq!(txn.scan("t", b"c", None, None, 100).unwrap().len(), 1);
     }
 
     #[test]

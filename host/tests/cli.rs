@@ -7,7 +7,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -16,17 +16,10 @@ use percolator_host::client::{Api, Remote};
 use percolator_host::ops::ErrorKind;
 use percolator_store::{RedbConfig, Store, StoreConfig};
 
-/// Where `scripts/build-guests` puts the guest modules.
-fn guests_dir() -> PathBuf {
-    std::env::var_os("PERCOLATOR_GUESTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests"))
-}
+mod common;
 
 fn uppercase_wasm() -> PathBuf {
-    let p = guests_dir().join("uppercase.wasm");
-    assert!(p.is_file(), "{} not found: run scripts/build-guests first", p.display());
-    p
+    common::guest("uppercase")
 }
 
 /// `uppercase` on `docs/raw:text`, writing `docs/derived:upper`.

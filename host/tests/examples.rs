@@ -9,77 +9,17 @@
 //! Run with `scripts/build-guests && cargo test -p percolator-host --test examples`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use percolator_host::Runtime;
-use percolator_host::config::Config;
-use percolator_host::pipeline::Pipeline;
-use percolator_store::{Durability, RedbConfig, Scanner, ScannerConfig, Store, StoreConfig, Transaction};
+use percolator_store::Transaction;
 
-/// Where `scripts/build-guests` puts the guest modules.
-fn guests_dir() -> PathBuf {
-    std::env::var_os("PERCOLATOR_GUESTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests"))
-}
+mod common;
 
-fn guest(name: &str) -> PathBuf {
-    let dir = guests_dir();
-    for candidate in [name.to_owned(), name.replace('-', "_")] {
-        let p = dir.join(format!("{candidate}.wasm"));
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("guest {name} not found in {}: run scripts/build-guests first", dir.display());
-}
+use common::start;
 
-struct Host {
-    dir: PathBuf,
-    store: Store,
-    // Kept for the test's duration, as a serving host keeps it.
-    _pipeline: Arc<Pipeline>,
-    scanner: Option<Scanner>,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        self.scanner.take();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Starts a host whose observers folder holds `guests` (file name → guest crate) and whose
-/// config has `bindings` (TOML `[[binding]]` tables).
-fn start(name: &str, guests: &[(&str, &str)], bindings: &str) -> Host {
-    let dir = std::env::temp_dir().join(format!("percolator-examples-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("observers")).unwrap();
-    for (file, crate_name) in guests {
-        std::fs::copy(guest(crate_name), dir.join("observers").join(file)).unwrap();
-    }
-    let config_file = dir.join("pipeline.toml");
-    std::fs::write(
-        &config_file,
-        format!("[store]\npath = \"store.redb\"\ndurability = \"none\"\n[observers]\ndir = \"observers\"\n{bindings}"),
-    )
-    .unwrap();
-    let config = Config::load(&config_file).unwrap();
-    let store = Store::open(
-        &config.store_path,
-        StoreConfig::default(),
-        RedbConfig { durability: Durability::None, ..RedbConfig::default() },
-    )
-    .unwrap();
-    let runtime = Runtime::new(Some(config.cache_dir.clone())).unwrap();
-    let pipeline = Arc::new(Pipeline::new(store.clone(), runtime));
-    pipeline.apply(&config).unwrap();
-    // More scanner threads than cores: runs get preempted mid-transaction and overlap.
-    let scanner = Some(store.start_scanner(ScannerConfig { threads: 4, ..ScannerConfig::default() }));
-    Host { dir, store, _pipeline: pipeline, scanner }
-}
+/// More scanner threads than cores: runs get preempted mid-transaction and overlap.
+const SCANNER_THREADS: usize = 4;
 
 /// Generous: two cores shared with other builds, and every run is a Wasm call.
 const QUIET: Duration = Duration::from_secs(120);
@@ -138,7 +78,7 @@ fn concurrent_bank_transfers_conserve_money_and_match_a_replay_of_the_done_ones(
     const ACCOUNTS: usize = 20;
     const REQUESTS: usize = 300;
     const WRITERS: usize = 4;
-    let h = start("bank", &[("bank_transfer.wasm", "bank-transfer")], BANK_BINDING);
+    let h = start("examples-bank", &[("bank_transfer.wasm", "bank-transfer")], BANK_BINDING, SCANNER_THREADS);
     let account = |i: u64| format!("acct{i:02}");
     let initial: BTreeMap<String, i128> = (0..ACCOUNTS as u64).map(|i| (account(i), 50 + 10 * i as i128)).collect();
     h.store
@@ -267,7 +207,7 @@ fn concurrent_word_count_with_weak_hot_rows_ends_exact() {
     const DOCS: u64 = 30;
     const WRITERS: u64 = 4;
     const WRITES_PER_WRITER: u64 = 40;
-    let h = start("wordcount", &[("word_count.wasm", "word-count")], WORD_COUNT_BINDINGS);
+    let h = start("examples-wordcount", &[("word_count.wasm", "word-count")], WORD_COUNT_BINDINGS, SCANNER_THREADS);
     // Hot words are in nearly every document; the cold ones are spread thin.
     let hot = ["The", "a", "OF"];
     let writers: Vec<_> = (0..WRITERS)

@@ -3,74 +3,21 @@
 //! guests are contained, and hot reload swaps observers under load without losing or
 //! duplicating a change.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use percolator_host::config::Config;
-use percolator_host::pipeline::Pipeline;
 use percolator_host::{Runtime, reload};
-use percolator_store::{Durability, RedbConfig, Scanner, ScannerConfig, Store, StoreConfig};
+use percolator_store::Store;
 
-/// Where `scripts/build-guests` puts the guest modules.
-fn guests_dir() -> PathBuf {
-    std::env::var_os("PERCOLATOR_GUESTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests"))
-}
+mod common;
 
-fn guest(name: &str) -> PathBuf {
-    let dir = guests_dir();
-    for candidate in [name.to_owned(), name.replace('-', "_")] {
-        let p = dir.join(format!("{candidate}.wasm"));
-        if p.is_file() {
-            return p;
-        }
-    }
-    panic!("guest {name} not found in {}: run scripts/build-guests first", dir.display());
-}
+use common::{Host, guest};
 
-struct Host {
-    dir: PathBuf,
-    store: Store,
-    pipeline: Arc<Pipeline>,
-    scanner: Option<Scanner>,
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        self.scanner.take();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Starts a host whose observers folder holds `guests` (file name → guest crate) and whose
-/// config has `bindings` (TOML `[[binding]]` tables).
+/// A host with 2 scanner threads (see [`common::start`]).
 fn start(name: &str, guests: &[(&str, &str)], bindings: &str) -> Host {
-    let dir = std::env::temp_dir().join(format!("percolator-host-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("observers")).unwrap();
-    for (file, crate_name) in guests {
-        std::fs::copy(guest(crate_name), dir.join("observers").join(file)).unwrap();
-    }
-    let config_file = dir.join("pipeline.toml");
-    std::fs::write(
-        &config_file,
-        format!("[store]\npath = \"store.redb\"\ndurability = \"none\"\n[observers]\ndir = \"observers\"\n{bindings}"),
-    )
-    .unwrap();
-    let config = Config::load(&config_file).unwrap();
-    let store = Store::open(
-        &config.store_path,
-        StoreConfig::default(),
-        RedbConfig { durability: Durability::None, ..RedbConfig::default() },
-    )
-    .unwrap();
-    let runtime = Runtime::new(Some(config.cache_dir.clone())).unwrap();
-    let pipeline = Arc::new(Pipeline::new(store.clone(), runtime));
-    pipeline.apply(&config).unwrap();
-    let scanner = Some(store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() }));
-    Host { dir, store, pipeline, scanner }
+    common::start(&format!("host-{name}"), guests, bindings, 2)
 }
 
 fn binding(name: &str, wasm: &str, column: &str, extra: &str) -> String {

@@ -27,10 +27,7 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// Where `scripts/build-guests` puts the guest modules.
-fn guests_dir() -> PathBuf {
-    std::env::var_os("PERCOLATOR_GUESTS").map(PathBuf::from).unwrap_or_else(|| root().join("target/guests"))
-}
+mod common;
 
 /// A fresh temp dir holding an `observers/` folder with the pipeline's components and
 /// `pipeline.toml`: the bindings of `config/web-index.toml` under a test header.
@@ -39,8 +36,7 @@ fn setup(name: &str, durability: &str, header_extra: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("observers")).unwrap();
     for wasm in ["document_processor", "clustering", "link_inversion", "exporter"] {
-        let src = guests_dir().join(format!("{wasm}.wasm"));
-        assert!(src.is_file(), "{} is missing: run scripts/build-guests first", src.display());
+        let src = common::guest(wasm);
         std::fs::copy(&src, dir.join("observers").join(format!("{wasm}.wasm"))).unwrap();
     }
     let real = std::fs::read_to_string(root().join("config/web-index.toml")).unwrap();
@@ -59,20 +55,14 @@ fn setup(name: &str, durability: &str, header_extra: &str) -> PathBuf {
 /// first crawl (and after earlier re-crawls of it): the final version of each URL is the last
 /// one in the crawl.
 fn shuffled_records(crawl: &crawl::Crawl, seed: u64) -> Vec<CrawlPage> {
-    let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move |n: usize| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng % n as u64) as usize
-    };
+    let mut rng = crawl::Rng(seed);
     let mut out: Vec<CrawlPage> = crawl.pages.clone();
     for i in (1..out.len()).rev() {
-        out.swap(i, next(i + 1));
+        out.swap(i, rng.below(i + 1));
     }
     for r in &crawl.recrawls {
         let after = out.iter().rposition(|p| p.url == r.url).expect("re-crawl of a crawled URL");
-        let at = after + 1 + next(out.len() - after);
+        let at = after + 1 + rng.below(out.len() - after);
         out.insert(at, r.clone());
     }
     out

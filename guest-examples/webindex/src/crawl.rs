@@ -63,11 +63,13 @@ pub fn generate(seed: u64, pages: usize) -> Crawl {
     Crawl { pages: first, recrawls }
 }
 
-/// splitmix64: tiny, fast, and good enough to make a web.
-struct Rng(u64);
+/// splitmix64: tiny, fast, and good enough to make a web. Public so tests can shuffle and
+/// choose deterministically with the same generator (the seed is the state: `Rng(seed)`).
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -76,8 +78,8 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
     }
 
     /// Uniform in `lo..=hi`.
@@ -92,7 +94,7 @@ impl Rng {
 
     /// Uniform in `[0, 1)`.
     fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     fn word(&mut self, words: &[&'static str]) -> &'static str {

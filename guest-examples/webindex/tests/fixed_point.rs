@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use percolator_guest::mem::{MemStore, MemTxn};
 use percolator_guest::{Cell, Notification, Observer, Result, Txn};
 use webindex::batch::{self, Inputs, Table, Tables};
-use webindex::crawl::{self, Crawl};
+use webindex::crawl::{self, Crawl, Rng};
 use webindex::observers::{Clustering, DocumentProcessor, Exporter, LinkInversion};
 use webindex::schema::*;
 
@@ -69,23 +69,6 @@ impl Bound {
             Bound::LinkInversion => LinkInversion::observe(txn, n),
             Bound::Exporter => Exporter::observe(txn, n),
         }
-    }
-}
-
-/// splitmix64, for shuffles and choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
     }
 }
 

@@ -1,0 +1,75 @@
+//! Shared by the host's integration tests: where the guest components are, and an in-process
+//! host (store, pipeline, scanner) over a redb store in a temp dir.
+#![allow(dead_code, unreachable_pub)] // each test binary uses its own subset
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use percolator_host::Runtime;
+use percolator_host::config::Config;
+use percolator_host::pipeline::Pipeline;
+use percolator_store::{Durability, RedbConfig, Scanner, ScannerConfig, Store, StoreConfig};
+
+/// Where `scripts/build-guests` puts the guest modules (`PERCOLATOR_GUESTS` overrides).
+pub fn guests_dir() -> PathBuf {
+    std::env::var_os("PERCOLATOR_GUESTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests"))
+}
+
+/// The module of guest crate `name` (dashes or underscores).
+pub fn guest(name: &str) -> PathBuf {
+    let dir = guests_dir();
+    for candidate in [name.to_owned(), name.replace('-', "_")] {
+        let p = dir.join(format!("{candidate}.wasm"));
+        if p.is_file() {
+            return p;
+        }
+    }
+    panic!("guest {name} not found in {}: run scripts/build-guests first", dir.display());
+}
+
+/// A host running in this process; its temp dir is removed on drop.
+pub struct Host {
+    pub dir: PathBuf,
+    pub store: Store,
+    pub pipeline: Arc<Pipeline>,
+    pub scanner: Option<Scanner>,
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.scanner.take();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts a host in `<tmp>/percolator-<name>-<pid>` whose observers folder holds `guests`
+/// (file name → guest crate) and whose `pipeline.toml` has `bindings` (TOML `[[binding]]`
+/// tables), with `scanner_threads` scanner threads (durability none).
+pub fn start(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_threads: usize) -> Host {
+    let dir = std::env::temp_dir().join(format!("percolator-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("observers")).unwrap();
+    for (file, crate_name) in guests {
+        std::fs::copy(guest(crate_name), dir.join("observers").join(file)).unwrap();
+    }
+    let config_file = dir.join("pipeline.toml");
+    std::fs::write(
+        &config_file,
+        format!("[store]\npath = \"store.redb\"\ndurability = \"none\"\n[observers]\ndir = \"observers\"\n{bindings}"),
+    )
+    .unwrap();
+    let config = Config::load(&config_file).unwrap();
+    let store = Store::open(
+        &config.store_path,
+        StoreConfig::default(),
+        RedbConfig { durability: Durability::None, ..RedbConfig::default() },
+    )
+    .unwrap();
+    let runtime = Runtime::new(Some(config.cache_dir.clone())).unwrap();
+    let pipeline = Arc::new(Pipeline::new(store.clone(), runtime));
+    pipeline.apply(&config).unwrap();
+    let scanner = Some(store.start_scanner(ScannerConfig { threads: scanner_threads, ..ScannerConfig::default() }));
+    Host { dir, store, pipeline, scanner }
+}
