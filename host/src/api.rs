@@ -135,7 +135,55 @@ pub struct LoadRecord {
     /// Row key.
     pub row: String,
     /// `(column, value)`; `None` deletes.
-    pub cells: Vec<(String, Option<String>)>,
+    pub cells: Vec<(String, Option<CellValue>)>,
+}
+
+/// A value to write: text (a JSON string, stored as its UTF-8 bytes), or any bytes as
+/// `{"base64": "..."}` (standard alphabet, padding optional).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum CellValue {
+    /// UTF-8 text.
+    Text(String),
+    /// Bytes, base64-encoded.
+    Bytes {
+        /// The bytes in base64.
+        base64: String,
+    },
+}
+
+impl CellValue {
+    /// The bytes to store, or why the base64 is not valid.
+    pub fn to_bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, String> {
+        match self {
+            CellValue::Text(s) => Ok(std::borrow::Cow::Borrowed(s.as_bytes())),
+            CellValue::Bytes { base64 } => decode_base64(base64).map(std::borrow::Cow::Owned),
+        }
+    }
+}
+
+impl From<&str> for CellValue {
+    fn from(s: &str) -> CellValue {
+        CellValue::Text(s.to_owned())
+    }
+}
+
+impl From<String> for CellValue {
+    fn from(s: String) -> CellValue {
+        CellValue::Text(s)
+    }
+}
+
+/// Decodes standard base64 (RFC 4648 section 4), with or without padding; the error says what
+/// is wrong and where.
+pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine as _;
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    LENIENT.decode(text).map_err(|e| format!("not base64: {e}"))
 }
 
 /// `POST /v1/load/begin`: where does the load of this file stand? Writes nothing.

@@ -170,6 +170,10 @@ pub struct LoadArgs {
     /// Column family of fields without one: field `f` becomes column `FAMILY:f`.
     #[arg(long, default_value = "raw")]
     pub family: String,
+    /// Fields (comma-separated) whose values are base64 text of the bytes to store, e.g. HTML
+    /// in any encoding (JSON and CSV carry only UTF-8 text).
+    #[arg(long, value_delimiter = ',', value_name = "FIELDS")]
+    pub base64: Vec<String>,
     /// Records per transaction (fewer when they would make more than 8 MiB of JSON).
     #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub batch: u64,
@@ -436,7 +440,12 @@ fn read_load_input(a: &LoadArgs) -> Result<LoadInput, String> {
         })?,
     };
     let bytes = std::fs::read(&a.file).map_err(|e| format!("{name}: cannot read: {e}"))?;
-    let opts = load::Options { format, key: a.key.clone(), family: a.family.clone() };
+    let opts = load::Options {
+        format,
+        key: a.key.clone(),
+        family: a.family.clone(),
+        base64: a.base64.iter().cloned().collect(),
+    };
     let parsed = load::parse(&name, &bytes, &a.table, &opts).map_err(|p| format!("{p}\nnothing was loaded"))?;
     let mut h = Sha256::new();
     h.update(a.table.as_bytes());
@@ -755,11 +764,17 @@ mod tests {
             key: "row".into(),
             format: None,
             family: "raw".into(),
+            base64: Vec::new(),
             batch: 2,
             again: false,
         };
         let src = b"{\"row\": \"a\"}\n{\"row\": \"b\"}\n{\"row\": \"c\"}\n";
-        let opts = load::Options { format: Format::Jsonl, key: "row".into(), family: "raw".into() };
+        let opts = load::Options {
+            format: Format::Jsonl,
+            key: "row".into(),
+            family: "raw".into(),
+            base64: Default::default(),
+        };
         let parsed = load::parse("f.jsonl", src, "t", &opts).unwrap();
         let input = LoadInput { name: "f.jsonl".into(), parsed, id: "0".repeat(32), options: opts.describe() };
         let out = load_file(&Racing { store }, &args, input).unwrap();

@@ -5,7 +5,8 @@
 //! Mapping: the key field (`--key`) is the row; every other field is a column
 //! `<family>:<field>` (or `<field>` as is if it contains `:`). JSON strings are stored as is,
 //! numbers and booleans as their JSON text, arrays and objects as compact JSON, and `null`
-//! deletes the cell. CSV values are stored as strings.
+//! deletes the cell. CSV values are stored as strings. Fields named in `--base64` hold bytes
+//! (e.g. HTML in any encoding) as base64 text: they are stored decoded.
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
@@ -14,7 +15,7 @@ use std::path::Path;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::api::{LoadRecord, MAX_REQUEST_BYTES};
+use crate::api::{CellValue, LoadRecord, MAX_REQUEST_BYTES, decode_base64};
 
 /// At most this many problems are listed.
 const MAX_ERRORS: usize = 20;
@@ -68,13 +69,20 @@ pub struct Options {
     pub key: String,
     /// The column family of fields without one.
     pub family: String,
+    /// Fields whose values are base64 text of the bytes to store.
+    pub base64: BTreeSet<String>,
 }
 
 impl Options {
     /// A stable description (kept in the load's checkpoint: a resumed load must read the file
     /// the same way).
     pub fn describe(&self) -> String {
-        format!("format={} key={} family={}", self.format.name(), self.key, self.family)
+        let mut d = format!("format={} key={} family={}", self.format.name(), self.key, self.family);
+        if !self.base64.is_empty() {
+            d.push_str(" base64=");
+            d.push_str(&self.base64.iter().map(String::as_str).collect::<Vec<_>>().join(","));
+        }
+        d
     }
 }
 
@@ -172,6 +180,9 @@ struct Columns<'a> {
     family: &'a str,
     seen: BTreeSet<String>,
     bad: HashSet<String>,
+    /// `--base64` fields, and those seen in the file.
+    base64: &'a BTreeSet<String>,
+    base64_seen: BTreeSet<String>,
 }
 
 impl Columns<'_> {
@@ -229,11 +240,32 @@ fn parse_limited(
         c.add(0, e);
         return Err(c.problems);
     }
-    let mut columns = Columns { family: &opts.family, seen: BTreeSet::new(), bad: HashSet::new() };
+    if opts.base64.contains(&opts.key) {
+        c.add(0, format!("--base64 names the key field {:?} (row keys are text)", opts.key));
+        return Err(c.problems);
+    }
+    let mut columns = Columns {
+        family: &opts.family,
+        seen: BTreeSet::new(),
+        bad: HashSet::new(),
+        base64: &opts.base64,
+        base64_seen: BTreeSet::new(),
+    };
     let mut records = Records { list: Vec::new(), sizes: Vec::new(), max_bytes: max_record_bytes };
     match opts.format {
         Format::Jsonl => jsonl(bytes, &opts.key, &mut columns, &mut records, &mut c),
         Format::Csv => csv(bytes, &opts.key, &mut columns, &mut records, &mut c),
+    }
+    if c.problems.list.is_empty() {
+        // A misspelt --base64 field would store the real field's base64 text as the value.
+        let missing: Vec<&str> =
+            opts.base64.iter().filter(|f| !columns.base64_seen.contains(*f)).map(String::as_str).collect();
+        if !missing.is_empty() {
+            c.add(
+                0,
+                format!("--base64 names {} that no record has: {}", plural(missing.len(), "field"), missing.join(", ")),
+            );
+        }
     }
     if !c.problems.list.is_empty() {
         return Err(c.problems);
@@ -306,7 +338,13 @@ fn jsonl(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Recor
                     continue;
                 }
             };
-            match cell_value(raw) {
+            let value = if columns.base64.contains(field) {
+                columns.base64_seen.insert(field.clone());
+                base64_value(raw)
+            } else {
+                cell_value(raw).map_err(|e| e.to_string())
+            };
+            match value {
                 Ok(v) => cells.push((column, v)),
                 Err(e) => {
                     c.add(n, format!("field {field:?}: {e}"));
@@ -343,14 +381,47 @@ fn key_value(raw: &RawValue) -> Result<String, String> {
 }
 
 /// A field's value as a cell value (`None` deletes).
-fn cell_value(raw: &RawValue) -> Result<Option<String>, serde_json::Error> {
+fn cell_value(raw: &RawValue) -> Result<Option<CellValue>, serde_json::Error> {
     let t = raw.get();
     match t.as_bytes().first() {
-        Some(b'"') => serde_json::from_str::<String>(t).map(Some),
+        Some(b'"') => serde_json::from_str::<String>(t).map(|s| Some(s.into())),
         Some(b'n') => Ok(None),
-        Some(b'[' | b'{') => serde_json::from_str::<serde_json::Value>(t).map(|v| Some(v.to_string())),
-        _ => Ok(Some(t.to_owned())),
+        Some(b'[' | b'{') => serde_json::from_str::<serde_json::Value>(t).map(|v| Some(v.to_string().into())),
+        _ => Ok(Some(t.to_owned().into())),
     }
+}
+
+/// A `--base64` field's value: a string of valid base64 (kept encoded: the host decodes it),
+/// or `null` (deletes).
+fn base64_value(raw: &RawValue) -> Result<Option<CellValue>, String> {
+    let t = raw.get();
+    match t.as_bytes().first() {
+        Some(b'"') => {
+            let text: String = serde_json::from_str(t).map_err(|e| e.to_string())?;
+            checked_base64(text).map(Some)
+        }
+        Some(b'n') => Ok(None),
+        _ => Err(format!("a --base64 field must be a string or null, not {}", json_kind(t))),
+    }
+}
+
+/// `text` as a bytes value, if it is valid base64.
+fn checked_base64(text: String) -> Result<CellValue, String> {
+    decode_base64(&text)?;
+    Ok(CellValue::Bytes { base64: text })
+}
+
+fn json_kind(t: &str) -> &'static str {
+    match t.as_bytes().first() {
+        Some(b'[') => "an array",
+        Some(b'{') => "an object",
+        Some(b't' | b'f') => "a boolean",
+        _ => "a number",
+    }
+}
+
+fn plural(n: usize, word: &str) -> String {
+    if n == 1 { format!("1 {word}") } else { format!("{n} {word}s") }
 }
 
 /// A JSON object's fields in order, each value kept as its JSON text; a repeated field is an
@@ -396,6 +467,10 @@ fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records
     }
     let mut key_index = None;
     let mut mapped: Vec<Option<String>> = Vec::with_capacity(headers.len());
+    let base64: Vec<bool> = headers.iter().map(|f| columns.base64.contains(f)).collect();
+    for f in headers.iter().filter(|f| columns.base64.contains(*f)) {
+        columns.base64_seen.insert(f.to_owned());
+    }
     let mut ok = true;
     for (i, field) in headers.iter().enumerate() {
         if headers.iter().take(i).any(|f| f == field) {
@@ -442,9 +517,27 @@ fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records
             c.add(line, format!("field {key:?}: {e}"));
             continue;
         }
-        let cells =
-            rec.iter().zip(&mapped).filter_map(|(v, col)| col.as_ref().map(|col| (col.clone(), Some(v.to_owned()))));
-        records.push(line, LoadRecord { row: row.to_owned(), cells: cells.collect() }, c);
+        let mut cells = Vec::with_capacity(mapped.len());
+        let mut ok = true;
+        for ((value, column), (field, base64)) in rec.iter().zip(&mapped).zip(headers.iter().zip(&base64)) {
+            let Some(column) = column else { continue };
+            let value = if *base64 {
+                match checked_base64(value.to_owned()) {
+                    Ok(v) => v,
+                    Err(e) => {
+                        c.add(line, format!("field {field:?}: {e}"));
+                        ok = false;
+                        continue;
+                    }
+                }
+            } else {
+                value.to_owned().into()
+            };
+            cells.push((column.clone(), Some(value)));
+        }
+        if ok {
+            records.push(line, LoadRecord { row: row.to_owned(), cells }, c);
+        }
     }
 }
 
@@ -467,7 +560,7 @@ mod tests {
     use super::*;
 
     fn opts(format: Format, key: &str) -> Options {
-        Options { format, key: key.into(), family: "raw".into() }
+        Options { format, key: key.into(), family: "raw".into(), base64: BTreeSet::new() }
     }
 
     #[test]
@@ -492,6 +585,48 @@ mod tests {
         assert_eq!(p.records[1].row, "7");
         assert_eq!(p.records[1].cells, vec![("raw:meta".into(), Some(r#"{"k":"v"}"#.into()))]);
         assert_eq!(p.columns, ["raw:html", "raw:meta", "raw:ok", "raw:pagerank", "raw:tags", "x:y"]);
+    }
+
+    #[test]
+    fn base64_fields_are_checked_and_kept_encoded() {
+        let mut o = opts(Format::Jsonl, "url");
+        o.base64 = ["html".to_owned()].into();
+        assert_eq!(o.describe(), "format=jsonl key=url family=raw base64=html");
+        // Padded, unpadded, empty, null.
+        let src = br#"{"url": "a", "html": "Y2Fm6Q==", "title": "caf"}
+{"url": "b", "html": "Y2Fm6Q"}
+{"url": "c", "html": ""}
+{"url": "d", "html": null}
+"#;
+        let p = parse("f.jsonl", src, "pages", &o).unwrap();
+        let bytes = |i: usize| p.records[i].cells[0].1.as_ref().map(|v| v.to_bytes().unwrap().into_owned());
+        assert_eq!(bytes(0).as_deref(), Some(&b"caf\xe9"[..]));
+        assert_eq!(p.records[0].cells[1], ("raw:title".into(), Some("caf".into())));
+        assert_eq!(bytes(1).as_deref(), Some(&b"caf\xe9"[..]));
+        assert_eq!(bytes(2).as_deref(), Some(&b""[..]));
+        assert_eq!(bytes(3), None);
+
+        let bad = b"{\"url\": \"a\", \"html\": \"caf*!\"}\n{\"url\": \"b\", \"html\": 12}\n";
+        let e = parse("f.jsonl", bad, "pages", &o).unwrap_err().to_string();
+        let lines: Vec<&str> = e.lines().collect();
+        assert!(lines[0].starts_with("f.jsonl:1: field \"html\": not base64: "), "{e}");
+        assert_eq!(lines[1], "f.jsonl:2: field \"html\": a --base64 field must be a string or null, not a number");
+
+        // A field no record has (a typo), and the key field.
+        o.base64 = ["htm".to_owned()].into();
+        let e = parse("f.jsonl", src, "pages", &o).unwrap_err().to_string();
+        assert_eq!(e.lines().next(), Some("f.jsonl: --base64 names 1 field that no record has: htm"));
+        o.base64 = ["url".to_owned()].into();
+        let e = parse("f.jsonl", src, "pages", &o).unwrap_err().to_string();
+        assert!(e.contains("--base64 names the key field \"url\""), "{e}");
+
+        // CSV.
+        let mut o = opts(Format::Csv, "url");
+        o.base64 = ["html".to_owned()].into();
+        let p = parse("f.csv", b"url,html\na,Y2Fm6Q==\nb,\n", "pages", &o).unwrap();
+        assert_eq!(p.records[0].cells[0].1.as_ref().unwrap().to_bytes().unwrap().as_ref(), b"caf\xe9");
+        let e = parse("f.csv", b"url,html\na,%%%\n", "pages", &o).unwrap_err().to_string();
+        assert!(e.starts_with("f.csv:2: field \"html\": not base64: "), "{e}");
     }
 
     #[test]

@@ -342,6 +342,23 @@ pub fn load_batch(store: &Store, b: &LoadBatch) -> OpResult<LoadProgress> {
             b.start, end, b.total
         )));
     }
+    // Every value decoded first: a bad one fails the batch before anything is written.
+    let mut values = Vec::with_capacity(b.records.len());
+    for (i, record) in b.records.iter().enumerate() {
+        let mut cells = Vec::with_capacity(record.cells.len());
+        for (column, value) in &record.cells {
+            let bytes = value.as_ref().map(|v| v.to_bytes()).transpose().map_err(|e| {
+                OpError::bad_input(format!(
+                    "record {} of {} (row {:?}), column {column}: {e}",
+                    b.start + i as u64 + 1,
+                    b.file,
+                    record.row
+                ))
+            })?;
+            cells.push(bytes);
+        }
+        values.push(cells);
+    }
     let mut behind = None;
     let outcome = store.run(|t| {
         behind = None;
@@ -356,10 +373,11 @@ pub fn load_batch(store: &Store, b: &LoadBatch) -> OpResult<LoadProgress> {
             behind = Some(done);
             return Ok((done, 0));
         }
-        for record in &b.records[(done - b.start) as usize..] {
-            for (column, value) in &record.cells {
+        let first = (done - b.start) as usize;
+        for (record, values) in b.records[first..].iter().zip(&values[first..]) {
+            for ((column, _), value) in record.cells.iter().zip(values) {
                 match value {
-                    Some(v) => t.set(&b.table, record.row.as_bytes(), column, v.as_bytes())?,
+                    Some(v) => t.set(&b.table, record.row.as_bytes(), column, v.as_ref())?,
                     None => t.delete(&b.table, record.row.as_bytes(), column)?,
                 }
             }

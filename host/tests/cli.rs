@@ -284,7 +284,13 @@ fn every_verb_against_a_running_host() {
     sb.write("more.csv", "id,text\nc1,\"comma, quoted\"\nc2,plain\n");
     let out = sb.ok(&["load", "docs", "more.csv", "--key", "id"]);
     assert!(out.starts_with("loaded 2 records into docs in "), "{out}");
+    // Bytes (not UTF-8) as base64: stored decoded.
+    sb.write("bytes.jsonl", "{\"row\": \"b1\", \"bin\": \"/wBh\", \"note\": \"/wBh\"}\n");
+    let out = sb.ok(&["load", "docs", "bytes.jsonl", "--base64", "bin"]);
+    assert!(out.starts_with("loaded 1 record into docs in "), "{out}");
     sb.wait();
+    assert_eq!(sb.ok(&["get", "docs", "b1", "raw:bin", "--hex"]), "ff0061\n");
+    assert_eq!(sb.ok(&["get", "docs", "b1", "raw:note"]), "/wBh\n");
 
     // get
     assert_eq!(sb.ok(&["get", "docs", "r1", "derived:upper"]), "HELLO WORLD\n");
@@ -702,6 +708,27 @@ fn the_api_refuses_what_a_browser_page_could_send() {
     let r = raw_http(url, "GET", "/v1/status", &[("Host", authority), ("Origin", "http://evil.example")], "");
     assert_eq!(r.status, 200);
     assert!(!r.head.contains("access-control-"), "{}", r.head);
+
+    // Bytes in a load batch: `{"base64": ...}`; bad base64 fails the batch naming the record,
+    // and writes nothing.
+    let bytes_batch = |id: &str, b64: &str| {
+        format!(
+            r#"{{"table": "docs", "id": "{id}", "file": "b.jsonl",
+            "options": "format=jsonl key=row family=raw base64=bin", "start": 0, "total": 2,
+            "records": [{{"row": "b1", "cells": [["raw:bin", {{"base64": "/wBh"}}]]}},
+                        {{"row": "b2", "cells": [["raw:bin", {{"base64": "{b64}"}}]]}}]}}"#
+        )
+    };
+    let json_post = [("Host", authority), ("Content-Type", "application/json")];
+    let r = raw_http(url, "POST", "/v1/load", &json_post, &bytes_batch("11111111111111111111111111111111", "*"));
+    assert_eq!(r.status, 400, "{}", r.body);
+    let e = json(&r.body)["error"].as_str().unwrap().to_owned();
+    assert!(e.starts_with("record 2 of b.jsonl (row \"b2\"), column raw:bin: not base64: "), "{e}");
+    assert_eq!(sb.ok(&["scan", "docs", "--prefix", "b"]), "");
+    let r = raw_http(url, "POST", "/v1/load", &json_post, &bytes_batch("22222222222222222222222222222222", "YQ"));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(sb.ok(&["get", "docs", "b1", "raw:bin", "--hex"]), "ff0061\n");
+    assert_eq!(sb.ok(&["get", "docs", "b2", "raw:bin"]), "a\n");
 
     // A mistyped field is an error, not a scan of the whole table.
     let r = raw_http(

@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::charset;
 use crate::html::{self, Document};
 use crate::schema::*;
 use crate::text;
@@ -41,8 +42,8 @@ const SHOWN_CHARS: usize = 120;
 /// from the inputs: URL → (`raw:html`, `raw:pagerank`), each possibly absent.
 ///
 /// Tables without cells are absent from the result. Fails, naming the URL, if a `raw:pagerank`
-/// does not parse ([`text::parse_pagerank`]) — whether or not the URL has `raw:html` — if a
-/// `raw:html` is not UTF-8, or if a URL with `raw:html` is not a normalized http(s) URL of at
+/// does not parse ([`text::parse_pagerank`]) — whether or not the URL has `raw:html` — or if a
+/// URL with `raw:html` is not a normalized http(s) URL of at
 /// most [`MAX_URL_BYTES`](html::MAX_URL_BYTES) bytes ([`html::check_url_key`]), as the
 /// document processor's run fails. (Links to longer URLs are dropped by [`html::parse`].)
 pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
@@ -59,10 +60,8 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
         }
         if let Some(html) = html {
             html::check_url_key(url).map_err(|e| format!("pages/{url}/{RAW_HTML}: {e}"))?;
-            let source =
-                std::str::from_utf8(html).map_err(|e| format!("pages/{url}/{RAW_HTML} of {url} is not UTF-8: {e}"))?;
             out.set(PAGES, url, RAW_HTML, html.clone());
-            let doc = html::parse(url, source);
+            let doc = html::parse(url, &charset::decode(html).0);
             let links: String = doc.links.iter().map(|l| format!("{}\t{}\n", l.target, l.anchor)).collect();
             out.set(PAGES, url, DOC_TITLE, doc.title.clone());
             out.set(PAGES, url, DOC_TEXT, doc.text.clone());
@@ -339,9 +338,10 @@ mod tests {
         assert!(err.contains(A) && err.contains("lots"), "{err}");
         let err = compute(&inputs(&[(D, None, Some("-1"))])).unwrap_err();
         assert!(err.contains(D), "{err}");
-        let mut bad = inputs(&[]);
-        bad.insert(C.to_owned(), (Some(vec![0xff]), None));
-        assert!(compute(&bad).unwrap_err().contains(C));
+        // Not UTF-8 is not bad: windows-1252 (see `charset`).
+        let mut latin1 = inputs(&[]);
+        latin1.insert(C.to_owned(), (Some(vec![0xff]), None));
+        assert_eq!(get(&compute(&latin1).unwrap(), PAGES, C, DOC_TEXT), Some("ÿ"));
         let err = compute(&inputs(&[("HTTP://a.example/", Some("x"), None)])).unwrap_err();
         assert_eq!(
             err,

@@ -4,6 +4,8 @@
 //! The tables, columns and invariants are specified in `docs/webindex.md` (repository root);
 //! this crate is that specification in code:
 //!
+//! - [`charset`]: the encoding of a fetched page (byte order mark, `<meta charset>`, UTF-8 or
+//!   windows-1252), decoded as browsers do.
 //! - [`html`]: a tolerant HTML parser (title, visible text, links with anchor text) and URL
 //!   resolution/normalization.
 //! - [`text`]: terms (tokenization), the content hash, PageRank parsing and the canonical order.
@@ -15,6 +17,7 @@
 //!   inputs, which the incremental pipeline must equal at its fixed point.
 
 pub mod batch;
+pub mod charset;
 pub mod crawl;
 pub mod html;
 #[cfg(feature = "observers")]

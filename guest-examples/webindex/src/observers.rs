@@ -18,8 +18,8 @@
 //! the runs it depends on), writes only what differs from the output it recorded before, and
 //! writes its serialization point (`canon:url`, `link:out`, `fwd:to`, `export:terms`) on
 //! every run that could change it, as the specification's invariants require. Bad input (an
-//! unparsable `raw:pagerank`, `raw:html` that is not UTF-8, a row key that is not a normalized
-//! URL) and unreadable values the pipeline wrote itself fail the run with [`Error::Failed`]
+//! unparsable `raw:pagerank`, a row key that is not a normalized URL; `raw:html` in any
+//! encoding is fine, see [`crate::charset`]) and unreadable values the pipeline wrote itself fail the run with [`Error::Failed`]
 //! naming the cell.
 
 mod clustering;

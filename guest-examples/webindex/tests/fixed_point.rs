@@ -428,6 +428,8 @@ fn edge_cases_reach_the_batch_result() {
     const D: &str = "http://d.example/";
     const E: &str = "http://e.example/";
     const F: &str = "http://f.example/";
+    const G: &str = "http://g.example/latin1.html";
+    const H: &str = "http://h.example/utf8.html";
     let set = |s: &str| Change::Set(s.as_bytes().to_vec());
     let links = |list: &[(&str, &str)]| -> String {
         list.iter().map(|(href, anchor)| format!("<a href=\"{href}\">{anchor}</a>\n")).collect()
@@ -457,6 +459,9 @@ fn edge_cases_reach_the_batch_result() {
         // B becomes the better canonical, then A overtakes it again with a tie and the URL.
         (B, Change::Keep, set("7")),
         (A, Change::Keep, set("7.0")),
+        // The same page in windows-1252 (unlabelled) and in UTF-8: one cluster, H canonical.
+        (G, Change::Set(b"<title>Caf\xe9</title><p>cr\xe8me <a href=\"/\">br\xfbl\xe9e</a>".to_vec()), set("1")),
+        (H, set("<title>Café</title><p>crème <a href=\"/\">brûlée</a>"), set("2")),
     ];
     let mut records: BTreeMap<String, VecDeque<Record>> = BTreeMap::new();
     for (url, html, pagerank) in raw {
@@ -473,6 +478,8 @@ fn edge_cases_reach_the_batch_result() {
         assert_eq!(cell(A, EXPORT_TERMS), None);
         assert_eq!(cell(F, RAW_HTML), None);
         assert_eq!(cell(F, FWD_TO).map(Vec::as_slice), Some(F.as_bytes()));
+        assert_eq!(cell(G, DOC_TITLE).map(Vec::as_slice), Some("Café".as_bytes()));
+        assert_eq!(cell(G, CLUSTER_CANONICAL).map(Vec::as_slice), Some(H.as_bytes()));
         if let Some(previous) = &previous {
             assert_same(previous, &actual, "edge cases, two schedules");
         }

@@ -2,17 +2,17 @@
 
 use percolator_guest::{Notification, Observer, Result, Txn};
 
-use super::{bad_cell, get_page, notified_url, notify, put, text};
-use crate::html;
+use super::{bad_cell, get_page, notified_url, notify, put};
 use crate::schema::{DOC_HASH, DOC_LINKS, DOC_TEXT, DOC_TITLE, EXPORT_DIRTY, PAGES, RAW_HTML, encode_links};
 use crate::text::content_hash;
+use crate::{charset, html};
 
 /// Parses `pages/<url>/raw:html` into the four `doc:*` columns of the same row.
 ///
 /// Writes a `doc:*` column only when its value changes (so unchanged re-crawls notify nobody),
 /// and weakly notifies `export:dirty` of the page when `doc:title` or `doc:text` changes.
-/// `raw:html` absent: deletes the `doc:*` columns. `raw:html` that is not UTF-8 fails the run,
-/// and so does a row key that is not a normalized http(s) URL of at most
+/// `raw:html` is decoded by [`charset::decode`] (any encoding, never fails). `raw:html` absent:
+/// deletes the `doc:*` columns. A row key that is not a normalized http(s) URL of at most
 /// [`MAX_URL_BYTES`](html::MAX_URL_BYTES) ([`html::check_url_key`]): rows derived from it
 /// would be unreachable or too long.
 ///
@@ -30,7 +30,7 @@ impl Observer for DocumentProcessor {
                 // Row keys built from URLs ("<url> <other>") rely on URLs without whitespace and
                 // short enough that two of them fit in one row key.
                 html::check_url_key(url).map_err(|e| bad_cell(PAGES, row, RAW_HTML, e))?;
-                let doc = html::parse(url, &text(PAGES, row, RAW_HTML, raw)?);
+                let doc = html::parse(url, &charset::decode(&raw).0);
                 let hash = content_hash(&doc.title, &doc.text);
                 let links = encode_links(&doc.links);
                 Some([doc.title, doc.text, links, hash])
@@ -175,14 +175,21 @@ mod tests {
     }
 
     #[test]
-    fn html_that_is_not_utf8_fails_naming_the_cell() {
+    fn html_in_legacy_encodings_is_decoded() {
         let store = store();
-        store.put(PAGES, URL, RAW_HTML, [b'<', 0xff]);
-        let err = run(&store).unwrap_err();
-        assert!(
-            matches!(&err, Error::Failed(m) if m.starts_with(&format!("pages/{URL}/raw:html: not UTF-8"))),
-            "{err}"
-        );
-        assert_eq!(store.get(PAGES, URL, DOC_TITLE), None);
+        store.declare_writes(PAGES, &[DOC_TITLE, DOC_TEXT, DOC_LINKS, DOC_HASH, EXPORT_DIRTY]);
+        // Unlabelled Latin-1 (not UTF-8: windows-1252), then labelled Shift_JIS.
+        store.put(PAGES, URL, RAW_HTML, b"<title>Caf\xe9</title><p>cr\xe8me <a href=b.html>br\xfbl\xe9e</a>");
+        run(&store).unwrap();
+        assert_eq!(store.get_str(PAGES, URL, DOC_TITLE).as_deref(), Some("Café"));
+        assert_eq!(store.get_str(PAGES, URL, DOC_TEXT).as_deref(), Some("crème brûlée"));
+        assert_eq!(store.get_str(PAGES, URL, DOC_LINKS).as_deref(), Some("http://a.org/x/b.html\tbrûlée\n"));
+        store.put(PAGES, URL, RAW_HTML, b"<meta charset=shift_jis><title>\x93\xfa\x96\x7b</title>");
+        run(&store).unwrap();
+        assert_eq!(store.get_str(PAGES, URL, DOC_TITLE).as_deref(), Some("日本"));
+        // A stray byte in UTF-8 is a replacement character, not a failed run.
+        store.put(PAGES, URL, RAW_HTML, b"<meta charset=utf-8><title>a\xffb</title>");
+        run(&store).unwrap();
+        assert_eq!(store.get_str(PAGES, URL, DOC_TITLE).as_deref(), Some("a\u{fffd}b"));
     }
 }
