@@ -138,6 +138,11 @@ pub struct DeadLetter {
 
 const DEAD_PREFIX: &str = "dead/";
 
+/// The [`DeadLetter::observer`] of a notification that no observer was bound to when the
+/// scanner found it (its binding was removed while it was pending). Not a valid observer name.
+/// Retrying it once a binding is back runs that binding.
+pub const UNBOUND: &str = "(unbound)";
+
 /// What processing one notify cell did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CellOutcome {
@@ -276,11 +281,13 @@ impl Store {
         let dead = decode_dead(id.to_owned(), &raw)?;
         // Forget the ack so the observer runs even though it "acknowledged" the change when it
         // was dead-lettered.
-        let ack = CellRef::new(dead.cell.table.clone(), dead.cell.row.clone(), ack_column(&dead.observer));
-        self.run(|txn| {
-            txn.set_reserved(ack.clone(), None);
-            Ok(())
-        })?;
+        if dead.observer != UNBOUND {
+            let ack = CellRef::new(dead.cell.table.clone(), dead.cell.row.clone(), ack_column(&dead.observer));
+            self.run(|txn| {
+                txn.set_reserved(ack.clone(), None);
+                Ok(())
+            })?;
+        }
         let ts = self.inner.oracle.next()?;
         let notify = Op::Row(RowMutation {
             table: dead.cell.table.clone(),
@@ -340,6 +347,12 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     }
     let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
     let observers = registry.observers(&cell.table, &cell.column);
+    if observers.is_empty() {
+        // The column's binding went away while this was pending. Clearing it silently would
+        // lose the change for good (a binding added later is not notified of old writes): keep
+        // it as a dead letter, which `retry_dead_letter` turns back into a notification.
+        unbound_dead_letter(inner, cell)?;
+    }
     let t0 = if observers.is_empty() { entry.ts } else { inner.oracle.next()? };
     let mut settled = true;
     let position = notify_position(cell);
@@ -481,6 +494,15 @@ fn dead_letter(
     error: &str,
     failed_run_ts: Option<Timestamp>,
 ) -> Result<()> {
+    tracing::warn!(
+        observer = %b.spec.name,
+        table = %cell.table,
+        row = %String::from_utf8_lossy(&cell.row),
+        column = %cell.column,
+        attempts,
+        error,
+        "dead letter: the observer failed on every attempt"
+    );
     let id = format!("{DEAD_PREFIX}{}/{}", hex(&notify_position(cell)), b.spec.name);
     let record = encode_dead(cell, &b.spec.name, attempts, error, now_ms());
     inner.backend.apply(vec![Op::MetaPut { key: id, value: record }])?;
@@ -494,6 +516,25 @@ fn dead_letter(
             Ok(())
         })?;
     }
+    inner.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Records a notification without observer as a dead letter of [`UNBOUND`]. Idempotent: the
+/// same cell found again (after a crash before its clear) rewrites the same record.
+fn unbound_dead_letter(inner: &Arc<Inner>, cell: &CellRef) -> Result<()> {
+    let id = format!("{DEAD_PREFIX}{}/{UNBOUND}", hex(&notify_position(cell)));
+    let error = format!(
+        "no observer is bound to {}/{}: this change was not processed (bind one, then retry)",
+        cell.table, cell.column
+    );
+    tracing::warn!(
+        table = %cell.table,
+        row = %String::from_utf8_lossy(&cell.row),
+        column = %cell.column,
+        "dead letter: a pending notification has no observer any more"
+    );
+    inner.backend.apply(vec![Op::MetaPut { key: id, value: encode_dead(cell, UNBOUND, 0, &error, now_ms()) }])?;
     inner.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }

@@ -189,6 +189,41 @@ fn failing_observer_lands_in_dead_letters_and_can_be_retried() {
 }
 
 #[test]
+fn a_notification_whose_binding_went_away_is_kept_as_a_dead_letter() {
+    let store = mem_store(StoreConfig::default());
+    let upper = || {
+        observer(|t, n| {
+            let v = t.get(&n.cell.table, &n.cell.row, "raw:text")?.unwrap_or_default();
+            t.set(&n.cell.table, &n.cell.row, "derived:upper", v.to_ascii_uppercase())?;
+            Ok(())
+        })
+    };
+    store.register_observer(spec("upper", "docs", "raw:text", NotifyKind::Strong), upper()).unwrap();
+    // Written while bound (no scanner yet): pending. Then the binding is removed.
+    store.run(|t| t.set("docs", "r1", "raw:text", "hello")).unwrap();
+    store.unregister_observer("upper").unwrap();
+    let scanner = store.start_scanner(ScannerConfig::default());
+    assert!(store.wait_quiescent(QUIET).unwrap(), "an unbound notification does not stay pending");
+    let dead = store.dead_letters().unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].observer, percolator_store::UNBOUND);
+    assert_eq!((dead[0].cell.row.as_slice(), dead[0].cell.column.as_str()), (&b"r1"[..], "raw:text"));
+    assert_eq!(dead[0].attempts, 0);
+    assert!(dead[0].error.starts_with("no observer is bound to docs/raw:text"), "{}", dead[0].error);
+    assert_eq!(store.metrics().dead_letters, 1);
+
+    // Bound again, the retried notification runs it: the change is processed after all.
+    let again = upper();
+    store.register_observer(spec("upper", "docs", "raw:text", NotifyKind::Strong), again.clone()).unwrap();
+    store.retry_dead_letter(&dead[0].id).unwrap();
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    assert_eq!(again.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(store.begin().unwrap().get("docs", "r1", "derived:upper").unwrap(), Some(b"HELLO".to_vec()));
+    assert!(store.dead_letters().unwrap().is_empty());
+    scanner.stop();
+}
+
+#[test]
 fn weak_notifications_count_words_without_conflicts() {
     let store = mem_store(StoreConfig::default());
     // Documents record per-document counts in the word's row and weakly notify it; the observer
