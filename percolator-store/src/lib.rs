@@ -57,8 +57,8 @@ pub use gc::GcStats;
 pub use key::{MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, validate_column, validate_row, validate_table};
 pub use mem_backend::MemBigtable;
 pub use notify::{
-    CellOutcome, DeadLetter, Notification, NotifyKind, ObserveError, Observer, ObserverSpec, UNBOUND,
-    validate_observer_name,
+    CellOutcome, DeadLetter, NOTIFY_EXISTING_PAGE, Notification, NotifyKind, ObserveError, Observer, ObserverSpec,
+    UNBOUND, validate_observer_name,
 };
 pub use oracle::Oracle;
 pub use redb_backend::{Durability, RedbBigtable, RedbConfig};

@@ -138,6 +138,9 @@ pub struct DeadLetter {
 
 const DEAD_PREFIX: &str = "dead/";
 
+/// Rows read per snapshot by [`Store::notify_existing`].
+pub const NOTIFY_EXISTING_PAGE: usize = 1000;
+
 /// The [`DeadLetter::observer`] of a notification that no observer was bound to when the
 /// scanner found it (its binding was removed while it was pending). Not a valid observer name.
 /// Retrying it once a binding is back runs that binding.
@@ -303,6 +306,51 @@ impl Store {
         }
         self.inner.signal.bump();
         Ok(())
+    }
+
+    /// Sets the notify cell of `table/column` in every row of `[start, end)` (`end = None`: to
+    /// the end of the table) where the column has a value now, so that its observers run on
+    /// data written before they were bound: a binding is notified only of the writes made while
+    /// it exists. Returns how many rows were notified.
+    ///
+    /// A strong observer still skips a row whose newest write it has acknowledged, so notifying
+    /// rows it already processed costs a read each, not a run. Fails if no observer is bound to
+    /// the column (the notifications would only become dead letters). Pages through the rows,
+    /// [`NOTIFY_EXISTING_PAGE`] per snapshot; a row written meanwhile is notified by its write.
+    pub fn notify_existing(&self, table: &str, column: &str, start: &[u8], end: Option<&[u8]>) -> Result<u64> {
+        key::validate_table(table)?;
+        key::validate_column(column)?;
+        if self.inner.registry.read().map_err(|_| Error::Closed)?.kind_of(table, column).is_none() {
+            return Err(Error::InvalidArgument(format!("no observer is bound to {table}/{column}")));
+        }
+        let mut from = start.to_vec();
+        let mut notified = 0u64;
+        loop {
+            let page = self.begin()?.scan(table, &from, end, Some(&[column]), NOTIFY_EXISTING_PAGE)?;
+            let Some(last) = page.last() else { break };
+            let ts = self.inner.oracle.next()?;
+            let ops = page
+                .iter()
+                .map(|e| {
+                    Op::Row(RowMutation {
+                        table: table.to_owned(),
+                        row: e.row.clone(),
+                        conditions: vec![],
+                        mutations: vec![Mutation::SetNotify { column: column.to_owned(), ts, writer: None }],
+                    })
+                })
+                .collect();
+            self.inner.backend.apply(ops)?;
+            self.inner.signal.bump();
+            notified += page.len() as u64;
+            if page.len() < NOTIFY_EXISTING_PAGE {
+                break;
+            }
+            // The next row after `last` (one column per row: one cell per row).
+            from = last.row.clone();
+            from.push(0);
+        }
+        Ok(notified)
     }
 
     /// Waits until no notification is pending and no scanner is mid-row (the pipeline reached

@@ -224,6 +224,46 @@ fn a_notification_whose_binding_went_away_is_kept_as_a_dead_letter() {
 }
 
 #[test]
+fn notify_existing_runs_a_new_binding_on_old_data_once() {
+    let store = mem_store(StoreConfig::default());
+    let rows = percolator_store::NOTIFY_EXISTING_PAGE as u64 * 2 + 7;
+    // Written before any binding: no notifications.
+    store
+        .run(|t| {
+            for i in 0..rows {
+                t.set("docs", format!("r{i:05}"), "raw:text", "x")?;
+            }
+            t.set("docs", "other", "raw:else", "not this column")
+        })
+        .unwrap();
+    let err = store.notify_existing("docs", "raw:text", b"", None).unwrap_err();
+    assert!(matches!(&err, Error::InvalidArgument(m) if m == "no observer is bound to docs/raw:text"), "{err}");
+
+    let upper = observer(|t, n| {
+        let v = t.get(&n.cell.table, &n.cell.row, "raw:text")?.unwrap_or_default();
+        t.set(&n.cell.table, &n.cell.row, "derived:upper", v.to_ascii_uppercase())?;
+        Ok(())
+    });
+    store.register_observer(spec("upper", "docs", "raw:text", NotifyKind::Strong), upper.clone()).unwrap();
+    let scanner = store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() });
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    assert_eq!(upper.calls.load(Ordering::SeqCst), 0, "binding does not replay old writes");
+
+    // A range first, then everything: each row runs once (the ack skips processed rows).
+    assert_eq!(store.notify_existing("docs", "raw:text", b"r00010", Some(b"r00020")).unwrap(), 10);
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    assert_eq!(upper.calls.load(Ordering::SeqCst), 10);
+    assert_eq!(store.notify_existing("docs", "raw:text", b"", None).unwrap(), rows);
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    let done = store.begin().unwrap().scan("docs", b"", None, Some(&["derived:upper"]), 10_000).unwrap();
+    assert_eq!(done.len() as u64, rows);
+    assert!(done.iter().all(|e| e.value == b"X"));
+    assert_eq!(upper.calls.load(Ordering::SeqCst), rows, "one run per row");
+    assert_eq!(store.begin().unwrap().get("docs", "other", "derived:upper").unwrap(), None);
+    scanner.stop();
+}
+
+#[test]
 fn weak_notifications_count_words_without_conflicts() {
     let store = mem_store(StoreConfig::default());
     // Documents record per-document counts in the word's row and weakly notify it; the observer
