@@ -257,7 +257,7 @@ impl Config {
     /// Validates `src` as if read from `file`.
     pub fn parse(file: &Path, src: &str) -> Result<Config, ConfigError> {
         let cx = Ctx { file, src };
-        let raw: raw::File = toml::from_str(src).map_err(|e| cx.err(e.span(), "", e.message().to_owned()))?;
+        let raw: raw::File = toml::from_str(src).map_err(|e| toml_error(&cx, &e))?;
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         let rel = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
 
@@ -335,8 +335,33 @@ impl Config {
             }
             percolator_store::validate_table(b.table.get_ref())
                 .map_err(|e| cx.err(Some(b.table.span()), f("table"), e.to_string()))?;
+            if b.table.get_ref() == crate::ops::LOADS_TABLE {
+                return Err(cx.err(
+                    Some(b.table.span()),
+                    f("table"),
+                    format!(
+                        "table {:?} is reserved: it holds the checkpoints of loads, not data; bind a table of your own",
+                        crate::ops::LOADS_TABLE
+                    ),
+                ));
+            }
             percolator_store::validate_column(b.column.get_ref())
                 .map_err(|e| cx.err(Some(b.column.span()), f("column"), e.to_string()))?;
+            if !has_family(b.column.get_ref()) {
+                let column = b.column.get_ref();
+                let hint = if column.contains(':') {
+                    String::new()
+                } else {
+                    format!(" (the field {column} is loaded as \"raw:{column}\")")
+                };
+                return Err(cx.err(
+                    Some(b.column.span()),
+                    f("column"),
+                    format!(
+                        "{column:?} is not a \"family:qualifier\" column like those loads write{hint}, so this binding would never be notified"
+                    ),
+                ));
+            }
             let kind = match b.notify.as_ref().map(|n| (n.get_ref().as_str(), n.span())) {
                 None | Some(("strong", _)) => NotifyKind::Strong,
                 Some(("weak", _)) => NotifyKind::Weak,
@@ -403,6 +428,122 @@ impl Config {
             http,
             bindings,
         })
+    }
+}
+
+/// A bound column is `family:qualifier`, both parts non-empty: what loads write (a field
+/// without a family gets `--family`, default `raw`) and what the examples observe.
+fn has_family(column: &str) -> bool {
+    column.split_once(':').is_some_and(|(family, qualifier)| !family.is_empty() && !qualifier.is_empty())
+}
+
+/// A serde error of the raw structs, located: a type mismatch names the field (`scanner.threads`,
+/// `binding[1].reads`) and says what was expected and what was found, instead of serde's
+/// `invalid type: string "two", expected i64`.
+fn toml_error(cx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
+    let message = e.message().trim_end();
+    let Some(span) = e.span() else { return cx.err(None, "", message) };
+    let mismatch = ["invalid type:", "invalid value:", "invalid length"].iter().any(|p| message.starts_with(p));
+    let located = if mismatch { toml::de::DeTable::parse(cx.src).ok() } else { None };
+    let Some((field, key, value)) = located.as_ref().and_then(|doc| locate(doc.get_ref(), "", &span)) else {
+        return cx.err(Some(span), "", message);
+    };
+    let message = match (message.strip_prefix("invalid type:"), key.and_then(expected_type)) {
+        (Some(_), Some(expected)) => {
+            let hint = match value {
+                toml::de::DeValue::String(s) if matches!(key, Some("reads" | "writes")) => format!(" (write [{s:?}])"),
+                _ => String::new(),
+            };
+            format!("expected {expected}, found {}{hint}", describe_value(value))
+        }
+        (Some(rest), None) => match rest.rsplit_once(", expected ") {
+            Some((_, expected)) => format!("expected {}, found {}", serde_expected(expected), describe_value(value)),
+            None => message.to_owned(),
+        },
+        (None, _) => message.to_owned(),
+    };
+    cx.err(Some(span), field, message)
+}
+
+/// The deepest value of `table` whose span holds `span`: its field path, its key (`None` for an
+/// element of a list) and the value.
+fn locate<'a>(
+    table: &'a toml::de::DeTable<'a>,
+    prefix: &str,
+    span: &Range<usize>,
+) -> Option<(String, Option<&'a str>, &'a toml::de::DeValue<'a>)> {
+    use toml::de::DeValue;
+    let holds = |s: Range<usize>| s.start <= span.start && span.end <= s.end;
+    for (key, value) in table.iter() {
+        let key = key.get_ref().as_ref();
+        let path = if prefix.is_empty() { key.to_owned() } else { format!("{prefix}.{key}") };
+        match value.get_ref() {
+            DeValue::Table(t) => {
+                if let Some(found) = locate(t, &path, span) {
+                    return Some(found);
+                }
+            }
+            DeValue::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let path = format!("{path}[{i}]");
+                    match item.get_ref() {
+                        DeValue::Table(t) => {
+                            if let Some(found) = locate(t, &path, span) {
+                                return Some(found);
+                            }
+                        }
+                        v if holds(item.span()) => return Some((path, None, v)),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+        if holds(value.span()) {
+            return Some((path, Some(key), value.get_ref()));
+        }
+    }
+    None
+}
+
+/// What each key of the file holds, in words.
+fn expected_type(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "threads" | "max_attempts" | "timeout_ms" | "memory_mb" => "an integer",
+        "allow_cycle" => "a boolean (true or false)",
+        "reads" | "writes" => "a list of strings",
+        "binding" => "[[binding]] tables",
+        "store" | "scanner" | "observers" | "http" => "a table",
+        "path" | "durability" | "dir" | "cache_dir" | "listen" | "token_file" | "name" | "wasm" | "table"
+        | "column" | "notify" => "a string",
+        _ => return None,
+    })
+}
+
+/// Serde's name of an expected type, in words.
+fn serde_expected(expected: &str) -> &str {
+    match expected {
+        "i64" | "u64" | "i32" | "u32" | "usize" => "an integer",
+        "a sequence" => "a list",
+        "a map" => "a table",
+        other => other,
+    }
+}
+
+/// A TOML value, in words: `the string "two"`, `the integer 5`, `a list`.
+fn describe_value(value: &toml::de::DeValue<'_>) -> String {
+    use toml::de::DeValue;
+    match value {
+        DeValue::String(s) if s.len() > 64 => {
+            format!("the string {:?}… ({} bytes)", &s[..s.floor_char_boundary(64)], s.len())
+        }
+        DeValue::String(s) => format!("the string {s:?}"),
+        DeValue::Integer(i) => format!("the integer {}", i.as_str()),
+        DeValue::Float(x) => format!("the float {}", x.as_str()),
+        DeValue::Boolean(b) => format!("the boolean {b}"),
+        DeValue::Datetime(d) => format!("the date-time {d}"),
+        DeValue::Array(_) => "a list".to_owned(),
+        DeValue::Table(_) => "a table".to_owned(),
     }
 }
 

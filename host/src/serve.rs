@@ -46,6 +46,7 @@ pub fn base_url(addr: SocketAddr) -> String {
 pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
     let config = Config::load(config_path).map_err(|e| e.to_string())?;
     let token = config.http.token()?;
+    create_store_dir(&config)?;
     let store = Store::open(
         &config.store_path,
         StoreConfig::default(),
@@ -214,6 +215,20 @@ pub async fn signals() {
     }
 }
 
+/// Creates the folder of the store file (`up` creates the store; the other verbs only open an
+/// existing one and create nothing).
+fn create_store_dir(config: &Config) -> Result<(), String> {
+    let Some(dir) = config.store_path.parent().filter(|d| !d.as_os_str().is_empty()) else { return Ok(()) };
+    std::fs::create_dir_all(dir).map_err(|e| {
+        format!(
+            "{}: store.path: cannot create the folder {} of the store {}: {e}",
+            config.file.display(),
+            dir.display(),
+            config.store_path.display()
+        )
+    })
+}
+
 /// Writes the endpoint file atomically (a reader sees the old content or the new, whole).
 fn write_endpoint(path: &Path, url: &str) -> Result<(), String> {
     let mut tmp = path.as_os_str().to_owned();
@@ -222,4 +237,46 @@ fn write_endpoint(path: &Path, url: &str) -> Result<(), String> {
     std::fs::write(&tmp, format!("{url}\n"))
         .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|e| format!("writing the endpoint file {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Dir(PathBuf);
+
+    impl Dir {
+        fn new(name: &str, store_path: &str) -> Dir {
+            let p = std::env::temp_dir().join(format!("percolator-serve-{name}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(p.join("observers")).unwrap();
+            let body = format!(
+                "[store]\npath = \"{store_path}\"\n[observers]\ndir = \"observers\"\n[http]\nlisten = \"127.0.0.1:0\"\n"
+            );
+            std::fs::write(p.join("pipeline.toml"), body).unwrap();
+            Dir(p)
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn up_creates_the_folder_of_the_store() {
+        let dir = Dir::new("mkdir", "data/nested/store.redb");
+        up(&dir.0.join("pipeline.toml"), async {}).unwrap();
+        assert!(dir.0.join("data/nested/store.redb").is_file(), "the store was created in its new folder");
+    }
+
+    #[test]
+    fn a_store_folder_that_cannot_be_created_is_named() {
+        let dir = Dir::new("mkdir-fails", "blocker/store.redb");
+        std::fs::write(dir.0.join("blocker"), b"a file, not a folder").unwrap();
+        let e = up(&dir.0.join("pipeline.toml"), async {}).unwrap_err();
+        assert!(e.contains("pipeline.toml: store.path: cannot create the folder"), "{e}");
+        assert!(e.contains("blocker"), "{e}");
+    }
 }

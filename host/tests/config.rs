@@ -133,3 +133,61 @@ fn cycles_need_consent() {
     let b = b + "allow_cycle = true\n";
     assert!(Config::load(&dir.config(&format!("{HEAD}{a}{b}"))).is_ok());
 }
+
+#[test]
+fn type_errors_name_the_field_and_what_was_found() {
+    let dir = Dir::new("types");
+    let e = err(&dir, &format!("{HEAD}[scanner]\nthreads = \"two\"\n"));
+    assert!(
+        e.contains("pipeline.toml:7: scanner.threads: expected an integer, found the string \"two\""),
+        "names the field, the expected type and the value: {e}"
+    );
+    assert!(!e.contains("i64"), "no serde type names: {e}");
+
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "timeout_ms = \"1000\"\n")));
+    assert!(
+        e.contains("pipeline.toml:12: binding[0].timeout_ms: expected an integer, found the string \"1000\""),
+        "{e}"
+    );
+
+    let e = err(
+        &dir,
+        &format!(
+            "{HEAD}{}{}",
+            binding("up", "a.wasm", "raw:text", ""),
+            binding("count", "b.wasm", "derived:upper", "reads = \"docs/raw:*\"\n")
+        ),
+    );
+    assert!(e.contains("binding[1].reads: expected a list of strings"), "names the binding: {e}");
+    assert!(e.contains("found the string \"docs/raw:*\" (write [\"docs/raw:*\"])"), "suggests the fix: {e}");
+    assert!(e.contains("pipeline.toml:18:"), "{e}");
+
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "writes = [\"docs/x:*\", 5]\n")));
+    assert!(e.contains("binding[0].writes[1]: expected a string, found the integer 5"), "{e}");
+
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "allow_cycle = \"yes\"\n")));
+    assert!(e.contains("binding[0].allow_cycle: expected a boolean"), "{e}");
+
+    let e = err(&dir, &HEAD.replace("path = \"data/store.redb\"", "path = 7"));
+    assert!(e.contains("pipeline.toml:2: store.path: expected a string, found the integer 7"), "{e}");
+}
+
+#[test]
+fn bindings_that_could_never_fire_are_refused() {
+    let dir = Dir::new("never");
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "text", "")));
+    assert!(e.contains("pipeline.toml:11: binding[0].column") && e.contains("\"family:qualifier\""), "{e}");
+    assert!(e.contains("\"raw:text\""), "suggests the column a load writes: {e}");
+    for column in [":text", "raw:"] {
+        let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", column, "")));
+        assert!(
+            e.contains("binding[0].column") && e.contains("family:qualifier") && !e.contains("loaded as"),
+            "{column}: {e}"
+        );
+    }
+
+    let body =
+        format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "")).replace("table = \"docs\"", "table = \"_loads\"");
+    let e = err(&dir, &body);
+    assert!(e.contains("pipeline.toml:10: binding[0].table") && e.contains("\"_loads\" is reserved"), "{e}");
+}

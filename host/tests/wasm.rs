@@ -101,7 +101,13 @@ fn hostile_guests_are_contained_and_the_host_keeps_serving() {
     let error = |o: &str| dead.iter().find(|(n, _)| n == o).unwrap().1.to_lowercase();
     assert!(error("spin").contains("deadline of 100 ms"), "{}", error("spin"));
     assert!(error("bomb").contains("memory"), "{}", error("bomb"));
-    assert!(error("panics").contains("panic"), "{}", error("panics"));
+    // The panic's own message (logged by the SDK's panic hook), on one line, not just "panicked".
+    assert!(
+        error("panics").contains("the guest panicked: deliberate panic in the `panics` guest (attempt 2) (at "),
+        "{}",
+        error("panics")
+    );
+    assert!(!error("panics").contains('\n'), "{}", error("panics"));
     assert!(error("bad").contains("secret:stolen") && error("bad").contains("not declared"), "{}", error("bad"));
     let t = h.store.begin().unwrap();
     assert_eq!(t.get("docs", "victim", "secret:stolen").unwrap(), None, "a denied write never lands");
@@ -118,6 +124,22 @@ fn malformed_and_wrong_world_components_are_rejected_with_reasons() {
     std::fs::write(&garbage, b"\0asm\x0d\0\x01\0this is not wasm").unwrap();
     let e = format!("{:#}", runtime.compile_file(&garbage).err().expect("garbage must be rejected"));
     assert!(e.contains("garbage.wasm"), "{e}");
+    assert!(!e.contains('\n'), "one line: {e}");
+    // Not WebAssembly at all (`echo junk > x.wasm`): one clear line, not wasmparser's dump of
+    // the expected and actual magic bytes.
+    let junk = dir.join("junk.wasm");
+    std::fs::write(&junk, b"junk\n").unwrap();
+    let e = format!("{:#}", runtime.compile_file(&junk).err().expect("junk must be rejected"));
+    assert_eq!(
+        e,
+        format!(
+            "loading observer {}: not a WebAssembly module (bad magic number: it does not start with \"\\0asm\")",
+            junk.display()
+        )
+    );
+    std::fs::write(&junk, b"").unwrap();
+    let e = format!("{:#}", runtime.compile_file(&junk).err().expect("an empty file must be rejected"));
+    assert!(e.contains("not a WebAssembly module"), "{e}");
     let e = format!("{:#}", runtime.compile_file(&guest("wrong-world")).err().expect("wrong world must be rejected"));
     assert!(e.contains("percolator:observer"), "names the expected world: {e}");
     assert!(runtime.compile_file(&guest("uppercase")).is_ok());
