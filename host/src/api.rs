@@ -39,6 +39,8 @@ pub mod path {
     pub const GC: &str = "/v1/gc";
     /// `POST` [`WaitRequest`](super::WaitRequest).
     pub const WAIT: &str = "/v1/wait";
+    /// `POST`: notify a column's observers of the rows that already have a value.
+    pub const NOTIFY: &str = "/v1/notify";
     /// `GET`: Prometheus text exposition format 0.0.4.
     pub const METRICS: &str = "/metrics";
 }
@@ -102,6 +104,34 @@ pub struct ScanRequest {
     pub columns: Option<Vec<String>>,
     /// At most this many cells (1 to [`MAX_SCAN_LIMIT`]).
     pub limit: usize,
+}
+
+/// `POST /v1/notify`: sets the notify cell of `table/column` in every row of the range (as in
+/// [`ScanRequest`]) where the column has a value, so that the column's observers run on data
+/// written before they were bound.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifyRequest {
+    /// Table.
+    pub table: String,
+    /// The observed column.
+    pub column: String,
+    /// First row (inclusive).
+    #[serde(default)]
+    pub start: Option<String>,
+    /// Last row (exclusive).
+    #[serde(default)]
+    pub end: Option<String>,
+    /// Only rows starting with this.
+    #[serde(default)]
+    pub prefix: Option<String>,
+}
+
+/// The answer to [`NotifyRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NotifyResponse {
+    /// Rows notified.
+    pub notified: u64,
 }
 
 /// One cell of a [`ScanResponse`].
@@ -275,6 +305,11 @@ pub struct StatusReport {
     pub host: Option<HostReport>,
     /// The store.
     pub store: StoreReport,
+    /// Why the configuration does not load, when the command line read the store file without
+    /// a host (loads are refused then). Never sent by a host: it reports a rejected reload as
+    /// [`HostReport::last_error`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_error: Option<String>,
 }
 
 /// Store-level status (known with or without a host).

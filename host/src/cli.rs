@@ -7,14 +7,14 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use percolator_store::{RedbConfig, Store, StoreConfig};
+use percolator_store::{Durability, RedbConfig, Store, StoreConfig};
 use sha2::{Digest, Sha256};
 
 use crate::api::*;
 use crate::client::{Api, Direct, Remote};
-use crate::config::{Config, TOKEN_ENV};
+use crate::config::{Config, DEFAULT_LISTEN, HttpConfig};
 use crate::load::{self, Format};
-use crate::ops::{self, ErrorKind};
+use crate::ops::{self, ErrorKind, plural};
 use crate::serve;
 
 /// Test hook, read by debug builds only: `load` stops after this many batches, as if it were
@@ -105,8 +105,25 @@ pub enum Command {
         #[arg(required = true)]
         words: Vec<String>,
         /// At most this many results.
-        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+        #[arg(long, default_value_t = 10, value_parser = at_least_one)]
         limit: u64,
+    },
+    /// Notify a column's observers of the rows that already have a value (a binding added
+    /// later is notified only of new writes; this runs it on the old data too).
+    Notify {
+        /// Table.
+        table: String,
+        /// The observed column.
+        column: String,
+        /// First row (inclusive).
+        #[arg(long)]
+        start: Option<String>,
+        /// Last row (exclusive).
+        #[arg(long)]
+        end: Option<String>,
+        /// Only rows starting with this.
+        #[arg(long)]
+        prefix: Option<String>,
     },
     /// Remove versions no reader can see.
     Gc,
@@ -114,7 +131,7 @@ pub enum Command {
     /// exit status 1 on timeout.
     Wait {
         /// Give up after this many seconds (at most 3600).
-        #[arg(long, default_value_t = 60.0)]
+        #[arg(long, default_value_t = 60.0, value_parser = wait_seconds)]
         timeout: f64,
     },
     /// Write a generated sample crawl: DIR/crawl.jsonl (first crawl) and DIR/recrawl.jsonl
@@ -124,8 +141,8 @@ pub enum Command {
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
         /// Pages in the first crawl.
-        #[arg(long, default_value_t = 300)]
-        pages: usize,
+        #[arg(long, default_value_t = 300, value_parser = at_least_one)]
+        pages: u64,
         /// Random seed (same seed, same crawl).
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -150,7 +167,7 @@ pub struct ScanArgs {
     #[arg(long, value_delimiter = ',')]
     pub columns: Option<Vec<String>>,
     /// At most this many cells (up to 100000).
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 100, value_parser = scan_limit)]
     pub limit: u64,
 }
 
@@ -174,8 +191,9 @@ pub struct LoadArgs {
     /// in any encoding (JSON and CSV carry only UTF-8 text).
     #[arg(long, value_delimiter = ',', value_name = "FIELDS")]
     pub base64: Vec<String>,
-    /// Records per transaction (fewer when they would make more than 8 MiB of JSON).
-    #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    /// Records per transaction, at most 100000 (fewer when they would make more than 8 MiB of
+    /// JSON).
+    #[arg(long, default_value_t = 200, value_parser = batch_size)]
     pub batch: u64,
     /// Load the file again even though it was loaded completely before.
     #[arg(long)]
@@ -203,6 +221,44 @@ pub enum DeadLetterAction {
         #[arg(long)]
         all: bool,
     },
+}
+
+/// The most records per `load` batch (`--batch`).
+pub const MAX_BATCH_RECORDS: u64 = 100_000;
+
+/// A whole number from `min` to `max` (an option's value; clap reports a refusal as a usage
+/// error, exit status 2).
+fn whole_number(s: &str, min: u64, max: u64) -> Result<u64, String> {
+    let n: u64 = s.trim().parse().map_err(|_| format!("{s:?} is not a whole number"))?;
+    match (n < min, n > max) {
+        (false, false) => Ok(n),
+        _ if max == u64::MAX => Err(format!("must be at least {min}")),
+        _ => Err(format!("must be from {min} to {max}")),
+    }
+}
+
+fn at_least_one(s: &str) -> Result<u64, String> {
+    whole_number(s, 1, u64::MAX)
+}
+
+fn scan_limit(s: &str) -> Result<u64, String> {
+    whole_number(s, 1, MAX_SCAN_LIMIT as u64).map_err(|e| format!("{e} (scan again from the last row to read more)"))
+}
+
+fn batch_size(s: &str) -> Result<u64, String> {
+    whole_number(s, 1, MAX_BATCH_RECORDS)
+}
+
+/// `wait --timeout`: seconds, from 0 to [`MAX_WAIT_SECS`].
+fn wait_seconds(s: &str) -> Result<f64, String> {
+    let t: f64 = s.trim().parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !t.is_finite() || t < 0.0 {
+        return Err(format!("{s:?} is not a number of seconds"));
+    }
+    if t > MAX_WAIT_SECS as f64 {
+        return Err(format!("must be at most {MAX_WAIT_SECS} seconds"));
+    }
+    Ok(t)
 }
 
 /// Runs the command line. `Err` is a message for people (printed once by `main`).
@@ -301,6 +357,16 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
                 eprintln!("percolator: no page has every term ({})", r.terms.join(", "));
             }
         }
+        Command::Notify { table, column, start, end, prefix } => {
+            let r = api.notify(&NotifyRequest {
+                table: table.clone(),
+                column: column.clone(),
+                start: start.clone(),
+                end: end.clone(),
+                prefix: prefix.clone(),
+            })?;
+            w(writeln!(out, "notified {} of {table}/{column}", plural(r.notified, "row", "rows")))?;
+        }
         Command::Gc => {
             let s = api.gc()?;
             w(writeln!(
@@ -314,15 +380,17 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
             ))?;
         }
         Command::Wait { timeout } => {
-            if !timeout.is_finite() || *timeout < 0.0 {
-                return Err(format!("--timeout {timeout} is not a number of seconds"));
-            }
-            if *timeout > MAX_WAIT_SECS as f64 {
-                return Err(format!("--timeout {timeout} is more than the limit of {MAX_WAIT_SECS} s"));
-            }
             if !api.wait(&WaitRequest { timeout_secs: *timeout })?.quiescent {
                 eprintln!("percolator: the pipeline did not become quiescent within {timeout} s");
                 return Ok(ExitCode::FAILURE);
+            }
+            // Quiescent, but not everything was processed: say so (the exit status stays 0).
+            let dead = api.dead_letters()?.len();
+            if dead > 0 {
+                eprintln!(
+                    "percolator: quiescent, with {} (percolator dead-letters)",
+                    ops::plural(dead, "dead letter", "dead letters")
+                );
             }
         }
         Command::Up { .. } | Command::Load(_) | Command::SampleCrawl { .. } => unreachable!("handled by run"),
@@ -346,19 +414,90 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// The token for `--url`: PERCOLATOR_TOKEN, else the configuration's token file if the
-/// configuration loads.
-fn url_token(cli: &Cli) -> Result<Option<String>, String> {
-    if let Ok(t) = std::env::var(TOKEN_ENV)
-        && !t.trim().is_empty()
-    {
-        return Ok(Some(t.trim().to_owned()));
+/// What the verbs other than `up` need of the configuration: where the store is and how to
+/// reach the host serving it. Taken from the configuration when it loads; else from a lenient
+/// reading of `[store]` and `[http]` alone, so that the commands keep working while a bad
+/// edit (which a running host refuses to reload) is being fixed.
+struct Target {
+    /// The configuration file.
+    file: PathBuf,
+    store_path: PathBuf,
+    durability: Durability,
+    http: HttpConfig,
+    /// The configuration, or why it does not load.
+    config: Result<Config, String>,
+}
+
+impl Target {
+    fn find(file: &Path) -> Result<Target, String> {
+        match Config::load(file) {
+            Ok(c) => Ok(Target {
+                file: c.file.clone(),
+                store_path: c.store_path.clone(),
+                durability: c.durability,
+                http: c.http.clone(),
+                config: Ok(c),
+            }),
+            Err(e) => {
+                let e = e.to_string();
+                match lenient(file) {
+                    Some((store_path, durability, http)) => {
+                        tracing::debug!("{e}; using [store] and [http] of the configuration only");
+                        Ok(Target { file: file.to_owned(), store_path, durability, http, config: Err(e) })
+                    }
+                    None => Err(e),
+                }
+            }
+        }
     }
-    match Config::load(&cli.config) {
-        Ok(config) => config.http.token(),
+
+    /// The file a running host writes its base URL to (see [`Config::endpoint_file`]).
+    fn endpoint_file(&self) -> PathBuf {
+        let mut name = self.store_path.as_os_str().to_owned();
+        name.push(".endpoint");
+        PathBuf::from(name)
+    }
+
+    /// `message`, followed by the configuration's problem if it has one.
+    fn explain(&self, message: String) -> String {
+        match &self.config {
+            Ok(_) => message,
+            Err(e) => format!("{message}\n(and the configuration does not load: {e})"),
+        }
+    }
+}
+
+/// `[store] path` and `durability` and `[http] token_file` of the configuration `file`, read
+/// without checking anything else (`None` if it is not TOML or has no store path). Relative
+/// paths are relative to the file's folder, as in [`Config::load`].
+fn lenient(file: &Path) -> Option<(PathBuf, Durability, HttpConfig)> {
+    let src = std::fs::read_to_string(file).ok()?;
+    let doc: toml::Table = toml::from_str(&src).ok()?;
+    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
+    let rel = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
+    let store = doc.get("store")?.as_table()?;
+    let path = store.get("path")?.as_str().filter(|p| !p.is_empty())?;
+    let durability = match store.get("durability").and_then(toml::Value::as_str) {
+        Some("none") => Durability::None,
+        _ => Durability::Fsync,
+    };
+    let token_file = doc
+        .get("http")
+        .and_then(toml::Value::as_table)
+        .and_then(|h| h.get("token_file"))
+        .and_then(toml::Value::as_str)
+        .map(rel);
+    Some((rel(path), durability, HttpConfig { listen: DEFAULT_LISTEN, token_file }))
+}
+
+/// The token for `--url`: PERCOLATOR_TOKEN, else the configuration's token file if the
+/// configuration can be read.
+fn url_token(cli: &Cli) -> Result<Option<String>, String> {
+    match Target::find(&cli.config) {
+        Ok(target) => target.http.token(),
         Err(e) => {
             tracing::debug!("no token from the configuration: {e}");
-            Ok(None)
+            HttpConfig::default().token()
         }
     }
 }
@@ -371,16 +510,16 @@ fn connect(cli: &Cli, creates: bool) -> Result<Box<dyn Api>, String> {
         remote.health()?;
         return Ok(Box::new(remote));
     }
-    let config = Config::load(&cli.config).map_err(|e| e.to_string())?;
-    let endpoint = config.endpoint_file();
+    let target = Target::find(&cli.config)?;
+    let endpoint = target.endpoint_file();
     let mut answered_at = None;
     if let Ok(text) = std::fs::read_to_string(&endpoint) {
         let url = text.trim();
-        let remote = Remote::new(url, config.http.token()?);
+        let remote = Remote::new(url, target.http.token().map_err(|e| target.explain(e))?);
         match remote.health() {
             // A host answers: it must be the one serving this store (not another host that
             // took the port of a host that died without removing its endpoint file).
-            Ok(h) if same_file(Path::new(&h.store), &config.store_path) => return Ok(Box::new(remote)),
+            Ok(h) if same_file(Path::new(&h.store), &target.store_path) => return Ok(Box::new(remote)),
             Ok(h) => {
                 tracing::debug!("the host at {url} serves {}, not this store; using the store file", h.store);
                 answered_at = Some(format!("{url} (from {}; a host there serves {})", endpoint.display(), h.store));
@@ -389,31 +528,34 @@ fn connect(cli: &Cli, creates: bool) -> Result<Box<dyn Api>, String> {
                 tracing::debug!("{e}; using the store file");
                 answered_at = Some(format!("{url} (from {})", endpoint.display()));
             }
-            Err(e) => return Err(e.message),
+            Err(e) => return Err(target.explain(e.message)),
         }
     }
     let nobody = answered_at.unwrap_or_else(|| format!("{} (no such file)", endpoint.display()));
-    let path = &config.store_path;
+    let path = &target.store_path;
     if !creates && !path.exists() {
-        return Err(format!(
+        return Err(target.explain(format!(
             "store {} does not exist and no host answers at {nobody}; start one with `percolator up {}`",
             path.display(),
-            config.file.display()
-        ));
+            target.file.display()
+        )));
     }
     let store = Store::open(
         path,
         StoreConfig::default(),
-        RedbConfig { durability: config.durability, ..RedbConfig::default() },
+        RedbConfig { durability: target.durability, ..RedbConfig::default() },
     )
     .map_err(|e| {
-        if serve::store_is_locked(&e) {
+        target.explain(if serve::store_is_locked(&e) {
             format!("store {} is in use by another process and no host answers at {nobody}", path.display())
         } else {
             format!("{}: {e}", path.display())
-        }
+        })
     })?;
-    Ok(Box::new(Direct::open(&config, store)?))
+    match &target.config {
+        Ok(config) => Ok(Box::new(Direct::open(config, store)?)),
+        Err(e) => Ok(Box::new(Direct::without_bindings(store, path.clone(), e.clone()))),
+    }
 }
 
 fn same_file(a: &Path, b: &Path) -> bool {
@@ -432,6 +574,10 @@ struct LoadInput {
 
 fn read_load_input(a: &LoadArgs) -> Result<LoadInput, String> {
     let name = a.file.display().to_string();
+    let meta = std::fs::metadata(&a.file).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    if meta.is_dir() {
+        return Err(format!("{name} is a directory; give the JSONL or CSV file to load"));
+    }
     let format = match a.format {
         Some(FormatArg::Jsonl) => Format::Jsonl,
         Some(FormatArg::Csv) => Format::Csv,
@@ -475,7 +621,10 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<String, St
     })?;
     match plan.state {
         LoadState::Done => {
-            return Ok(format!("{name}: already loaded ({} records); use --again to load it again", plan.total));
+            return Ok(format!(
+                "{name}: already loaded ({}); use --again to load it again",
+                plural(plan.total, "record", "records")
+            ));
         }
         LoadState::Resume => eprintln!("{name}: resuming at record {} of {}", plan.start, plan.total),
         LoadState::New => {}
@@ -511,7 +660,7 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<String, St
         };
         let progress = api.load_batch(&batch).map_err(|e| {
             bar.abandon();
-            format!("{e}\n{done} of {total} records of {name} are loaded; run the same command again to resume")
+            format!("{e}\n{}; run the same command again to resume", loaded_so_far(done, total, &name))
         })?;
         done = progress.done.max(end);
         written += progress.written;
@@ -520,7 +669,9 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<String, St
         if stop_after == Some(batches) && done < total {
             bar.abandon();
             return Err(format!(
-                "stopped after {batches} batches ({STOP_AFTER_ENV}); {done} of {total} records are loaded"
+                "stopped after {} ({STOP_AFTER_ENV}); {}",
+                plural(batches, "batch", "batches"),
+                loaded_so_far(done, total, &name)
             ));
         }
     }
@@ -529,9 +680,15 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<String, St
     let mut out = format!("loaded {} into {} in {secs:.1} s", plural(written, "record", "records"), a.table);
     let by_others = (total - plan.start).saturating_sub(written);
     if by_others > 0 {
-        out.push_str(&format!(" ({by_others} more were written meanwhile by another run of this load)"));
+        let were = if by_others == 1 { "was" } else { "were" };
+        out.push_str(&format!(" ({by_others} more {were} written meanwhile by another run of this load)"));
     }
     Ok(out)
+}
+
+/// `loaded so far: 4 of 7 records of f.jsonl`.
+fn loaded_so_far(done: u64, total: u64, name: &str) -> String {
+    format!("loaded so far: {done} of {} of {name}", plural(total, "record", "records"))
 }
 
 /// The end of the batch starting at record `start`: at most `max_records` records, and no more
@@ -547,10 +704,8 @@ fn batch_end(sizes: &[usize], start: usize, max_records: u64) -> usize {
     end
 }
 
-fn sample_crawl(out: &Path, pages: usize, seed: u64) -> Result<ExitCode, String> {
-    if pages == 0 {
-        return Err("--pages must be at least 1".into());
-    }
+fn sample_crawl(out: &Path, pages: u64, seed: u64) -> Result<ExitCode, String> {
+    let pages = usize::try_from(pages).map_err(|_| format!("--pages {pages} is too many for this machine"))?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
     let crawl = webindex::crawl::generate(seed, pages);
     let write = |file: &str, list: &[webindex::crawl::CrawlPage]| -> Result<PathBuf, String> {
@@ -570,10 +725,10 @@ fn sample_crawl(out: &Path, pages: usize, seed: u64) -> Result<ExitCode, String>
     let first = write("crawl.jsonl", &crawl.pages)?;
     let again = write("recrawl.jsonl", &crawl.recrawls)?;
     println!(
-        "wrote {} pages to {} and {} re-crawls to {}",
-        crawl.pages.len(),
+        "wrote {} to {} and {} to {}",
+        plural(crawl.pages.len(), "page", "pages"),
         first.display(),
-        crawl.recrawls.len(),
+        plural(crawl.recrawls.len(), "re-crawl", "re-crawls"),
         again.display()
     );
     Ok(ExitCode::SUCCESS)
@@ -603,16 +758,13 @@ fn count(n: u64, capped: bool) -> String {
     if capped { format!("≥{n}") } else { n.to_string() }
 }
 
-/// `1 dead letter`, `2 dead letters`.
-fn plural(n: impl std::fmt::Display, one: &str, many: &str) -> String {
-    let s = n.to_string();
-    if s == "1" { format!("1 {one}") } else { format!("{s} {many}") }
-}
-
 /// `status` for people.
 pub fn render_status(s: &StatusReport) -> String {
     let mut out = String::new();
     let st = &s.store;
+    if let Some(e) = &s.config_error {
+        out.push_str(&format!("configuration: does not load (loads are refused until it does): {}\n", escape(e)));
+    }
     match &s.host {
         None => {
             out.push_str("host: none is running (the store file was read directly; start one with `percolator up`)\n");
@@ -701,6 +853,85 @@ mod tests {
     }
 
     #[test]
+    fn bad_option_values_are_usage_errors_in_words() {
+        let parse =
+            |args: &[&str]| Cli::try_parse_from(std::iter::once("percolator").chain(args.iter().copied())).map(|_| ());
+        let usage = |args: &[&str], says: &str| {
+            let e = parse(args).unwrap_err();
+            assert_eq!(e.exit_code(), 2, "{args:?}");
+            let text = e.to_string();
+            assert!(text.contains(says), "{args:?}: {text}");
+        };
+        usage(&["query", "x", "--limit", "0"], "for '--limit <LIMIT>': must be at least 1");
+        usage(&["query", "x", "--limit", "ten"], "\"ten\" is not a whole number");
+        usage(&["sample-crawl", "--out", "d", "--pages", "0"], "for '--pages <PAGES>': must be at least 1");
+        usage(&["scan", "t", "--limit", "0"], "must be from 1 to 100000 (scan again from the last row");
+        usage(&["scan", "t", "--limit", "100001"], "must be from 1 to 100000");
+        usage(&["load", "t", "f.jsonl", "--batch", "0"], "must be from 1 to 100000");
+        usage(&["wait", "--timeout", "1e19"], "must be at most 3600 seconds");
+        usage(&["wait", "--timeout=-1"], "\"-1\" is not a number of seconds");
+        usage(&["wait", "--timeout", "NaN"], "\"NaN\" is not a number of seconds");
+        for ok in [
+            &["query", "x", "--limit", "1"][..],
+            &["scan", "t", "--limit", "100000"],
+            &["load", "t", "f", "--batch", "100000"],
+            &["wait", "--timeout", "3600"],
+            &["wait", "--timeout", "0.5"],
+        ] {
+            parse(ok).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_broken_configuration_still_names_the_store_and_the_token_file() {
+        let dir = std::env::temp_dir().join(format!("percolator-lenient-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("p.toml");
+        let write = |text: &str| std::fs::write(&file, text).unwrap();
+        // The observers folder is missing and a binding is wrong: the configuration does not load.
+        write(
+            "[store]\npath = \"s.redb\"\ndurability = \"none\"\n[observers]\ndir = \"nowhere\"\n\
+             [http]\ntoken_file = \"tok\"\nlisten = \"127.0.0.1:0\"\n[[binding]]\nname = 1\n",
+        );
+        let t = Target::find(&file).unwrap();
+        assert!(t.config.as_ref().is_err_and(|e| e.contains("p.toml")), "{:?}", t.config);
+        assert_eq!((t.store_path.as_path(), t.durability), (dir.join("s.redb").as_path(), Durability::None));
+        assert_eq!(t.http.token_file, Some(dir.join("tok")));
+        assert_eq!(t.endpoint_file(), dir.join("s.redb.endpoint"));
+        assert!(t.explain("x".into()).starts_with("x\n(and the configuration does not load: "));
+        // Not TOML, or no store path: the configuration's own error.
+        for text in ["[store\npath = \"s.redb\"\n", "[observers]\ndir = \"o\"\n", "[store]\npath = 3\n"] {
+            write(text);
+            let e = Target::find(&file).err().unwrap();
+            assert_eq!(e, Config::load(&file).unwrap_err().to_string());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn status_says_when_the_configuration_does_not_load() {
+        let s = StatusReport {
+            host: None,
+            store: StoreReport {
+                path: "s.redb".into(),
+                pending_notifications: 1,
+                pending_capped: false,
+                dead_letters: 0,
+            },
+            config_error: Some("p.toml:3: observers.dir: nowhere is not a directory".into()),
+        };
+        let text = render_status(&s);
+        assert!(
+            text.starts_with(
+                "configuration: does not load (loads are refused until it does): p.toml:3: observers.dir: nowhere is not a directory\n\
+                 host: none is running"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("s.redb: 1 pending notification, 0 dead letters\n"), "{text}");
+    }
+
+    #[test]
     fn batches_are_cut_by_records_and_by_bytes() {
         let mb = 1 << 20;
         assert_eq!(batch_end(&[10; 7], 0, 3), 3);
@@ -746,6 +977,9 @@ mod tests {
             unreachable!("not used by load")
         }
         fn gc(&self) -> ops::OpResult<GcReport> {
+            unreachable!("not used by load")
+        }
+        fn notify(&self, _: &NotifyRequest) -> ops::OpResult<NotifyResponse> {
             unreachable!("not used by load")
         }
         fn wait(&self, _: &WaitRequest) -> ops::OpResult<WaitResponse> {

@@ -34,6 +34,8 @@ pub trait Api {
     fn query(&self, r: &QueryRequest) -> OpResult<QueryResponse>;
     /// [`ops::gc`].
     fn gc(&self) -> OpResult<GcReport>;
+    /// [`ops::notify_existing`].
+    fn notify(&self, r: &NotifyRequest) -> OpResult<NotifyResponse>;
     /// Waits for the pipeline's fixed point: [`ops::wait`] without a host, polling
     /// [`ops::quiescent`] on a running host.
     fn wait(&self, r: &WaitRequest) -> OpResult<WaitResponse>;
@@ -43,6 +45,9 @@ pub trait Api {
 pub struct Direct {
     store: Store,
     path: PathBuf,
+    /// Why the configuration does not load, if it does not: its bindings are then unknown
+    /// (not registered), so writes are refused and reads served.
+    config_error: Option<String>,
 }
 
 /// Stands in for a binding's observer when no host runs: registering the configuration's
@@ -75,7 +80,28 @@ impl Direct {
             })
             .collect();
         store.set_observers(observers)?;
-        Ok(Direct { store, path: config.store_path.clone() })
+        Ok(Direct { store, path: config.store_path.clone(), config_error: None })
+    }
+
+    /// Opens the store at `path` while its configuration does not load (`config_error` says
+    /// why). Its bindings are unknown, so a write could not set the notifications they need:
+    /// loads are refused (naming the configuration's problem); reads, `gc`, `wait` and dead
+    /// letters work.
+    pub fn without_bindings(store: Store, path: PathBuf, config_error: String) -> Direct {
+        Direct { store, path, config_error: Some(config_error) }
+    }
+
+    /// Refuses a write while the bindings are unknown.
+    fn writable(&self) -> OpResult<()> {
+        match &self.config_error {
+            None => Ok(()),
+            Some(e) => Err(OpError::bad_input(format!(
+                "{e}\nno host is running and the configuration does not load, so nothing is written to \
+                 {}: a load must notify the observers of the configuration's bindings; fix the \
+                 configuration and load again",
+                self.path.display()
+            ))),
+        }
     }
 }
 
@@ -87,13 +113,17 @@ impl Api for Direct {
         ops::scan(&self.store, r)
     }
     fn load_begin(&self, r: &LoadBegin) -> OpResult<LoadPlan> {
+        self.writable()?;
         ops::load_begin(&self.store, r)
     }
     fn load_batch(&self, r: &LoadBatch) -> OpResult<LoadProgress> {
+        self.writable()?;
         ops::load_batch(&self.store, r)
     }
     fn status(&self) -> OpResult<StatusReport> {
-        ops::status(&self.store, &self.path, None)
+        let mut s = ops::status(&self.store, &self.path, None)?;
+        s.config_error.clone_from(&self.config_error);
+        Ok(s)
     }
     fn dead_letters(&self) -> OpResult<Vec<DeadLetterReport>> {
         ops::dead_letters(&self.store)
@@ -106,6 +136,10 @@ impl Api for Direct {
     }
     fn gc(&self) -> OpResult<GcReport> {
         ops::gc(&self.store)
+    }
+    fn notify(&self, r: &NotifyRequest) -> OpResult<NotifyResponse> {
+        self.writable()?;
+        ops::notify_existing(&self.store, r)
     }
     fn wait(&self, r: &WaitRequest) -> OpResult<WaitResponse> {
         ops::wait(&self.store, r)
@@ -244,6 +278,9 @@ impl Api for Remote {
     }
     fn gc(&self) -> OpResult<GcReport> {
         self.post(path::GC, &serde_json::json!({}), TIMEOUT)
+    }
+    fn notify(&self, r: &NotifyRequest) -> OpResult<NotifyResponse> {
+        self.post(path::NOTIFY, r, TIMEOUT)
     }
     fn wait(&self, r: &WaitRequest) -> OpResult<WaitResponse> {
         // The host answers within the request's timeout (it refuses one above the limit).

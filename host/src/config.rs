@@ -593,7 +593,7 @@ fn check_columns(cx: &Ctx<'_>, bindings: &[Binding], spans: &[(Range<usize>, boo
             return Err(cx.err(
                 Some(spans[i].0.clone()),
                 format!("binding[{i}].notify"),
-                format!("{}/{} is bound as {kind:?} by binding[{j}] and as {:?} here", b.table, b.column, b.kind),
+                format!("{}/{} is bound as {kind} by binding[{j}] and as {} here", b.table, b.column, b.kind),
             ));
         }
     }

@@ -85,6 +85,7 @@ pub fn router(state: AppState) -> Router {
         .route(path::RETRY, post(retry))
         .route(path::QUERY, post(query))
         .route(path::GC, post(gc))
+        .route(path::NOTIFY, post(notify))
         .route(path::WAIT, post(wait))
         .route(path::METRICS, get(metrics))
         .fallback(not_found)
@@ -259,6 +260,7 @@ json_handler!(load_begin, api::LoadBegin, ops::load_begin);
 json_handler!(load, api::LoadBatch, ops::load_batch);
 json_handler!(retry, api::RetryRequest, ops::retry_dead_letters);
 json_handler!(query, api::QueryRequest, ops::query);
+json_handler!(notify, api::NotifyRequest, ops::notify_existing);
 
 async fn health(State(s): State<AppState>) -> Response {
     axum::Json(ops::health(&s.store_path)).into_response()

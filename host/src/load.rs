@@ -153,7 +153,7 @@ impl fmt::Display for Problems {
             f.write_str(p)?;
         }
         if self.more > 0 {
-            write!(f, "\n... and {} more problems", self.more)?;
+            write!(f, "\n... and {} more {}", self.more, if self.more == 1 { "problem" } else { "problems" })?;
         }
         Ok(())
     }
@@ -263,7 +263,11 @@ fn parse_limited(
         if !missing.is_empty() {
             c.add(
                 0,
-                format!("--base64 names {} that no record has: {}", plural(missing.len(), "field"), missing.join(", ")),
+                format!(
+                    "--base64 names {} that no record has: {}",
+                    crate::ops::plural(missing.len(), "field", "fields"),
+                    missing.join(", ")
+                ),
             );
         }
     }
@@ -420,10 +424,6 @@ fn json_kind(t: &str) -> &'static str {
     }
 }
 
-fn plural(n: usize, word: &str) -> String {
-    if n == 1 { format!("1 {word}") } else { format!("{n} {word}s") }
-}
-
 /// A JSON object's fields in order, each value kept as its JSON text; a repeated field is an
 /// error.
 struct Fields(Vec<(String, Box<RawValue>)>);
@@ -452,7 +452,68 @@ impl<'de> serde::Deserialize<'de> for Fields {
     }
 }
 
+/// A quoted CSV field that is never closed: it would swallow the rest of the file.
+#[derive(Debug, PartialEq, Eq)]
+struct Unclosed {
+    /// The line of the opening quote (1-based).
+    line: u64,
+    /// Where the record holding it starts (a byte offset).
+    record_start: usize,
+}
+
+/// Finds a quoted field that is never closed, reading as the `csv` crate does: a quote opens a
+/// quoted field only at the start of a field; in it, `""` is a quote and a lone `"` closes it.
+fn unclosed_quote(bytes: &[u8]) -> Option<Unclosed> {
+    #[derive(Clone, Copy)]
+    enum State {
+        FieldStart,
+        Unquoted,
+        Quoted,
+        /// A quote in a quoted field: it closes it, unless another quote follows.
+        QuoteInQuoted,
+    }
+    let mut state = State::FieldStart;
+    let mut line = 1u64;
+    let mut record_start = 0usize;
+    let mut opened = (0u64, 0usize);
+    for (i, &b) in bytes.iter().enumerate() {
+        state = match (state, b) {
+            (State::Quoted, b'"') => State::QuoteInQuoted,
+            (State::Quoted, _) => State::Quoted,
+            (State::QuoteInQuoted, b'"') => State::Quoted,
+            (State::FieldStart, b'"') => {
+                opened = (line, record_start);
+                State::Quoted
+            }
+            (_, b',') => State::FieldStart,
+            (_, b'\n' | b'\r') => {
+                record_start = i + 1;
+                State::FieldStart
+            }
+            _ => State::Unquoted,
+        };
+        if b == b'\n' {
+            line += 1;
+        }
+    }
+    matches!(state, State::Quoted).then_some(Unclosed { line: opened.0, record_start: opened.1 })
+}
+
 fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records, c: &mut Collector<'_>) {
+    // An unclosed quote makes the rest of the file one field: reported as such (not as a record
+    // with too few fields), after the problems of the records before it.
+    let unclosed = unclosed_quote(bytes);
+    match &unclosed {
+        None => csv_records(bytes, key, columns, records, c),
+        Some(u) if u.record_start > 0 => csv_records(&bytes[..u.record_start], key, columns, records, c),
+        Some(_) => {}
+    }
+    if let Some(u) = unclosed {
+        c.add(u.line, "a quoted field starts here and is never closed (a '\"' is missing)");
+    }
+}
+
+fn csv_records(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records, c: &mut Collector<'_>) {
     let mut reader = ::csv::ReaderBuilder::new().has_headers(true).from_reader(bytes);
     let headers = match reader.headers() {
         Ok(h) => h.clone(),
@@ -548,7 +609,8 @@ fn csv_line(e: &::csv::Error) -> u64 {
 fn csv_message(e: &::csv::Error) -> String {
     match e.kind() {
         ::csv::ErrorKind::UnequalLengths { expected_len, len, .. } => {
-            format!("the record has {len} fields but the header has {expected_len}")
+            let fields = if *len == 1 { "field" } else { "fields" };
+            format!("the record has {len} {fields} but the header has {expected_len}")
         }
         ::csv::ErrorKind::Utf8 { err, .. } => format!("field {} is not valid UTF-8", err.field() + 1),
         _ => e.to_string(),
@@ -671,6 +733,35 @@ mod tests {
         assert_eq!(e, "f.jsonl:2: the record is 45 bytes of JSON, more than the limit of 44 bytes");
         let e = parse_limited("f.csv", b"id,x\n1,2\n2,3333\n", "t", &opts(Format::Csv, "id"), 37).unwrap_err();
         assert_eq!(e.to_string(), "f.csv:3: the record is 38 bytes of JSON, more than the limit of 37 bytes");
+    }
+
+    #[test]
+    fn an_unclosed_csv_quote_is_reported_where_it_opens() {
+        assert_eq!(unclosed_quote(b"a,b\n1,\"x\"\"y\"\n\"2\",z\n"), None);
+        assert_eq!(unclosed_quote(b"a,b\n1,x\"y\n"), None, "a quote inside a field is text");
+        assert_eq!(unclosed_quote(b"a,b\r\n1,2\r\n\"c,4\r\n5,6\r\n"), Some(Unclosed { line: 3, record_start: 10 }));
+        let src = b"url,n\na,1\nb\n\"c,4\nd,5\n";
+        let e = parse("f.csv", src, "t", &opts(Format::Csv, "url")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "f.csv:3: the record has 1 field but the header has 2\n\
+             f.csv:4: a quoted field starts here and is never closed (a '\"' is missing)"
+        );
+        // In a later field of a record that spans lines; in the header.
+        let e = parse("f.csv", b"url,n\na,\"1\n2\"\nb,\"3\nc,4\n", "t", &opts(Format::Csv, "url")).unwrap_err();
+        assert_eq!(e.to_string(), "f.csv:4: a quoted field starts here and is never closed (a '\"' is missing)");
+        let e = parse("f.csv", b"\"url,n\na,1\n", "t", &opts(Format::Csv, "url")).unwrap_err();
+        assert_eq!(e.to_string(), "f.csv:1: a quoted field starts here and is never closed (a '\"' is missing)");
+        // An empty file still says its header is missing.
+        let e = parse("f.csv", b"", "t", &opts(Format::Csv, "url")).unwrap_err();
+        assert_eq!(e.to_string(), "f.csv:1: the header row is empty (it names the fields)");
+    }
+
+    #[test]
+    fn problems_beyond_the_list_are_counted_in_words() {
+        let p = |more| Problems { list: vec!["f:1: x".into()], more }.to_string();
+        assert_eq!(p(1), "f:1: x\n... and 1 more problem");
+        assert_eq!(p(2), "f:1: x\n... and 2 more problems");
     }
 
     #[test]

@@ -95,8 +95,9 @@ impl From<OpError> for String {
 impl From<percolator_store::Error> for OpError {
     fn from(e: percolator_store::Error) -> OpError {
         use percolator_store::Error as E;
-        let kind = match &e {
-            E::InvalidArgument(_) => ErrorKind::BadInput,
+        let kind = match e {
+            // The message alone (`table name is empty`), without the error's kind.
+            E::InvalidArgument(m) => return OpError::bad_input(m),
             E::NotFound(_) => ErrorKind::NotFound,
             E::Conflict { .. } => ErrorKind::Conflict,
             _ => ErrorKind::Store,
@@ -126,12 +127,38 @@ pub fn health(store_path: &Path) -> Health {
     Health { ok: true, version: env!("CARGO_PKG_VERSION").to_owned(), store: store.display().to_string() }
 }
 
-/// Reads one cell; a missing value is [`ErrorKind::NotFound`] (`table/row/column: no value`).
+/// Checks a table name (what the store accepts: 1 to 255 bytes, no control characters).
+pub fn check_table(table: &str) -> OpResult<()> {
+    percolator_store::validate_table(table).map_err(OpError::from)
+}
+
+/// Checks a column name (`family:qualifier`, not in the reserved `__` namespace).
+pub fn check_column(column: &str) -> OpResult<()> {
+    percolator_store::validate_column(column).map_err(OpError::from)
+}
+
+/// Checks a row key: not empty (a load refuses an empty key too), at most 4096 bytes.
+pub fn check_row(row: &str) -> OpResult<()> {
+    if row.is_empty() {
+        return Err(OpError::bad_input("the row key is empty"));
+    }
+    percolator_store::validate_row(row.as_bytes()).map_err(OpError::from)
+}
+
+/// Reads one cell; a missing value is [`ErrorKind::NotFound`] (`table/row/column: no value`,
+/// saying so when the whole table is empty: a mistyped table name).
 pub fn get(store: &Store, r: &GetRequest) -> OpResult<Value> {
+    check_table(&r.table)?;
+    check_row(&r.row)?;
+    check_column(&r.column)?;
     let txn = store.begin()?;
     match txn.get(&r.table, r.row.as_bytes(), &r.column)? {
         Some(v) => Ok(Value { value: String::from_utf8_lossy(&v).into_owned(), value_hex: hex(&v) }),
-        None => Err(OpError::not_found(format!("{}/{}/{}: no value", r.table, r.row, r.column))),
+        None => {
+            let empty = txn.scan(&r.table, b"", None, None, 1)?.is_empty();
+            let hint = if empty { format!(" (table {:?} has no cells at all)", r.table) } else { String::new() };
+            Err(OpError::not_found(format!("{}/{}/{}: no value{hint}", r.table, r.row, r.column)))
+        }
     }
 }
 
@@ -158,26 +185,14 @@ pub fn scan(store: &Store, r: &ScanRequest) -> OpResult<ScanResponse> {
             r.limit
         )));
     }
-    percolator_store::validate_table(&r.table).map_err(OpError::from)?;
-    let mut start = r.start.clone().unwrap_or_default().into_bytes();
-    let mut end = r.end.clone().map(String::into_bytes);
-    if let Some(p) = &r.prefix {
-        let p = p.as_bytes();
-        if start.as_slice() < p {
-            start = p.to_vec();
-        }
-        if let Some(pe) = prefix_end(p)
-            && end.as_ref().is_none_or(|e| *e > pe)
-        {
-            end = Some(pe);
-        }
-    }
+    check_table(&r.table)?;
+    let (start, end) = row_range(&r.start, &r.end, &r.prefix)?;
     if let Some(cols) = &r.columns {
         if cols.is_empty() {
             return Err(OpError::bad_input("the list of columns is empty"));
         }
         for c in cols {
-            percolator_store::validate_column(c).map_err(OpError::from)?;
+            check_column(c)?;
         }
     }
     if end.as_ref().is_some_and(|e| *e <= start) {
@@ -189,6 +204,52 @@ pub fn scan(store: &Store, r: &ScanRequest) -> OpResult<ScanResponse> {
     let truncated = cells.len() > r.limit;
     cells.truncate(r.limit);
     Ok(ScanResponse { cells: cells.iter().map(scan_cell).collect(), truncated })
+}
+
+/// The rows `[start, end)` that start with `prefix`, as a scan takes them (`end = None`: to the
+/// end of the table). Refuses a `start` that is not before `end`.
+fn row_range(
+    start: &Option<String>,
+    end: &Option<String>,
+    prefix: &Option<String>,
+) -> OpResult<(Vec<u8>, Option<Vec<u8>>)> {
+    if let (Some(start), Some(end)) = (start, end)
+        && start >= end
+    {
+        return Err(OpError::bad_input(format!(
+            "the range is empty: start {start:?} is not before end {end:?} (the end is exclusive)"
+        )));
+    }
+    let mut from = start.clone().unwrap_or_default().into_bytes();
+    let mut to = end.clone().map(String::into_bytes);
+    if let Some(p) = prefix {
+        let p = p.as_bytes();
+        if from.as_slice() < p {
+            from = p.to_vec();
+        }
+        if let Some(pe) = prefix_end(p)
+            && to.as_ref().is_none_or(|e| *e > pe)
+        {
+            to = Some(pe);
+        }
+    }
+    Ok((from, to))
+}
+
+/// Notifies the observers of `table/column` of every row in the range that has a value
+/// ([`Store::notify_existing`]): a binding added later runs on the data written before it.
+pub fn notify_existing(store: &Store, r: &NotifyRequest) -> OpResult<NotifyResponse> {
+    check_table(&r.table)?;
+    check_column(&r.column)?;
+    if r.table == LOADS_TABLE {
+        return Err(OpError::bad_input(format!("table {LOADS_TABLE:?} holds load checkpoints and has no observers")));
+    }
+    let (start, end) = row_range(&r.start, &r.end, &r.prefix)?;
+    if end.as_ref().is_some_and(|e| *e <= start) {
+        return Ok(NotifyResponse { notified: 0 });
+    }
+    let notified = store.notify_existing(&r.table, &r.column, &start, end.as_deref())?;
+    Ok(NotifyResponse { notified })
 }
 
 fn scan_cell(e: &ScanEntry) -> ScanCell {
@@ -212,7 +273,7 @@ struct Checkpoint {
 
 /// Loads go into any valid table but [`LOADS_TABLE`], which holds their checkpoints.
 fn check_load_table(table: &str) -> OpResult<()> {
-    percolator_store::validate_table(table).map_err(OpError::from)?;
+    check_table(table)?;
     if table == LOADS_TABLE {
         return Err(OpError::bad_input(format!(
             "table {LOADS_TABLE} holds the checkpoints of loads and cannot be loaded into; pick another table"
@@ -338,23 +399,26 @@ pub fn load_batch(store: &Store, b: &LoadBatch) -> OpResult<LoadProgress> {
     let end = b.start.saturating_add(b.records.len() as u64);
     if end > b.total {
         return Err(OpError::bad_input(format!(
-            "batch of records {}..{} is past the file's {} records",
-            b.start, end, b.total
+            "batch of records {}..{} is past the end of the file ({})",
+            b.start,
+            end,
+            plural(b.total, "record", "records")
         )));
     }
-    // Every value decoded first: a bad one fails the batch before anything is written.
+    // Every row, column and value checked first: a bad one fails the batch before anything is
+    // written.
     let mut values = Vec::with_capacity(b.records.len());
     for (i, record) in b.records.iter().enumerate() {
+        let at = || format!("record {} of {} (row {:?})", b.start + i as u64 + 1, b.file, record.row);
+        check_row(&record.row).map_err(|e| OpError::bad_input(format!("{}: {e}", at())))?;
         let mut cells = Vec::with_capacity(record.cells.len());
         for (column, value) in &record.cells {
-            let bytes = value.as_ref().map(|v| v.to_bytes()).transpose().map_err(|e| {
-                OpError::bad_input(format!(
-                    "record {} of {} (row {:?}), column {column}: {e}",
-                    b.start + i as u64 + 1,
-                    b.file,
-                    record.row
-                ))
-            })?;
+            check_column(column).map_err(|e| OpError::bad_input(format!("{}: {e}", at())))?;
+            let bytes = value
+                .as_ref()
+                .map(|v| v.to_bytes())
+                .transpose()
+                .map_err(|e| OpError::bad_input(format!("{}, column {column}: {e}", at())))?;
             cells.push(bytes);
         }
         values.push(cells);
@@ -395,8 +459,11 @@ pub fn load_batch(store: &Store, b: &LoadBatch) -> OpResult<LoadProgress> {
     })?;
     if let Some(done) = behind {
         return Err(OpError::bad_input(format!(
-            "load {} of {} has {done} records in, but this batch starts at record {}: run the load again to resume it",
-            b.id, b.file, b.start
+            "load {} of {} has {} in, but this batch starts at record {}: run the load again to resume it",
+            b.id,
+            b.file,
+            plural(done, "record", "records"),
+            b.start
         )));
     }
     Ok(LoadProgress { done, total: b.total, skipped: written == 0, written })
@@ -442,7 +509,7 @@ pub fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> O
                 name: b.name.clone(),
                 table: b.table.clone(),
                 column: b.column.clone(),
-                kind: kind_name(b.kind).to_owned(),
+                kind: b.kind.to_string(),
                 wasm: b.wasm.display().to_string(),
                 source_hash: b.source_hash.clone(),
                 loaded_at: rfc3339(b.loaded_at),
@@ -474,15 +541,8 @@ pub fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> O
             pending_capped: backlog.capped,
             dead_letters,
         },
+        config_error: None,
     })
-}
-
-/// `strong` or `weak`.
-pub fn kind_name(kind: NotifyKind) -> &'static str {
-    match kind {
-        NotifyKind::Weak => "weak",
-        _ => "strong",
-    }
 }
 
 fn metrics_report(m: &percolator_store::Metrics) -> MetricsReport {
@@ -656,14 +716,22 @@ pub fn wait(store: &Store, r: &WaitRequest) -> OpResult<WaitResponse> {
     wait_timeout(r)?;
     let b = backlog(store)?;
     if b.total > 0 {
+        let pending = match (b.capped, b.total) {
+            (true, n) => format!("at least {n} notifications are"),
+            (false, 1) => "1 notification is".to_owned(),
+            (false, n) => format!("{n} notifications are"),
+        };
         return Err(OpError::bad_input(format!(
-            "{}{} notifications are pending and no host is running to process them \
-             (start one with `percolator up <config>`)",
-            if b.capped { "at least " } else { "" },
-            b.total
+            "{pending} pending and no host is running to process them (start one with `percolator up <config>`)"
         )));
     }
     Ok(WaitResponse { quiescent: true })
+}
+
+/// `1 record`, `2 records`.
+pub fn plural(n: impl fmt::Display, one: &str, many: &str) -> String {
+    let s = n.to_string();
+    if s == "1" { format!("1 {one}") } else { format!("{s} {many}") }
 }
 
 /// Lowercase hex.
@@ -744,7 +812,7 @@ mod tests {
 
     #[test]
     fn a_batch_counts_only_the_records_it_writes() {
-        let store = Store::with_backend(Arc::new(percolator_store::MemBigtable::new()), Default::default()).unwrap();
+        let store = mem_store();
         let p = load_batch(&store, &batch(0, &["a", "b"])).unwrap();
         assert_eq!((p.done, p.written, p.skipped), (2, 2, false));
         // Another run's batch overlapping this one: only the new records are written.
@@ -754,6 +822,91 @@ mod tests {
         assert_eq!((p.done, p.written, p.skipped), (3, 0, true));
         let e = load_batch(&store, &LoadBatch { table: LOADS_TABLE.into(), ..batch(3, &["d"]) }).unwrap_err();
         assert!(e.message.contains("holds the checkpoints of loads"), "{e}");
+    }
+
+    fn mem_store() -> Store {
+        Store::with_backend(Arc::new(percolator_store::MemBigtable::new()), Default::default()).unwrap()
+    }
+
+    #[test]
+    fn names_and_keys_are_checked() {
+        let store = mem_store();
+        let get = |table: &str, row: &str, column: &str| {
+            get(&store, &GetRequest { table: table.into(), row: row.into(), column: column.into() }).unwrap_err()
+        };
+        let e = get("pages", "", "doc:title");
+        assert_eq!((e.kind, e.message.as_str()), (ErrorKind::BadInput, "the row key is empty"));
+        assert_eq!(get("", "x", "doc:title").message, "table name is empty");
+        assert_eq!(
+            get("pa\tges", "x", "doc:title").message,
+            "table name \"pa\\tges\" contains the control character '\\t'"
+        );
+        assert_eq!(get("pages", "x", "__ack:x").message, "column \"__ack:x\" is in the reserved namespace \"__\"");
+        assert!(get("pages", &"r".repeat(4097), "doc:title").message.contains("longer than the limit of 4096"));
+        // A valid name of a table without cells (a typo?) is said to be empty.
+        let e = get("pa ges", "x", "doc:title");
+        assert_eq!(e.kind, ErrorKind::NotFound);
+        assert_eq!(e.message, "pa ges/x/doc:title: no value (table \"pa ges\" has no cells at all)");
+        load_batch(&store, &batch(0, &["a"])).unwrap();
+        assert_eq!(get("t", "b", "raw:x").message, "t/b/raw:x: no value");
+
+        let scan = |table: &str, start: Option<&str>, end: Option<&str>| {
+            scan(
+                &store,
+                &ScanRequest {
+                    table: table.into(),
+                    start: start.map(Into::into),
+                    end: end.map(Into::into),
+                    limit: 10,
+                    ..Default::default()
+                },
+            )
+        };
+        let e = scan("t", Some("z"), Some("a")).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::BadInput);
+        assert_eq!(e.message, "the range is empty: start \"z\" is not before end \"a\" (the end is exclusive)");
+        assert!(scan("t", Some("a"), Some("a")).is_err());
+        assert_eq!(scan("t", Some("a"), Some("b")).unwrap().cells.len(), 1);
+        assert_eq!(scan("", None, None).unwrap_err().message, "table name is empty");
+
+        // Load batches sent over HTTP are checked the same way (the CLI checks its file first).
+        let e = load_batch(&store, &batch(0, &[""])).unwrap_err();
+        assert_eq!(e.message, "record 1 of f.jsonl (row \"\"): the row key is empty");
+        let mut b = batch(0, &["a"]);
+        b.records[0].cells[0].0 = "nofamily\u{1}".into();
+        let e = load_batch(&store, &b).unwrap_err();
+        assert!(e.message.starts_with("record 1 of f.jsonl (row \"a\"): column name "), "{e}");
+    }
+
+    #[test]
+    fn wait_without_a_host_counts_in_words() {
+        let store = mem_store();
+        let observer: Arc<dyn percolator_store::Observer> = Arc::new(Never);
+        let spec = percolator_store::ObserverSpec {
+            name: "o".into(),
+            table: "t".into(),
+            column: "raw:x".into(),
+            kind: NotifyKind::Strong,
+            max_attempts: 1,
+        };
+        store.set_observers(vec![(spec, observer)]).unwrap();
+        let w = || wait(&store, &WaitRequest { timeout_secs: 0.0 }).unwrap_err().message;
+        load_batch(&store, &batch(0, &["a"])).unwrap();
+        assert!(w().starts_with("1 notification is pending and no host is running"), "{}", w());
+        load_batch(&store, &batch(1, &["b"])).unwrap();
+        assert!(w().starts_with("2 notifications are pending and no host is running"), "{}", w());
+    }
+
+    struct Never;
+
+    impl percolator_store::Observer for Never {
+        fn observe(
+            &self,
+            _: &mut Transaction,
+            _: &percolator_store::Notification,
+        ) -> Result<(), percolator_store::ObserveError> {
+            unreachable!("no scanner runs")
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use percolator_host::api::{LoadBatch, LoadRecord, WaitRequest};
+use percolator_host::api::{LoadBatch, LoadRecord, ScanRequest, WaitRequest};
 use percolator_host::client::{Api, Remote};
 use percolator_host::ops::ErrorKind;
 use percolator_store::{RedbConfig, Store, StoreConfig};
@@ -320,6 +320,12 @@ fn every_verb_against_a_running_host() {
     sb.write("bad.jsonl", "{\"row\": \"x\", \"text\": \"boom\"}\n");
     sb.ok(&["load", "bad", "bad.jsonl"]);
     sb.wait();
+    let out = sb.run(&["wait"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "percolator: quiescent, with 1 dead letter (percolator dead-letters)\n"
+    );
     let list = sb.ok(&["dead-letters"]);
     let fields: Vec<&str> = list.trim_end().split('\t').collect();
     assert_eq!(fields.len(), 6, "{list}");
@@ -459,9 +465,23 @@ fn bad_input_is_reported_with_its_line_and_nothing_is_written() {
     assert!(e.contains("data.txt: cannot tell the format from the file name; pass --format"), "{e}");
     sb.write("short.csv", "url,html\na,x\nb\n");
     let e = sb.fails(&["load", "pages", "short.csv", "--key", "url"]);
-    assert!(e.contains("short.csv:3: the record has 1 fields but the header has 2"), "{e}");
+    assert!(e.contains("short.csv:3: the record has 1 field but the header has 2"), "{e}");
+    // An unclosed quote is named where it opens (not as a record with too few fields).
+    sb.write("quote.csv", "url,html\na,x\n\"c,4\nd,5\n");
+    let e = sb.fails(&["load", "pages", "quote.csv", "--key", "url"]);
+    assert_eq!(
+        e,
+        "percolator: quote.csv:3: a quoted field starts here and is never closed (a '\"' is missing)\nnothing was loaded\n"
+    );
     let e = sb.fails(&["load", "pages", "missing.jsonl"]);
     assert!(e.contains("missing.jsonl: cannot read"), "{e}");
+    // A folder is named as one, whatever its name looks like.
+    std::fs::create_dir_all(sb.path("crawl")).unwrap();
+    std::fs::create_dir_all(sb.path("dir.jsonl")).unwrap();
+    for dir in ["crawl", "dir.jsonl"] {
+        let e = sb.fails(&["load", "pages", dir, "--key", "url"]);
+        assert_eq!(e, format!("percolator: {dir} is a directory; give the JSONL or CSV file to load\n"));
+    }
     let e = sb.fails(&["load", "_loads", "ok.jsonl", "--key", "url"]);
     assert!(e.contains("table _loads holds the checkpoints of loads and cannot be loaded into"), "{e}");
     // Nothing was written by any of them.
@@ -470,12 +490,39 @@ fn bad_input_is_reported_with_its_line_and_nothing_is_written() {
     // Bad arguments to other verbs.
     let e = sb.fails(&["scan", "docs", "--columns", "nofamily,__x"]);
     assert!(e.contains("reserved namespace"), "{e}");
-    let out = sb.run(&["scan", "docs", "--limit", "0"]);
-    assert_eq!(out.status.code(), Some(2), "clap usage error");
-    let e = sb.fails(&["scan", "docs", "--limit", "100001"]);
-    assert!(e.contains("limit 100001 is more than the maximum of 100000 cells"), "{e}");
-    let e = sb.fails(&["wait", "--timeout", "1e19"]);
-    assert!(e.contains("is more than the limit of 3600 s"), "{e}");
+    bad_names_are_refused(&sb);
+    // Option values out of range are usage errors (exit status 2), all worded alike.
+    for (args, says) in [
+        (&["scan", "docs", "--limit", "0"][..], "must be from 1 to 100000"),
+        (&["scan", "docs", "--limit", "100001"], "must be from 1 to 100000"),
+        (&["query", "x", "--limit", "0"], "must be at least 1"),
+        (&["sample-crawl", "--out", "c", "--pages", "0"], "must be at least 1"),
+        (&["load", "pages", "ok.jsonl", "--batch", "0"], "must be from 1 to 100000"),
+        (&["wait", "--timeout", "1e19"], "must be at most 3600 seconds"),
+    ] {
+        let out = sb.run(args);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+    assert!(!sb.path("c").exists());
+}
+
+/// Names and keys that cannot be a cell are refused (the same on both routes: in `ops`), and a
+/// `get` from a table without any cell says so.
+fn bad_names_are_refused(sb: &Sandbox) {
+    let e = sb.fails(&["get", "pages", "", "doc:title"]);
+    assert_eq!(e, "percolator: the row key is empty\n");
+    let e = sb.fails(&["get", "", "x", "doc:title"]);
+    assert_eq!(e, "percolator: table name is empty\n");
+    let e = sb.fails(&["get", "pages", "x", "doc\ttitle"]);
+    assert_eq!(e, "percolator: column name \"doc\\ttitle\" contains the control character '\\t'\n");
+    let e = sb.fails(&["get", "pa ges", "x", "doc:title"]);
+    assert_eq!(e, "percolator: pa ges/x/doc:title: no value (table \"pa ges\" has no cells at all)\n");
+    let e = sb.fails(&["scan", "pa\u{7}ges"]);
+    assert_eq!(e, "percolator: table name \"pa\\u{7}ges\" contains the control character '\\u{7}'\n");
+    let e = sb.fails(&["scan", "pages", "--start", "z", "--end", "a"]);
+    assert_eq!(e, "percolator: the range is empty: start \"z\" is not before end \"a\" (the end is exclusive)\n");
 }
 
 #[test]
@@ -537,7 +584,40 @@ fn an_interrupted_load_resumes_at_its_checkpoint() {
     assert_eq!(sb.ok(&["get", "docs", "d1", "raw:text"]), "doc 1\n");
     // A batch past the file's end is refused.
     let e = client.load_batch(&LoadBatch { start: 7, ..batch }).unwrap_err();
-    assert!(e.message.contains("past the file's 7 records"), "{e}");
+    assert!(e.message.contains("past the end of the file (7 records)"), "{e}");
+}
+
+#[test]
+fn notify_runs_a_binding_added_later_on_the_old_rows() {
+    // Loaded while no binding watches raw:text (no host: the store file directly).
+    let sb = Sandbox::new("notify", "listen = \"127.0.0.1:0\"", "");
+    sb.write("docs.jsonl", "{\"row\": \"r1\", \"text\": \"one\"}\n{\"row\": \"r2\", \"text\": \"two\"}\n{\"row\": \"s1\", \"text\": \"three\"}\n");
+    sb.ok(&["load", "docs", "docs.jsonl"]);
+    let e = sb.fails(&["notify", "docs", "raw:text"]);
+    assert_eq!(e, "percolator: no observer is bound to docs/raw:text\n");
+
+    // Bound now: the old rows are not replayed by themselves.
+    std::fs::copy(uppercase_wasm(), sb.path("observers/uppercase.wasm")).unwrap();
+    let config = std::fs::read_to_string(sb.path("p.toml")).unwrap();
+    sb.write("p.toml", &format!("{config}{UPPER}"));
+    let mut host = Host::start(&sb);
+    sb.wait();
+    assert_eq!(sb.fails(&["get", "docs", "r1", "derived:upper"]), "percolator: docs/r1/derived:upper: no value\n");
+
+    // notify: a prefix, then every row; each row runs once.
+    assert_eq!(sb.ok(&["notify", "docs", "raw:text", "--prefix", "r"]), "notified 2 rows of docs/raw:text\n");
+    sb.wait();
+    assert_eq!(sb.ok(&["get", "docs", "r2", "derived:upper"]), "TWO\n");
+    assert_eq!(sb.fails(&["get", "docs", "s1", "derived:upper"]), "percolator: docs/s1/derived:upper: no value\n");
+    assert_eq!(sb.ok(&["notify", "docs", "raw:text"]), "notified 3 rows of docs/raw:text\n");
+    sb.wait();
+    assert_eq!(sb.ok(&["get", "docs", "s1", "derived:upper"]), "THREE\n");
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(binding(&status, "upper")["runs"], 3, "{status}");
+    assert_eq!(sb.ok(&["notify", "docs", "raw:text", "--start", "x"]), "notified 0 rows of docs/raw:text\n");
+    let e = sb.fails(&["notify", "_loads", "raw:text"]);
+    assert!(e.contains("load checkpoints"), "{e}");
+    host.stop();
 }
 
 #[test]
@@ -611,6 +691,7 @@ fn without_a_host_the_commands_use_the_store_file() {
     assert_eq!(json(&sb.ok(&["status", "--json"]))["host"], serde_json::Value::Null);
     let e = sb.fails(&["wait"]);
     assert!(e.contains("2 notifications are pending and no host is running"), "{e}");
+    bad_names_are_refused(&sb);
     assert_eq!(sb.ok(&["dead-letters"]), "");
     assert!(sb.ok(&["gc"]).starts_with("safepoint "));
 
@@ -635,6 +716,80 @@ fn without_a_host_the_commands_use_the_store_file() {
         sb.ok(&["scan", "docs", "--columns", "derived:upper"]),
         "a\tderived:upper\tOFFLINE\nb\tderived:upper\tLOAD\n"
     );
+}
+
+/// Polls `status --json` until `ready` holds (or a minute passes).
+fn status_until(sb: &Sandbox, what: &str, ready: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = json(&sb.ok(&["status", "--json"]));
+        if ready(&status) {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "{what}: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_broken_configuration_does_not_stop_the_commands() {
+    let sb = Sandbox::new("broken", "listen = \"127.0.0.1:0\"", UPPER);
+    let mut host = Host::start(&sb);
+    sb.write("docs.jsonl", "{\"row\": \"a\", \"text\": \"before\"}\n");
+    sb.ok(&["load", "docs", "docs.jsonl"]);
+    sb.wait();
+    // A bad edit: the host refuses to reload it and keeps serving the pipeline it has; every
+    // command still finds it (through [store] and [http] alone) and status shows the error.
+    let good = std::fs::read_to_string(sb.path("p.toml")).unwrap();
+    let bad = format!("{good}notify = \"sometimes\"\n");
+    sb.write("p.toml", &bad);
+    let status = status_until(&sb, "the host did not report the bad reload", |s| s["host"]["last_error"].is_string());
+    let error = status["host"]["last_error"].as_str().unwrap();
+    assert!(error.contains("binding[0].notify: \"sometimes\" is not one of"), "{error}");
+    assert!(sb.ok(&["status"]).contains("last reload error: "), "the text says it too");
+    assert_eq!(sb.ok(&["get", "docs", "a", "derived:upper"]), "BEFORE\n");
+    sb.write("more.jsonl", "{\"row\": \"b\", \"text\": \"during\"}\n");
+    assert!(sb.ok(&["load", "docs", "more.jsonl"]).starts_with("loaded 1 record into docs in "));
+    sb.wait();
+    assert_eq!(sb.ok(&["get", "docs", "b", "derived:upper"]), "DURING\n", "the old bindings still run");
+    assert_eq!(sb.ok(&["dead-letters"]), "");
+
+    // Without a host the store file is read; a load is refused (its bindings, which a load
+    // must notify, are unknown) and writes nothing.
+    assert!(host.stop().unwrap().success());
+    assert_eq!(sb.ok(&["get", "docs", "b", "raw:text"]), "during\n");
+    assert_eq!(sb.ok(&["scan", "docs", "--columns", "raw:text"]), "a\traw:text\tbefore\nb\traw:text\tduring\n");
+    let text = sb.ok(&["status"]);
+    assert!(text.starts_with("configuration: does not load (loads are refused until it does): "), "{text}");
+    assert!(text.contains("binding[0].notify"), "{text}");
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert!(status["config_error"].as_str().unwrap().contains("binding[0].notify"), "{status}");
+    sb.ok(&["wait"]);
+    sb.ok(&["gc"]);
+    sb.write("late.jsonl", "{\"row\": \"c\", \"text\": \"after\"}\n");
+    let e = sb.fails(&["load", "docs", "late.jsonl"]);
+    assert!(e.contains("binding[0].notify: \"sometimes\" is not one of"), "{e}");
+    assert!(e.contains("no host is running and the configuration does not load, so nothing is written"), "{e}");
+    assert_eq!(sb.ok(&["scan", "docs", "--prefix", "c"]), "");
+    // With the configuration fixed, a load goes in again (and notifies).
+    sb.write("p.toml", &good);
+    assert!(!sb.ok(&["status"]).contains("configuration:"));
+    assert!(sb.ok(&["load", "docs", "late.jsonl"]).starts_with("loaded 1 record into docs"));
+    assert_eq!(json(&sb.ok(&["status", "--json"]))["store"]["pending_notifications"], 1);
+    assert!(json(&sb.ok(&["status", "--json"])).get("config_error").is_none());
+
+    // A configuration that is not TOML, or names no store, still stops every command with
+    // its own error, and so does a missing store while it is broken.
+    sb.write("p.toml", &good.replace("[store]", "[store"));
+    let e = sb.fails(&["get", "docs", "a", "raw:text"]);
+    assert!(e.starts_with(&format!("percolator: {}:1: ", sb.path("p.toml").display())), "{e}");
+    sb.write("p.toml", &good.replace("path = \"store.redb\"", ""));
+    let e = sb.fails(&["status"]);
+    assert!(e.contains("missing field `path`"), "{e}");
+    sb.write("p.toml", &bad.replace("store.redb", "elsewhere.redb"));
+    let e = sb.fails(&["status"]);
+    assert!(e.contains("elsewhere.redb does not exist and no host answers"), "{e}");
+    assert!(e.contains("\n(and the configuration does not load: "), "{e}");
 }
 
 #[test]
@@ -755,8 +910,10 @@ fn the_api_refuses_what_a_browser_page_could_send() {
     );
     assert_eq!(r.status, 413, "{}", r.body);
     assert!(json(&r.body)["error"].as_str().unwrap().contains("larger than the limit of 64 MiB"), "{}", r.body);
-    let e = sb.fails(&["scan", "docs", "--limit", "100001"]);
-    assert!(e.contains("limit 100001 is more than the maximum of 100000 cells"), "{e}");
+    let scan = ScanRequest { table: "docs".into(), limit: 100_001, ..Default::default() };
+    let e = Remote::new(url, None).scan(&scan).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
+    assert!(e.message.contains("limit 100001 is more than the maximum of 100000 cells"), "{e}");
     let e = Remote::new(url, None).wait(&WaitRequest { timeout_secs: 1e19 }).unwrap_err();
     assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
     assert_eq!(e.message, "timeout 10000000000000000000 s is more than the limit of 3600 s");
@@ -799,7 +956,10 @@ fn load_batches_stay_small_and_a_bom_is_skipped() {
     sb.write("big.jsonl", &records);
     let args = ["load", "big", "big.jsonl", "--batch", "200"];
     let e = fails(sb.run_with(&args, &[("PERCOLATOR_LOAD_STOP_AFTER", "1")]), &args);
-    assert!(e.contains("stopped after 1 batches (PERCOLATOR_LOAD_STOP_AFTER); 2 of 3 records are loaded"), "{e}");
+    assert!(
+        e.contains("stopped after 1 batch (PERCOLATOR_LOAD_STOP_AFTER); loaded so far: 2 of 3 records of big.jsonl"),
+        "{e}"
+    );
     let out = sb.ok(&args);
     assert!(out.starts_with("loaded 1 record into big in "), "{out}");
     assert_eq!(sb.ok(&["get", "big", "b3", "raw:text"]).len(), (3 << 20) + 1);

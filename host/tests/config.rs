@@ -103,7 +103,7 @@ fn missing_files_bad_values_and_duplicates_name_their_field() {
             binding("w", "b.wasm", "raw:text", "notify = \"weak\"\n")
         ),
     );
-    assert!(e.contains("binding[1].notify") && e.contains("Strong") && e.contains("Weak"), "{e}");
+    assert!(e.contains("binding[1].notify") && e.contains("as strong by binding[0] and as weak here"), "{e}");
 
     let e = err(&dir, "[store]\npath = \"x\"\n[observers]\ndir = \"nowhere\"\n");
     assert!(e.contains("observers.dir") && e.contains("not a directory"), "{e}");

@@ -33,6 +33,16 @@ pub enum NotifyKind {
     Weak,
 }
 
+impl std::fmt::Display for NotifyKind {
+    /// `strong` or `weak`, as a pipeline configuration writes them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NotifyKind::Strong => "strong",
+            NotifyKind::Weak => "weak",
+        })
+    }
+}
+
 /// How an observer is bound.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObserverSpec {
@@ -195,7 +205,7 @@ impl Store {
             && kind != spec.kind
         {
             return Err(Error::InvalidArgument(format!(
-                "observer {}: column {}/{} is already bound as {kind:?}, cannot also be {:?}",
+                "observer {}: column {}/{} is already bound as {kind}, cannot also be {}",
                 spec.name, spec.table, spec.column, spec.kind
             )));
         }
@@ -217,7 +227,7 @@ impl Store {
                 && kind != spec.kind
             {
                 return Err(Error::InvalidArgument(format!(
-                    "observer {}: column {}/{} is bound both as {kind:?} and as {:?}",
+                    "observer {}: column {}/{} is bound both as {kind} and as {}",
                     spec.name, spec.table, spec.column, spec.kind
                 )));
             }
