@@ -140,8 +140,8 @@ pub enum Command {
         /// Output folder (created if missing).
         #[arg(long, value_name = "DIR")]
         out: PathBuf,
-        /// Pages in the first crawl.
-        #[arg(long, default_value_t = 300, value_parser = at_least_one)]
+        /// Pages in the first crawl (at most 1000000).
+        #[arg(long, default_value_t = 300, value_parser = crawl_pages)]
         pages: u64,
         /// Random seed (same seed, same crawl).
         #[arg(long, default_value_t = 1)]
@@ -243,6 +243,11 @@ fn at_least_one(s: &str) -> Result<u64, String> {
 
 fn scan_limit(s: &str) -> Result<u64, String> {
     whole_number(s, 1, MAX_SCAN_LIMIT as u64).map_err(|e| format!("{e} (scan again from the last row to read more)"))
+}
+
+/// `sample-crawl --pages`: the crawl is built in memory (about 2 KiB a page, re-crawls included).
+fn crawl_pages(s: &str) -> Result<u64, String> {
+    whole_number(s, 1, 1_000_000)
 }
 
 fn batch_size(s: &str) -> Result<u64, String> {
@@ -864,7 +869,7 @@ mod tests {
         };
         usage(&["query", "x", "--limit", "0"], "for '--limit <LIMIT>': must be at least 1");
         usage(&["query", "x", "--limit", "ten"], "\"ten\" is not a whole number");
-        usage(&["sample-crawl", "--out", "d", "--pages", "0"], "for '--pages <PAGES>': must be at least 1");
+        usage(&["sample-crawl", "--out", "d", "--pages", "0"], "for '--pages <PAGES>': must be from 1 to 1000000");
         usage(&["scan", "t", "--limit", "0"], "must be from 1 to 100000 (scan again from the last row");
         usage(&["scan", "t", "--limit", "100001"], "must be from 1 to 100000");
         usage(&["load", "t", "f.jsonl", "--batch", "0"], "must be from 1 to 100000");

@@ -73,13 +73,24 @@ impl Pipeline {
     }
 
     /// Validates and compiles every binding of `config`, then swaps the store's observers to
-    /// exactly these in one step. On any error nothing changes: the previous bindings keep
+    /// exactly these in one step (a configuration that changes nothing keeps the generation and
+    /// swaps nothing, but clears the last error). On any error nothing changes: the previous bindings keep
     /// serving, and the error is returned and kept for [`Pipeline::status`]. Runs in flight
     /// finish on the version they started with.
     pub fn apply(&self, config: &Config) -> Result<(), String> {
         let mut state = self.state.lock().map_err(|_| "pipeline state poisoned".to_owned())?;
         match self.prepare(config, &state.0) {
             Ok(loaded) => {
+                let unchanged = loaded.len() == state.0.len()
+                    && loaded
+                        .iter()
+                        .all(|(name, l)| state.0.get(name).is_some_and(|c| Arc::ptr_eq(&c.observer, &l.observer)));
+                if unchanged && state.1.loaded_at.is_some() {
+                    // Saved without a change (or changed back): nothing to swap, same generation.
+                    tracing::debug!(generation = state.1.generation, "reload: nothing changed");
+                    state.1.last_error = None;
+                    return Ok(());
+                }
                 let observers: Vec<(ObserverSpec, Arc<dyn Observer>)> = loaded
                     .values()
                     .map(|l| {

@@ -134,11 +134,15 @@ async fn serve(
         let (store, sampler) = (store.clone(), sampler.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut logged = None;
             for n in 1u64.. {
                 tick.tick().await;
                 let m = store.metrics();
                 sampler.sample(m);
-                if n % 10 == 0 {
+                // Every 10 s, unless nothing happened since the last line (an idle host is quiet).
+                let now = (m.commits, m.observer_runs, m.observer_failures, m.dead_letters, m.conflicts);
+                if n % 10 == 0 && logged != Some(now) {
+                    logged = Some(now);
                     tracing::info!(
                         commits = m.commits,
                         observer_runs = m.observer_runs,

@@ -496,7 +496,7 @@ fn bad_input_is_reported_with_its_line_and_nothing_is_written() {
         (&["scan", "docs", "--limit", "0"][..], "must be from 1 to 100000"),
         (&["scan", "docs", "--limit", "100001"], "must be from 1 to 100000"),
         (&["query", "x", "--limit", "0"], "must be at least 1"),
-        (&["sample-crawl", "--out", "c", "--pages", "0"], "must be at least 1"),
+        (&["sample-crawl", "--out", "c", "--pages", "0"], "must be from 1 to 1000000"),
         (&["load", "pages", "ok.jsonl", "--batch", "0"], "must be from 1 to 100000"),
         (&["wait", "--timeout", "1e19"], "must be at most 3600 seconds"),
     ] {

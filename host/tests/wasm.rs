@@ -189,6 +189,13 @@ fn a_rejected_reload_keeps_the_old_version_serving() {
     h.store.run(|t| t.set("docs", "r", "raw:text", "old version")).unwrap();
     assert!(h.store.wait_quiescent(QUIET).unwrap());
     assert_eq!(h.store.begin().unwrap().get("docs", "r", "derived:upper").unwrap(), Some(b"OLD VERSION".to_vec()));
+
+    // The file put back: what serves is what the configuration says, so nothing is swapped
+    // and the generation stays, but the error is gone.
+    std::fs::copy(guest("uppercase"), h.dir.join("observers/main.wasm")).unwrap();
+    h.pipeline.apply(&Config::load(&config_file).unwrap()).unwrap();
+    let status = h.pipeline.status();
+    assert_eq!((status.generation, status.last_error), (1, None));
 }
 
 #[test]
