@@ -151,7 +151,8 @@ pub enum Mutation {
         /// Its timestamp.
         commit_ts: Timestamp,
     },
-    /// Set the column's notify cell to `max(current, ts)` (with `writer`, if this one wins).
+    /// Set the column's notify cell to `max(current, ts)`, adding `writer` to the writers it
+    /// names (a newer notification never erases an older writer's name).
     SetNotify {
         /// Column.
         column: String,
@@ -161,7 +162,16 @@ pub enum Mutation {
         /// the notification stands (see `docs/design.md`).
         writer: Option<Writer>,
     },
-    /// Remove the column's notify cell if its timestamp is `<= max_ts`.
+    /// Remove the writer that started at `start_ts` from the writers the column's notify cell
+    /// names (its fate is known: it re-notified at its commit timestamp, or it rolled back).
+    DropNotifyWriter {
+        /// Column.
+        column: String,
+        /// The writer's start timestamp.
+        start_ts: Timestamp,
+    },
+    /// Remove the column's notify cell if its timestamp is `<= max_ts` and it names no writer
+    /// (a writer whose fate is unknown keeps it, however old).
     ClearNotify {
         /// Column.
         column: String,
@@ -308,9 +318,9 @@ pub struct NotifyEntry {
     pub cell: CellRef,
     /// Timestamp of the newest write that set it.
     pub ts: Timestamp,
-    /// Set while the newest setter is a weak notification whose transaction may not have
-    /// committed yet.
-    pub writer: Option<Writer>,
+    /// The weak notifications set at prewrite whose transactions may not have committed yet,
+    /// oldest first.
+    pub writers: Vec<Writer>,
 }
 
 /// Counters a backend keeps about its commits.
@@ -476,11 +486,11 @@ pub(crate) mod codec {
         })
     }
 
-    /// Notify value: `ts` (8 bytes BE), then optionally the writer's start_ts (8 bytes LE) and
-    /// primary (table, row, column).
-    pub(crate) fn encode_notify(ts: Timestamp, writer: Option<&Writer>) -> Vec<u8> {
+    /// Notify value: `ts` (8 bytes BE), then for each writer its start_ts (8 bytes LE) and
+    /// primary (table, row, column). (A value with one writer or none reads as before.)
+    pub(crate) fn encode_notify(ts: Timestamp, writers: &[Writer]) -> Vec<u8> {
         let mut out = ts.raw().to_be_bytes().to_vec();
-        if let Some(w) = writer {
+        for w in writers {
             out.extend_from_slice(&w.start_ts.raw().to_le_bytes());
             put_bytes(&mut out, w.primary.table.as_bytes());
             put_bytes(&mut out, &w.primary.row);
@@ -489,15 +499,16 @@ pub(crate) mod codec {
         out
     }
 
-    pub(crate) fn decode_notify(b: &[u8]) -> Result<(Timestamp, Option<Writer>)> {
+    pub(crate) fn decode_notify(b: &[u8]) -> Result<(Timestamp, Vec<Writer>)> {
         let mut r = Reader(b);
         let ts = Timestamp::from_raw(u64::from_be_bytes(r.take(8)?.try_into().expect("8 bytes")));
-        if r.0.is_empty() {
-            return Ok((ts, None));
+        let mut writers = Vec::new();
+        while !r.0.is_empty() {
+            let start_ts = Timestamp::from_raw(r.u64()?);
+            let primary = CellRef { table: r.string()?, row: r.bytes()?.to_vec(), column: r.string()? };
+            writers.push(Writer { start_ts, primary });
         }
-        let start_ts = Timestamp::from_raw(r.u64()?);
-        let primary = CellRef { table: r.string()?, row: r.bytes()?.to_vec(), column: r.string()? };
-        Ok((ts, Some(Writer { start_ts, primary })))
+        Ok((ts, writers))
     }
 
     pub(crate) fn encode_write(w: &WriteRecord) -> Vec<u8> {

@@ -50,17 +50,41 @@ pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &R
             Mutation::DeleteWrite { column, commit_ts } => cells.delete(&vk(m, column, Kind::Write, *commit_ts))?,
             Mutation::SetNotify { column, ts, writer } => {
                 let k = cell_prefix(&m.table, &m.row, column);
-                let current = notify.get(&k)?.map(|v| decode_ts(&v)).transpose()?;
-                if current.is_none_or(|c| c < *ts) {
-                    notify.put(&k, &encode_notify(*ts, writer.as_ref()))?;
+                let (current, mut writers) = match notify.get(&k)? {
+                    Some(v) => {
+                        let (t, w) = decode_notify(&v)?;
+                        (Some(t), w)
+                    }
+                    None => (None, Vec::new()),
+                };
+                let newer = current.is_none_or(|c| c < *ts);
+                let named = writer.as_ref().is_some_and(|w| !writers.iter().any(|x| x.start_ts == w.start_ts));
+                if named {
+                    writers.extend(writer.iter().cloned());
+                }
+                if newer || named {
+                    let at = if newer { *ts } else { current.unwrap_or(*ts) };
+                    notify.put(&k, &encode_notify(at, &writers))?;
+                }
+            }
+            Mutation::DropNotifyWriter { column, start_ts } => {
+                let k = cell_prefix(&m.table, &m.row, column);
+                if let Some(v) = notify.get(&k)? {
+                    let (ts, mut writers) = decode_notify(&v)?;
+                    let before = writers.len();
+                    writers.retain(|w| w.start_ts != *start_ts);
+                    if writers.len() != before {
+                        notify.put(&k, &encode_notify(ts, &writers))?;
+                    }
                 }
             }
             Mutation::ClearNotify { column, max_ts } => {
                 let k = cell_prefix(&m.table, &m.row, column);
-                if let Some(v) = notify.get(&k)?
-                    && decode_ts(&v)? <= *max_ts
-                {
-                    notify.delete(&k)?;
+                if let Some(v) = notify.get(&k)? {
+                    let (ts, writers) = decode_notify(&v)?;
+                    if ts <= *max_ts && writers.is_empty() {
+                        notify.delete(&k)?;
+                    }
                 }
             }
         }
@@ -70,15 +94,6 @@ pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &R
 
 fn vk(m: &RowMutation, column: &str, kind: Kind, ts: Timestamp) -> Vec<u8> {
     version_key(&cell_prefix(&m.table, &m.row, column), kind, ts)
-}
-
-/// The timestamp of a notify value (its first 8 bytes).
-fn decode_ts(v: &[u8]) -> Result<Timestamp> {
-    let b: [u8; 8] = v
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| Error::Corrupt("notify value is shorter than 8 bytes".into()))?;
-    Ok(Timestamp::from_raw(u64::from_be_bytes(b)))
 }
 
 fn kind_range(cell: &[u8], kind: Kind) -> (Vec<u8>, Vec<u8>) {
@@ -304,8 +319,8 @@ pub(crate) fn scan_notify(notify: &dyn KvRead, from: Option<&[u8]>, limit: usize
     notify.for_range(from.unwrap_or(&[]), None, &mut |k, v| {
         let ((table, row, column), _) =
             key::decode_cell(k).ok_or_else(|| Error::Corrupt(format!("malformed notify key {k:02x?}")))?;
-        let (ts, writer) = decode_notify(v)?;
-        out.push(NotifyEntry { cell: CellRef { table, row, column }, ts, writer });
+        let (ts, writers) = decode_notify(v)?;
+        out.push(NotifyEntry { cell: CellRef { table, row, column }, ts, writers });
         Ok(out.len() < limit)
     })?;
     Ok(out)

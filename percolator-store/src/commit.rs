@@ -134,6 +134,10 @@ fn write_records(r: &RowWrites, start_ts: Timestamp, commit_ts: Timestamp, out: 
         });
     }
     weak_notifies(r, commit_ts, None, out);
+    // This writer's weak notifications are settled now (at commit_ts): no longer named.
+    for column in &r.weak {
+        out.push(Mutation::DropNotifyWriter { column: column.clone(), start_ts });
+    }
 }
 
 /// Removes the locks of rows this transaction prewrote; the primary gets a rollback record.

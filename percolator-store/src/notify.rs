@@ -382,26 +382,37 @@ impl Store {
 
 fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     let cell = &entry.cell;
-    if let Some(writer) = &entry.writer {
-        // A weak notification set at prewrite: its transaction may not have committed, and if
-        // it did, a run now could miss its writes. Decide the writer first.
-        match lock::primary_status(inner, &writer.primary, writer.start_ts, Force::No)? {
-            TxnStatus::Live => return Ok(CellOutcome::Pending),
-            TxnStatus::Committed(commit_ts) => {
-                // Re-notify at the commit timestamp (what the writer's commit would have done):
-                // runs from now on see its writes.
-                let op = RowMutation {
-                    table: cell.table.clone(),
-                    row: cell.row.clone(),
-                    conditions: vec![],
-                    mutations: vec![Mutation::SetNotify { column: cell.column.clone(), ts: commit_ts, writer: None }],
-                };
-                inner.backend.apply(vec![Op::Row(op)])?;
-                return Ok(CellOutcome::Pending);
+    if !entry.writers.is_empty() {
+        // Weak notifications set at prewrite: their transactions may not have committed, and if
+        // one did, a run now could miss its writes. Decide every writer first; the cell is
+        // processed once it names none (it cannot be cleared before).
+        let column = &cell.column;
+        let mut settled = Vec::new();
+        for w in &entry.writers {
+            match lock::primary_status(inner, &w.primary, w.start_ts, Force::No)? {
+                TxnStatus::Live => {}
+                TxnStatus::Committed(commit_ts) => {
+                    // Re-notify at the commit timestamp (what the writer's commit does, unless it
+                    // died after its commit point): runs from now on see its writes.
+                    settled.push(Mutation::SetNotify { column: column.clone(), ts: commit_ts, writer: None });
+                    settled.push(Mutation::DropNotifyWriter { column: column.clone(), start_ts: w.start_ts });
+                }
+                // Nothing of it to see: forgetting its name is enough.
+                TxnStatus::RolledBack => {
+                    settled.push(Mutation::DropNotifyWriter { column: column.clone(), start_ts: w.start_ts });
+                }
             }
-            // A spurious notification: runs are harmless and the cell is cleared below.
-            TxnStatus::RolledBack => {}
         }
+        if !settled.is_empty() {
+            let op = RowMutation {
+                table: cell.table.clone(),
+                row: cell.row.clone(),
+                conditions: vec![],
+                mutations: settled,
+            };
+            inner.backend.apply(vec![Op::Row(op)])?;
+        }
+        return Ok(CellOutcome::Pending);
     }
     let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
     let observers = registry.observers(&cell.table, &cell.column);

@@ -284,3 +284,65 @@ fn weak_notification_survives_a_crash_after_the_commit_point() {
     scenario.teardown();
     assert!(seen.contains(&Some(b"new".to_vec())), "weak observer never saw the committed write: {seen:?}");
 }
+
+/// Records the start timestamp of every run.
+struct RunStarts(Mutex<Vec<percolator_store::Timestamp>>);
+impl Observer for RunStarts {
+    fn observe(&self, t: &mut Transaction, _n: &Notification) -> Result<(), ObserveError> {
+        self.0.lock().unwrap().push(t.start_ts());
+        Ok(())
+    }
+}
+
+/// Two weak writers of one cell: the second one's notification (newer) must not erase the
+/// first one's name. Before the fix, it did: a scanner then processed and cleared the cell while
+/// the first writer was between prewrite and commit, the first writer died after its commit
+/// point (before re-notifying at commit), and its committed write was never observed.
+#[test]
+fn a_second_weak_writer_does_not_erase_the_first_ones_name() {
+    let scenario = FailScenario::setup();
+    let s = mem_store(fast_locks());
+    let runs = Arc::new(RunStarts(Mutex::new(vec![])));
+    let spec = ObserverSpec {
+        name: "w".into(),
+        table: "t".into(),
+        column: "w:n".into(),
+        kind: NotifyKind::Weak,
+        max_attempts: 3,
+    };
+    s.register_observer(spec, runs.clone()).unwrap();
+    let s2 = s.clone();
+    fail::cfg_callback("after-prewrite-first-secondary", move || {
+        // While the first writer is prewritten: a second weak writer of the same cell commits
+        // (one row: one-phase commit, a newer notification), and a scanner comes by.
+        let mut t2 = s2.begin().unwrap();
+        t2.set("t", "c", "z:v", b"2".to_vec()).unwrap();
+        t2.notify_weak("t", "c", "w:n").unwrap();
+        t2.commit().unwrap();
+        for e in s2.pending_notifications(10).unwrap() {
+            s2.process_notification(&e).unwrap();
+        }
+    })
+    .unwrap();
+    fail::cfg("after-commit-primary", "return").unwrap(); // dies right after its commit point
+    let mut t = s.begin().unwrap();
+    t.set("t", "a", "c:v", b"new".to_vec()).unwrap();
+    t.set("t", "c", "c:v", b"x".to_vec()).unwrap(); // the weak notify's row is a secondary
+    t.notify_weak("t", "c", "w:n").unwrap();
+    let commit_ts = t.commit().unwrap();
+    fail::remove("after-prewrite-first-secondary");
+    fail::remove("after-commit-primary");
+    for _ in 0..3 {
+        for e in s.pending_notifications(10).unwrap() {
+            s.process_notification(&e).unwrap();
+        }
+    }
+    let runs = runs.0.lock().unwrap().clone();
+    let pending = s.pending_notifications(10).unwrap();
+    scenario.teardown();
+    assert!(
+        runs.iter().any(|&ts| ts > commit_ts),
+        "no run saw the first writer's commit at {commit_ts:?}; runs started at {runs:?}"
+    );
+    assert!(pending.is_empty(), "{pending:?}");
+}

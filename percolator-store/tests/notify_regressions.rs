@@ -107,3 +107,50 @@ fn dead_letter_acks_later_unseen_write() {
         "write 'good' was acked by the dead letter but never observed: {seen:?}"
     );
 }
+
+/// The notify cell's writers, on both backends: a newer notification adds to them instead of
+/// replacing them, a clear leaves a cell that names a writer, a drop forgets one writer.
+#[test]
+fn notify_cells_keep_every_writer_until_it_is_settled() {
+    use percolator_store::{Bigtable, CellRef, Mutation, Op, RedbBigtable, RedbConfig, RowMutation, Timestamp, Writer};
+    let dir = std::env::temp_dir().join(format!("percolator-notify-writers-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let redb = RedbBigtable::open(dir.join("s.redb"), RedbConfig::default()).unwrap();
+    let backends: Vec<(&str, Arc<dyn Bigtable>)> =
+        vec![("mem", Arc::new(MemBigtable::new())), ("redb", Arc::new(redb))];
+    for (name, b) in backends {
+        let ts = Timestamp::from_raw;
+        let writer = |start: u64| Writer { start_ts: ts(start), primary: CellRef::new("t", "p", "c:v") };
+        let apply = |mutations: Vec<Mutation>| {
+            b.apply(vec![Op::Row(RowMutation {
+                table: "t".into(),
+                row: b"r".to_vec(),
+                conditions: vec![],
+                mutations,
+            })])
+            .unwrap();
+        };
+        let set = |t: u64, w: Option<Writer>| Mutation::SetNotify { column: "w:n".into(), ts: ts(t), writer: w };
+        let state = || {
+            let e = b.scan_notify(None, 10).unwrap();
+            e.first().map(|e| (e.ts.raw(), e.writers.iter().map(|w| w.start_ts.raw()).collect::<Vec<_>>()))
+        };
+        apply(vec![set(5, Some(writer(5)))]);
+        apply(vec![set(9, Some(writer(9)))]);
+        apply(vec![set(12, None)]);
+        apply(vec![set(7, Some(writer(7)))]); // older, but named
+        assert_eq!(state(), Some((12, vec![5, 9, 7])), "{name}");
+        apply(vec![Mutation::ClearNotify { column: "w:n".into(), max_ts: ts(100) }]);
+        assert_eq!(state(), Some((12, vec![5, 9, 7])), "{name}: writers keep it");
+        for w in [9, 5, 7] {
+            apply(vec![Mutation::DropNotifyWriter { column: "w:n".into(), start_ts: ts(w) }]);
+        }
+        assert_eq!(state(), Some((12, vec![])), "{name}");
+        apply(vec![Mutation::ClearNotify { column: "w:n".into(), max_ts: ts(11) }]);
+        assert_eq!(state(), Some((12, vec![])), "{name}: newer than the clear");
+        apply(vec![Mutation::ClearNotify { column: "w:n".into(), max_ts: ts(12) }]);
+        assert_eq!(state(), None, "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
