@@ -151,8 +151,10 @@ pub enum Mutation {
         /// Its timestamp.
         commit_ts: Timestamp,
     },
-    /// Set the column's notify cell to `max(current, ts)`, adding `writer` to the writers it
-    /// names (a newer notification never erases an older writer's name).
+    /// Without `writer`: set the column's notify cell's timestamp to `max(current, ts)`. With
+    /// `writer` (a weak notification at prewrite): add the writer to the writers the cell names
+    /// (a cell created so has timestamp zero: pending only through the name). Names are never
+    /// erased by another notification.
     SetNotify {
         /// Column.
         column: String,
@@ -163,15 +165,16 @@ pub enum Mutation {
         writer: Option<Writer>,
     },
     /// Remove the writer that started at `start_ts` from the writers the column's notify cell
-    /// names (its fate is known: it re-notified at its commit timestamp, or it rolled back).
+    /// names (its fate is known: it re-notified at its commit timestamp, or it rolled back); a
+    /// cell left with timestamp zero and no writer is removed.
     DropNotifyWriter {
         /// Column.
         column: String,
         /// The writer's start timestamp.
         start_ts: Timestamp,
     },
-    /// Remove the column's notify cell if its timestamp is `<= max_ts` and it names no writer
-    /// (a writer whose fate is unknown keeps it, however old).
+    /// If the column's notify cell's timestamp is `<= max_ts`: remove the cell, or, if it names
+    /// writers (whose fate is unknown), set its timestamp to zero and keep the names.
     ClearNotify {
         /// Column.
         column: String,
@@ -316,7 +319,8 @@ pub struct Writer {
 pub struct NotifyEntry {
     /// The notified cell.
     pub cell: CellRef,
-    /// Timestamp of the newest write that set it.
+    /// Timestamp of the newest write that set it; zero when the cell is pending only because
+    /// it names writers.
     pub ts: Timestamp,
     /// The weak notifications set at prewrite whose transactions may not have committed yet,
     /// oldest first.

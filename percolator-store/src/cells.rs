@@ -57,14 +57,20 @@ pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &R
                     }
                     None => (None, Vec::new()),
                 };
-                let newer = current.is_none_or(|c| c < *ts);
-                let named = writer.as_ref().is_some_and(|w| !writers.iter().any(|x| x.start_ts == w.start_ts));
-                if named {
-                    writers.extend(writer.iter().cloned());
-                }
-                if newer || named {
-                    let at = if newer { *ts } else { current.unwrap_or(*ts) };
-                    notify.put(&k, &encode_notify(at, &writers))?;
+                match writer {
+                    // A weak notification at prewrite: its name alone keeps the cell pending
+                    // (`ts` is raised when the writer's fate is known, at its commit timestamp).
+                    Some(w) => {
+                        if !writers.iter().any(|x| x.start_ts == w.start_ts) {
+                            writers.push(w.clone());
+                            notify.put(&k, &encode_notify(current.unwrap_or(Timestamp::ZERO), &writers))?;
+                        }
+                    }
+                    None => {
+                        if current.is_none_or(|c| c < *ts) {
+                            notify.put(&k, &encode_notify(*ts, &writers))?;
+                        }
+                    }
                 }
             }
             Mutation::DropNotifyWriter { column, start_ts } => {
@@ -74,7 +80,12 @@ pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &R
                     let before = writers.len();
                     writers.retain(|w| w.start_ts != *start_ts);
                     if writers.len() != before {
-                        notify.put(&k, &encode_notify(ts, &writers))?;
+                        if writers.is_empty() && ts == Timestamp::ZERO {
+                            // It was pending only through that name.
+                            notify.delete(&k)?;
+                        } else {
+                            notify.put(&k, &encode_notify(ts, &writers))?;
+                        }
                     }
                 }
             }
@@ -82,8 +93,13 @@ pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &R
                 let k = cell_prefix(&m.table, &m.row, column);
                 if let Some(v) = notify.get(&k)? {
                     let (ts, writers) = decode_notify(&v)?;
-                    if ts <= *max_ts && writers.is_empty() {
-                        notify.delete(&k)?;
+                    if ts <= *max_ts {
+                        if writers.is_empty() {
+                            notify.delete(&k)?;
+                        } else if ts != Timestamp::ZERO {
+                            // Processed, but writers are still named: only their names stay.
+                            notify.put(&k, &encode_notify(Timestamp::ZERO, &writers))?;
+                        }
                     }
                 }
             }

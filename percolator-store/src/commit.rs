@@ -140,7 +140,8 @@ fn write_records(r: &RowWrites, start_ts: Timestamp, commit_ts: Timestamp, out: 
     }
 }
 
-/// Removes the locks of rows this transaction prewrote; the primary gets a rollback record.
+/// Removes the locks of rows this transaction prewrote (the primary gets a rollback record)
+/// and its name from the weak notifications it set: it will never commit.
 fn roll_back(inner: &Inner, rows: &[&RowWrites], start_ts: Timestamp, primary: &CellRef) {
     let ops = rows
         .iter()
@@ -150,13 +151,15 @@ fn roll_back(inner: &Inner, rows: &[&RowWrites], start_ts: Timestamp, primary: &
                 let is_primary = r.table == primary.table && r.row == primary.row && *column == primary.column;
                 mutations.extend(rollback_mutations(column, start_ts, is_primary));
             }
-            let first = &r.cells[0].0;
-            Op::Row(RowMutation {
-                table: r.table.clone(),
-                row: r.row.clone(),
-                conditions: vec![Condition::LockIs { column: first.clone(), start_ts }],
-                mutations,
-            })
+            for column in &r.weak {
+                mutations.push(Mutation::DropNotifyWriter { column: column.clone(), start_ts });
+            }
+            // Weak notifications only: no lock to check.
+            let conditions = match r.cells.first() {
+                Some((first, _)) => vec![Condition::LockIs { column: first.clone(), start_ts }],
+                None => vec![],
+            };
+            Op::Row(RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations })
         })
         .collect();
     // Best effort: whatever stays locked is rolled back by the next reader via the primary.
@@ -178,6 +181,12 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
     );
     let _entered = span.enter();
     let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
+    // Like writes to unobserved columns, weak notifications of a column nobody observes notify
+    // nobody (they would only become dead letters).
+    txn.weak.retain(|c| registry.kind_of(&c.table, &c.column).is_some());
+    if txn.writes.is_empty() && txn.weak.is_empty() {
+        return Ok(txn.start_ts);
+    }
     let rows = group_rows(txn);
     let writing = rows.iter().filter(|r| !r.cells.is_empty()).count();
     let result = if writing == 0 {
@@ -325,8 +334,7 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
         let mut failed = None;
         for (r, o) in part.iter().zip(&outcomes) {
             match o {
-                Outcome::Applied if !r.cells.is_empty() => prewritten.push(r),
-                Outcome::Applied => {}
+                Outcome::Applied => prewritten.push(r),
                 Outcome::ConditionFailed { index, found } => {
                     let column = &r.cells[index / 2].0;
                     resolve_found(inner, found, CellRef::new(r.table.clone(), r.row.clone(), column.clone()));

@@ -62,13 +62,14 @@ impl Store {
             let mut mutations = Vec::new();
             for cell in &row.cells {
                 let mut kept_visible = false;
-                // A Delete that an observer has not yet seen (the cell's notify is pending) is
-                // kept: without it the observer would find no change to react to.
+                // A Delete that an observer has not yet seen (the cell's notify is pending, or
+                // parked in a dead letter that a retry turns back into one) is kept: without it
+                // the observer would find no change to react to.
                 let notified = || -> Result<bool> {
                     let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
                     let pos = notify_position(&c);
                     let next = self.inner.backend.scan_notify(Some(&pos), 1)?;
-                    Ok(next.first().is_some_and(|e| e.cell == c))
+                    Ok(next.first().is_some_and(|e| e.cell == c) || crate::notify::has_dead_letter(&self.inner, &c)?)
                 };
                 for (ts, w) in &cell.writes {
                     if *ts > safepoint {

@@ -253,8 +253,8 @@ impl Store {
         Ok(())
     }
 
-    /// Unbinds an observer. Pending notifications of its column stay for other observers, or
-    /// are cleared if none is left.
+    /// Unbinds an observer. Pending notifications of its column stay for other observers; if
+    /// none is left, the scanner turns them into dead letters of [`UNBOUND`].
     pub fn unregister_observer(&self, name: &str) -> Result<()> {
         let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
         if !reg.by_name.contains_key(name) {
@@ -383,22 +383,22 @@ impl Store {
 fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     let cell = &entry.cell;
     if !entry.writers.is_empty() {
-        // Weak notifications set at prewrite: their transactions may not have committed, and if
-        // one did, a run now could miss its writes. Decide every writer first; the cell is
-        // processed once it names none (it cannot be cleared before).
+        // Weak notifications set at prewrite: their transactions may not have committed yet.
+        // Decide each writer through its primary: committed → re-notify at its commit
+        // timestamp (what its commit does, unless it died after its commit point) and forget
+        // the name; rolled back → forget the name; live → keep it (its commit re-notifies).
         let column = &cell.column;
-        let mut settled = Vec::new();
+        let (mut settled, mut committed, mut rolled_back) = (Vec::new(), false, false);
         for w in &entry.writers {
             match lock::primary_status(inner, &w.primary, w.start_ts, Force::No)? {
                 TxnStatus::Live => {}
                 TxnStatus::Committed(commit_ts) => {
-                    // Re-notify at the commit timestamp (what the writer's commit does, unless it
-                    // died after its commit point): runs from now on see its writes.
+                    committed = true;
                     settled.push(Mutation::SetNotify { column: column.clone(), ts: commit_ts, writer: None });
                     settled.push(Mutation::DropNotifyWriter { column: column.clone(), start_ts: w.start_ts });
                 }
-                // Nothing of it to see: forgetting its name is enough.
                 TxnStatus::RolledBack => {
+                    rolled_back = true;
                     settled.push(Mutation::DropNotifyWriter { column: column.clone(), start_ts: w.start_ts });
                 }
             }
@@ -412,7 +412,20 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
             };
             inner.backend.apply(vec![Op::Row(op)])?;
         }
-        return Ok(CellOutcome::Pending);
+        if committed {
+            // Processed again with the commit timestamp it now has.
+            return Ok(CellOutcome::Pending);
+        }
+        if entry.ts == Timestamp::ZERO && !rolled_back {
+            // Pending only through the names of writers in flight: nothing to run until one
+            // of them commits (and notifies again).
+            return Ok(CellOutcome::Pending);
+        }
+        // A change is pending, or a writer was found rolled back — which is also what a
+        // committed writer looks like once GC removed its commit record under a newer write:
+        // run now (at worst a spurious run), even while other writers are in flight (a hot
+        // weak cell always has some); the clear keeps their names, and each one's commit
+        // notifies again. (A writer that aborts removes its own name.)
     }
     let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
     let observers = registry.observers(&cell.table, &cell.column);
@@ -606,6 +619,13 @@ fn unbound_dead_letter(inner: &Arc<Inner>, cell: &CellRef) -> Result<()> {
     inner.backend.apply(vec![Op::MetaPut { key: id, value: encode_dead(cell, UNBOUND, 0, &error, now_ms()) }])?;
     inner.counters.dead_letters.fetch_add(1, Ordering::Relaxed);
     Ok(())
+}
+
+/// True if a dead letter of some observer holds a notification of `cell` (its change has not
+/// been seen yet: GC keeps what a retry needs).
+pub(crate) fn has_dead_letter(inner: &Inner, cell: &CellRef) -> Result<bool> {
+    let prefix = format!("{DEAD_PREFIX}{}/", hex(&notify_position(cell)));
+    Ok(!inner.backend.meta_scan(&prefix)?.is_empty())
 }
 
 fn hex(b: &[u8]) -> String {

@@ -136,17 +136,24 @@ fn notify_cells_keep_every_writer_until_it_is_settled() {
             let e = b.scan_notify(None, 10).unwrap();
             e.first().map(|e| (e.ts.raw(), e.writers.iter().map(|w| w.start_ts.raw()).collect::<Vec<_>>()))
         };
+        // Names alone keep a cell pending at timestamp zero; a newer notification keeps them.
         apply(vec![set(5, Some(writer(5)))]);
+        assert_eq!(state(), Some((0, vec![5])), "{name}");
         apply(vec![set(9, Some(writer(9)))]);
         apply(vec![set(12, None)]);
-        apply(vec![set(7, Some(writer(7)))]); // older, but named
+        apply(vec![set(7, Some(writer(7)))]);
         assert_eq!(state(), Some((12, vec![5, 9, 7])), "{name}");
+        // A clear takes the change, not the names.
         apply(vec![Mutation::ClearNotify { column: "w:n".into(), max_ts: ts(100) }]);
-        assert_eq!(state(), Some((12, vec![5, 9, 7])), "{name}: writers keep it");
-        for w in [9, 5, 7] {
+        assert_eq!(state(), Some((0, vec![5, 9, 7])), "{name}: writers keep it");
+        for w in [9, 5] {
             apply(vec![Mutation::DropNotifyWriter { column: "w:n".into(), start_ts: ts(w) }]);
         }
-        assert_eq!(state(), Some((12, vec![])), "{name}");
+        assert_eq!(state(), Some((0, vec![7])), "{name}");
+        apply(vec![Mutation::DropNotifyWriter { column: "w:n".into(), start_ts: ts(7) }]);
+        assert_eq!(state(), None, "{name}: pending only through the last name");
+        // Without names: a clear older than the change leaves it.
+        apply(vec![set(12, None)]);
         apply(vec![Mutation::ClearNotify { column: "w:n".into(), max_ts: ts(11) }]);
         assert_eq!(state(), Some((12, vec![])), "{name}: newer than the clear");
         apply(vec![Mutation::ClearNotify { column: "w:n".into(), max_ts: ts(12) }]);
