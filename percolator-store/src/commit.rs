@@ -248,6 +248,14 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
         conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
         conditions.push(Condition::NoLock { column: column.clone() });
     }
+    // Weak notifications of other rows first, at commit_ts: a crash or a failed condition
+    // after them leaves only a spurious notification, where a crash between the write and
+    // them would lose them. A run they trigger reads this row at a later timestamp, so it
+    // waits at the fence until the write is in (or has failed).
+    let weak: Vec<Op> = rows[1..].iter().map(|w| Op::Row(commit_op(w, start_ts, commit_ts, None))).collect();
+    if !weak.is_empty() {
+        inner.backend.apply(weak)?;
+    }
     // No lock and no staged data exist to remove: the write records go straight in, with the
     // strong notifications in the same row op (exactly as durable as the write).
     let mut mutations = Vec::with_capacity(r.cells.len() + 1);
@@ -260,9 +268,7 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
         resolve_found(inner, found, CellRef::new(r.table.clone(), r.row.clone(), column.clone()));
         return Err(conflict(found, &r.table, &r.row, column));
     }
-    // Weak notifications of other rows, only once the write is in.
-    let weak: Vec<Op> = rows[1..].iter().map(|w| Op::Row(commit_op(w, start_ts, commit_ts, None))).collect();
-    inner.backend.apply(weak)?;
+    fail_point!("after-one-phase-write", |_| Ok(commit_ts));
     inner.counters.one_pc_commits.fetch_add(1, Ordering::Relaxed);
     Ok(commit_ts)
 }

@@ -346,3 +346,42 @@ fn a_second_weak_writer_does_not_erase_the_first_ones_name() {
     );
     assert!(pending.is_empty(), "{pending:?}");
 }
+
+/// A one-phase commit (one written row) with a weak notification of another row: the
+/// notification goes in before the write, so a crash right after the write cannot lose it (it
+/// used to be applied after the write).
+#[test]
+fn a_one_phase_commit_s_weak_notification_survives_a_crash_after_the_write() {
+    let scenario = FailScenario::setup();
+    let s = mem_store(fast_locks());
+    let runs = Arc::new(RunStarts(Mutex::new(vec![])));
+    let spec = ObserverSpec {
+        name: "w".into(),
+        table: "t".into(),
+        column: "w:n".into(),
+        kind: NotifyKind::Weak,
+        max_attempts: 3,
+    };
+    s.register_observer(spec, runs.clone()).unwrap();
+    fail::cfg("after-one-phase-write", "return").unwrap();
+    let mut t = s.begin().unwrap();
+    t.set("t", "a", "c:v", b"new".to_vec()).unwrap();
+    t.notify_weak("t", "hot", "w:n").unwrap();
+    let commit_ts = t.commit().unwrap();
+    fail::remove("after-one-phase-write");
+    assert_eq!(s.metrics().one_pc_commits, 0, "the commit stopped right after its write");
+    assert_eq!(s.begin().unwrap().get("t", "a", "c:v").unwrap(), Some(b"new".to_vec()));
+    for e in s.pending_notifications(10).unwrap() {
+        s.process_notification(&e).unwrap();
+    }
+    let runs = runs.0.lock().unwrap().clone();
+    // The same transaction without the failpoint is a one-phase commit (the path tested).
+    s.run(|t| {
+        t.set("t", "a", "c:v", b"again".to_vec())?;
+        t.notify_weak("t", "hot", "w:n")
+    })
+    .unwrap();
+    assert_eq!(s.metrics().one_pc_commits, 1);
+    scenario.teardown();
+    assert!(runs.iter().any(|&ts| ts > commit_ts), "the weak notification was lost: runs {runs:?}");
+}
