@@ -115,15 +115,9 @@ pub enum Command {
         table: String,
         /// The observed column.
         column: String,
-        /// First row (inclusive).
-        #[arg(long)]
-        start: Option<String>,
-        /// Last row (exclusive).
-        #[arg(long)]
-        end: Option<String>,
-        /// Only rows starting with this.
-        #[arg(long)]
-        prefix: Option<String>,
+        /// Which rows.
+        #[command(flatten)]
+        rows: RowRange,
     },
     /// Remove versions no reader can see.
     Gc,
@@ -149,11 +143,9 @@ pub enum Command {
     },
 }
 
-/// `scan` options.
+/// Rows `[--start, --end)` starting with `--prefix` (`scan`, `notify`).
 #[derive(Debug, Args)]
-pub struct ScanArgs {
-    /// Table.
-    pub table: String,
+pub struct RowRange {
     /// First row (inclusive).
     #[arg(long)]
     pub start: Option<String>,
@@ -163,6 +155,16 @@ pub struct ScanArgs {
     /// Only rows starting with this.
     #[arg(long)]
     pub prefix: Option<String>,
+}
+
+/// `scan` options.
+#[derive(Debug, Args)]
+pub struct ScanArgs {
+    /// Table.
+    pub table: String,
+    /// Which rows.
+    #[command(flatten)]
+    pub rows: RowRange,
     /// Only these columns (comma-separated).
     #[arg(long, value_delimiter = ',')]
     pub columns: Option<Vec<String>>,
@@ -301,9 +303,9 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
         Command::Scan(a) => {
             let r = api.scan(&ScanRequest {
                 table: a.table.clone(),
-                start: a.start.clone(),
-                end: a.end.clone(),
-                prefix: a.prefix.clone(),
+                start: a.rows.start.clone(),
+                end: a.rows.end.clone(),
+                prefix: a.rows.prefix.clone(),
                 columns: a.columns.clone(),
                 limit: usize::try_from(a.limit).unwrap_or(usize::MAX),
             })?;
@@ -362,13 +364,13 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
                 eprintln!("percolator: no page has every term ({})", r.terms.join(", "));
             }
         }
-        Command::Notify { table, column, start, end, prefix } => {
+        Command::Notify { table, column, rows } => {
             let r = api.notify(&NotifyRequest {
                 table: table.clone(),
                 column: column.clone(),
-                start: start.clone(),
-                end: end.clone(),
-                prefix: prefix.clone(),
+                start: rows.start.clone(),
+                end: rows.end.clone(),
+                prefix: rows.prefix.clone(),
             })?;
             w(writeln!(out, "notified {} of {table}/{column}", plural(r.notified, "row", "rows")))?;
         }

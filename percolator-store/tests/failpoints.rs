@@ -233,6 +233,11 @@ impl Observer for ReadsA {
     }
 }
 
+/// Observer `w` on the weak column `t/w:n`.
+fn weak_spec() -> ObserverSpec {
+    ObserverSpec { name: "w".into(), table: "t".into(), column: "w:n".into(), kind: NotifyKind::Weak, max_attempts: 3 }
+}
+
 /// A weak notification set at prewrite names its writer: a scanner that meets it while the
 /// writer is in flight waits for the writer's fate, and if the writer dies after its commit
 /// point (before re-notifying at commit), the scanner re-notifies at the commit timestamp.
@@ -241,17 +246,7 @@ fn weak_notification_survives_a_crash_after_the_commit_point() {
     let scenario = FailScenario::setup();
     let s = mem_store(fast_locks());
     let obs = Arc::new(ReadsA(Mutex::new(vec![])));
-    s.register_observer(
-        ObserverSpec {
-            name: "w".into(),
-            table: "t".into(),
-            column: "w:n".into(),
-            kind: NotifyKind::Weak,
-            max_attempts: 3,
-        },
-        obs.clone(),
-    )
-    .unwrap();
+    s.register_observer(weak_spec(), obs.clone()).unwrap();
     let handle: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::new(Mutex::new(None));
     let (s2, h2) = (s.clone(), handle.clone());
     fail::cfg_callback("after-prewrite-first-secondary", move || {
@@ -303,13 +298,7 @@ fn a_second_weak_writer_does_not_erase_the_first_ones_name() {
     let scenario = FailScenario::setup();
     let s = mem_store(fast_locks());
     let runs = Arc::new(RunStarts(Mutex::new(vec![])));
-    let spec = ObserverSpec {
-        name: "w".into(),
-        table: "t".into(),
-        column: "w:n".into(),
-        kind: NotifyKind::Weak,
-        max_attempts: 3,
-    };
+    let spec = weak_spec();
     s.register_observer(spec, runs.clone()).unwrap();
     let s2 = s.clone();
     fail::cfg_callback("after-prewrite-first-secondary", move || {
@@ -355,13 +344,7 @@ fn a_one_phase_commit_s_weak_notification_survives_a_crash_after_the_write() {
     let scenario = FailScenario::setup();
     let s = mem_store(fast_locks());
     let runs = Arc::new(RunStarts(Mutex::new(vec![])));
-    let spec = ObserverSpec {
-        name: "w".into(),
-        table: "t".into(),
-        column: "w:n".into(),
-        kind: NotifyKind::Weak,
-        max_attempts: 3,
-    };
+    let spec = weak_spec();
     s.register_observer(spec, runs.clone()).unwrap();
     fail::cfg("after-one-phase-write", "return").unwrap();
     let mut t = s.begin().unwrap();
