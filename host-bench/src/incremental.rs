@@ -22,9 +22,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use percolator_host::Runtime;
-use percolator_host::config::Config;
-use percolator_host::pipeline::Pipeline;
+use percolator_runtime::Runtime;
+use percolator_server::config::Config;
+use percolator_server::pipeline::Pipeline;
 use percolator_store::{Durability, RedbConfig, ScannerConfig, Store, StoreConfig};
 use webindex::batch::{self, Inputs, Tables};
 use webindex::{crawl, schema};

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use percolator_host::{Access, ColumnRule, Limits, Runtime};
+use percolator_runtime::{Access, ColumnRule, Limits, Runtime};
 use percolator_store::{
     Durability, NotifyKind, ObserveError, Observer, ObserverSpec, RedbConfig, ScannerConfig, Store, StoreConfig,
     Transaction,

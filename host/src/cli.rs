@@ -4,18 +4,17 @@
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use percolator_store::{Durability, RedbConfig, Store, StoreConfig};
+use percolator_api::endpoint as ep;
+use percolator_api::loadfile::{self as load, Format};
+use percolator_api::text::{escape, hex, plural};
+use percolator_api::*;
+use percolator_server::ops::Op;
+use percolator_server::route::{self, Route};
+use percolator_server::serve;
 use sha2::{Digest, Sha256};
-
-use crate::api::*;
-use crate::client::{Api, Direct, Remote};
-use crate::config::{Config, DEFAULT_LISTEN, HttpConfig};
-use crate::load::{self, Format};
-use crate::ops::{self, ErrorKind, plural};
-use crate::serve;
 
 /// Test hook, read by debug builds only: `load` stops after this many batches, as if it were
 /// interrupted (the integration tests run the debug binary).
@@ -36,31 +35,31 @@ fn stop_after() -> Option<u64> {
 /// `up` serves a pipeline: the store, the observers, the scanner, hot reload and a local HTTP
 /// API. The other commands talk to that API when a host serves the configuration's store
 /// (its URL is in the endpoint file next to the store), and open the store file directly
-/// when none does.
+/// when none does. Applications bring their own commands (the web index: `webindex`).
 #[derive(Debug, Parser)]
 #[command(name = "percolator", version, max_term_width = 100)]
-pub struct Cli {
+pub(crate) struct Cli {
     /// The pipeline configuration (TOML).
     #[arg(
         long,
         global = true,
         env = "PERCOLATOR_CONFIG",
-        default_value = "config/web-index.toml",
+        default_value = "percolator.toml",
         help_heading = "Global options"
     )]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// Talk to the host at this base URL (e.g. http://127.0.0.1:7878) instead of finding it
     /// through the configuration.
     #[arg(long, global = true, value_name = "URL", help_heading = "Global options")]
-    pub url: Option<String>,
+    pub(crate) url: Option<String>,
     /// What to do.
     #[command(subcommand)]
-    pub command: Command,
+    pub(crate) command: Command,
 }
 
 /// The verbs.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Serve the pipeline: store, observers, scanner, hot reload and the HTTP API (until
     /// SIGINT or SIGTERM).
     Up {
@@ -99,15 +98,6 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<DeadLetterAction>,
     },
-    /// Search the web index: pages with every term of the words, best first.
-    Query {
-        /// The words.
-        #[arg(required = true)]
-        words: Vec<String>,
-        /// At most this many results.
-        #[arg(long, default_value_t = 10, value_parser = at_least_one)]
-        limit: u64,
-    },
     /// Notify a column's observers of the rows that already have a value (a binding added
     /// later is notified only of new writes; this runs it on the old data too).
     Notify {
@@ -121,74 +111,68 @@ pub enum Command {
     },
     /// Remove versions no reader can see.
     Gc,
-    /// Wait until the pipeline is quiescent (no pending notification, no run going);
-    /// exit status 1 on timeout.
+    /// Wait until the pipeline is quiescent (no pending notification, no run going); on a
+    /// terminal it shows the backlog, runs/s and an estimate meanwhile. Exit status 1 on
+    /// timeout, 3 when quiescent with dead letters (unless --allow-dead-letters).
     Wait {
         /// Give up after this many seconds (at most 3600).
         #[arg(long, default_value_t = 60.0, value_parser = wait_seconds)]
         timeout: f64,
-    },
-    /// Write a generated sample crawl: DIR/crawl.jsonl (first crawl) and DIR/recrawl.jsonl
-    /// (re-crawls), fields url, html, pagerank.
-    SampleCrawl {
-        /// Output folder (created if missing).
-        #[arg(long, value_name = "DIR")]
-        out: PathBuf,
-        /// Pages in the first crawl (at most 1000000).
-        #[arg(long, default_value_t = 300, value_parser = crawl_pages)]
-        pages: u64,
-        /// Random seed (same seed, same crawl).
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
+        /// Exit 0 even if some notifications ended as dead letters.
+        #[arg(long)]
+        allow_dead_letters: bool,
     },
 }
 
 /// Rows `[--start, --end)` starting with `--prefix` (`scan`, `notify`).
 #[derive(Debug, Args)]
-pub struct RowRange {
+pub(crate) struct RowRange {
     /// First row (inclusive).
     #[arg(long)]
-    pub start: Option<String>,
+    pub(crate) start: Option<String>,
     /// Last row (exclusive).
     #[arg(long)]
-    pub end: Option<String>,
+    pub(crate) end: Option<String>,
     /// Only rows starting with this.
     #[arg(long)]
-    pub prefix: Option<String>,
+    pub(crate) prefix: Option<String>,
 }
 
 /// `scan` options.
 #[derive(Debug, Args)]
-pub struct ScanArgs {
+pub(crate) struct ScanArgs {
     /// Table.
-    pub table: String,
+    pub(crate) table: String,
     /// Which rows.
     #[command(flatten)]
-    pub rows: RowRange,
+    pub(crate) rows: RowRange,
     /// Only these columns (comma-separated).
     #[arg(long, value_delimiter = ',')]
-    pub columns: Option<Vec<String>>,
-    /// At most this many cells (up to 100000).
-    #[arg(long, default_value_t = 100, value_parser = scan_limit)]
-    pub limit: u64,
+    pub(crate) columns: Option<Vec<String>>,
+    /// At most this many cells (read from the host a page at a time).
+    #[arg(long, default_value_t = 100, value_parser = at_least_one)]
+    pub(crate) limit: u64,
+    /// Continue after the cell this token names (printed when a scan stops at --limit).
+    #[arg(long, value_name = "TOKEN")]
+    pub(crate) after: Option<String>,
 }
 
 /// `load` options.
 #[derive(Debug, Args)]
-pub struct LoadArgs {
+pub(crate) struct LoadArgs {
     /// Target table.
-    pub table: String,
+    pub(crate) table: String,
     /// The file: JSONL (one JSON object per line) or CSV (a header row naming the fields).
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// The field holding the row key (a non-empty string or an integer).
     #[arg(long, default_value = "row")]
-    pub key: String,
+    pub(crate) key: String,
     /// File format (default: from the extension: .jsonl/.ndjson/.json or .csv).
     #[arg(long, value_enum)]
-    pub format: Option<FormatArg>,
+    pub(crate) format: Option<FormatArg>,
     /// Column family of fields without one: field `f` becomes column `FAMILY:f`.
     #[arg(long, default_value = "raw")]
-    pub family: String,
+    pub(crate) family: String,
     /// Fields (comma-separated) whose values are base64 text of the bytes to store, e.g. HTML
     /// in any encoding (JSON and CSV carry only UTF-8 text).
     #[arg(long, value_delimiter = ',', value_name = "FIELDS")]
@@ -196,15 +180,15 @@ pub struct LoadArgs {
     /// Records per transaction, at most 100000 (fewer when they would make more than 8 MiB of
     /// JSON).
     #[arg(long, default_value_t = 200, value_parser = batch_size)]
-    pub batch: u64,
+    pub(crate) batch: u64,
     /// Load the file again even though it was loaded completely before.
     #[arg(long)]
-    pub again: bool,
+    pub(crate) again: bool,
 }
 
 /// `--format`.
 #[derive(Clone, Copy, Debug, ValueEnum)]
-pub enum FormatArg {
+pub(crate) enum FormatArg {
     /// One JSON object per line.
     Jsonl,
     /// Comma-separated values with a header row.
@@ -213,7 +197,7 @@ pub enum FormatArg {
 
 /// `dead-letters` actions.
 #[derive(Debug, Subcommand)]
-pub enum DeadLetterAction {
+pub(crate) enum DeadLetterAction {
     /// Move dead letters back to pending: their observers run again.
     #[command(group(clap::ArgGroup::new("which").required(true).args(["id", "all"])))]
     Retry {
@@ -226,7 +210,7 @@ pub enum DeadLetterAction {
 }
 
 /// The most records per `load` batch (`--batch`).
-pub const MAX_BATCH_RECORDS: u64 = 100_000;
+pub(crate) const MAX_BATCH_RECORDS: u64 = 100_000;
 
 /// A whole number from `min` to `max` (an option's value; clap reports a refusal as a usage
 /// error, exit status 2).
@@ -241,15 +225,6 @@ fn whole_number(s: &str, min: u64, max: u64) -> Result<u64, String> {
 
 fn at_least_one(s: &str) -> Result<u64, String> {
     whole_number(s, 1, u64::MAX)
-}
-
-fn scan_limit(s: &str) -> Result<u64, String> {
-    whole_number(s, 1, MAX_SCAN_LIMIT as u64).map_err(|e| format!("{e} (scan again from the last row to read more)"))
-}
-
-/// `sample-crawl --pages`: the crawl is built in memory (about 2 KiB a page, re-crawls included).
-fn crawl_pages(s: &str) -> Result<u64, String> {
-    whole_number(s, 1, 1_000_000)
 }
 
 fn batch_size(s: &str) -> Result<u64, String> {
@@ -269,65 +244,92 @@ fn wait_seconds(s: &str) -> Result<f64, String> {
 }
 
 /// Runs the command line. `Err` is a message for people (printed once by `main`).
-pub fn run(cli: Cli) -> Result<ExitCode, String> {
+pub(crate) fn run(cli: Cli) -> Result<ExitCode, String> {
     match &cli.command {
         Command::Up { config } => {
             let config = config.as_deref().unwrap_or(&cli.config);
             serve::up(config, serve::signals())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::SampleCrawl { out, pages, seed } => sample_crawl(out, *pages, *seed),
         Command::Load(args) => {
             // Read and check the file before touching any store.
             let input = read_load_input(args)?;
-            let api = connect(&cli, true)?;
-            println!("{}", load_file(api.as_ref(), args, input)?);
+            let route = route::connect(&cli.config, cli.url.as_deref(), true)?;
+            println!("{}", load_file(&route, args, input)?);
             Ok(ExitCode::SUCCESS)
         }
         command => {
-            let api = connect(&cli, false)?;
-            verb(api.as_ref(), command)
+            let route = route::connect(&cli.config, cli.url.as_deref(), false)?;
+            verb(&route, command)
         }
     }
 }
 
-fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
+/// Exit status of `wait` when the pipeline is quiescent but some notifications ended as dead
+/// letters.
+pub(crate) const EXIT_DEAD_LETTERS: u8 = 3;
+
+/// Cells a `scan` asks for per request.
+const SCAN_PAGE: u64 = 10_000;
+
+fn json<T: serde::Serialize>(v: &T) -> Result<String, String> {
+    serde_json::to_string_pretty(v).map_err(|e| e.to_string())
+}
+
+fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
     let out = std::io::stdout();
     let mut out = out.lock();
     let w = |r: std::io::Result<()>| r.map_err(|e| format!("writing the output: {e}"));
     match command {
         Command::Get { table, row, column, hex } => {
-            let v = api.get(&GetRequest { table: table.clone(), row: row.clone(), column: column.clone() })?;
+            let v =
+                route.call::<ep::Get>(GetRequest { table: table.clone(), row: row.clone(), column: column.clone() })?;
             w(writeln!(out, "{}", if *hex { &v.value_hex } else { &v.value }))?;
         }
         Command::Scan(a) => {
-            let r = api.scan(&ScanRequest {
-                table: a.table.clone(),
-                start: a.rows.start.clone(),
-                end: a.rows.end.clone(),
-                prefix: a.rows.prefix.clone(),
-                columns: a.columns.clone(),
-                limit: usize::try_from(a.limit).unwrap_or(usize::MAX),
-            })?;
-            for c in &r.cells {
-                w(writeln!(out, "{}\t{}\t{}", escape(&c.row), escape(&c.column), escape(&c.value)))?;
-            }
-            if r.truncated {
-                eprintln!("percolator: more cells follow (stopped at --limit {})", a.limit);
+            let mut left = a.limit;
+            let mut after = a.after.clone();
+            loop {
+                let r = route.call::<ep::Scan>(ScanRequest {
+                    table: a.table.clone(),
+                    start: a.rows.start.clone(),
+                    end: a.rows.end.clone(),
+                    prefix: a.rows.prefix.clone(),
+                    columns: a.columns.clone(),
+                    limit: usize::try_from(left.min(SCAN_PAGE)).unwrap_or(MAX_SCAN_LIMIT),
+                    after: after.take(),
+                })?;
+                for c in &r.cells {
+                    w(writeln!(out, "{}\t{}\t{}", escape(&c.row), escape(&c.column), escape(&c.value)))?;
+                }
+                left -= r.cells.len() as u64;
+                match r.next {
+                    Some(token) if left == 0 => {
+                        eprintln!(
+                            "percolator: more cells follow (stopped at --limit {}); continue with --after {token}",
+                            a.limit
+                        );
+                        break;
+                    }
+                    Some(token) => after = Some(token),
+                    None => break,
+                }
             }
         }
-        Command::Status { json } => {
-            let s = api.status()?;
-            if *json {
-                w(writeln!(out, "{}", serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?))?;
+        Command::Status { json: as_json } => {
+            let s = route.call::<ep::Status>(Empty {})?;
+            if *as_json {
+                w(writeln!(out, "{}", json(&s)?))?;
             } else {
                 w(out.write_all(render_status(&s).as_bytes()))?;
             }
         }
-        Command::DeadLetters { json, action: None } => {
-            let list = api.dead_letters()?;
-            if *json {
-                w(writeln!(out, "{}", serde_json::to_string_pretty(&list).map_err(|e| e.to_string())?))?;
+        Command::DeadLetters { json: as_json, action: None } => {
+            let list = route.call::<ep::DeadLetters>(Empty {})?;
+            if *as_json {
+                w(writeln!(out, "{}", json(&list)?))?;
+            } else if list.is_empty() {
+                eprintln!("percolator: no dead letters");
             } else {
                 for d in &list {
                     w(writeln!(
@@ -343,10 +345,10 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
                 }
             }
         }
-        Command::DeadLetters { json, action: Some(DeadLetterAction::Retry { id, all }) } => {
-            let r = api.retry(&RetryRequest { id: id.clone(), all: *all })?;
-            if *json {
-                w(writeln!(out, "{}", serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?))?;
+        Command::DeadLetters { json: as_json, action: Some(DeadLetterAction::Retry { id, all }) } => {
+            let r = route.call::<ep::Retry>(RetryRequest { id: id.clone(), all: *all })?;
+            if *as_json {
+                w(writeln!(out, "{}", json(&r)?))?;
             } else {
                 match (r.retried.len(), id) {
                     (_, Some(id)) => w(writeln!(out, "retried {id}"))?,
@@ -354,18 +356,8 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
                 }
             }
         }
-        Command::Query { words, limit } => {
-            let r = api.query(&QueryRequest { words: words.clone(), limit: usize::try_from(*limit).unwrap_or(10) })?;
-            for h in &r.hits {
-                let title = h.title.as_deref().map(escape).unwrap_or_default();
-                w(writeln!(out, "{}\t{}\t{}\t{title}", h.rank, h.url, h.score))?;
-            }
-            if r.hits.is_empty() {
-                eprintln!("percolator: no page has every term ({})", r.terms.join(", "));
-            }
-        }
         Command::Notify { table, column, rows } => {
-            let r = api.notify(&NotifyRequest {
+            let r = route.call::<ep::Notify>(NotifyRequest {
                 table: table.clone(),
                 column: column.clone(),
                 start: rows.start.clone(),
@@ -375,7 +367,7 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
             w(writeln!(out, "notified {} of {table}/{column}", plural(r.notified, "row", "rows")))?;
         }
         Command::Gc => {
-            let s = api.gc()?;
+            let s = route.call::<ep::Gc>(Empty {})?;
             w(writeln!(
                 out,
                 "safepoint {} rows {} locks_resolved {} versions_removed {}{}",
@@ -386,189 +378,87 @@ fn verb(api: &dyn Api, command: &Command) -> Result<ExitCode, String> {
                 if s.deferred { " (deferred: a live transaction holds a lock below the safepoint)" } else { "" }
             ))?;
         }
-        Command::Wait { timeout } => {
-            if !api.wait(&WaitRequest { timeout_secs: *timeout })?.quiescent {
-                eprintln!("percolator: the pipeline did not become quiescent within {timeout} s");
-                return Ok(ExitCode::FAILURE);
-            }
-            // Quiescent, but not everything was processed: say so (the exit status stays 0).
-            let dead = api.dead_letters()?.len();
-            if dead > 0 {
-                eprintln!(
-                    "percolator: quiescent, with {} (percolator dead-letters)",
-                    ops::plural(dead, "dead letter", "dead letters")
-                );
-            }
-        }
-        Command::Up { .. } | Command::Load(_) | Command::SampleCrawl { .. } => unreachable!("handled by run"),
+        Command::Wait { timeout, allow_dead_letters } => return wait(route, *timeout, *allow_dead_letters),
+        Command::Up { .. } | Command::Load(_) => unreachable!("handled by run"),
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Escapes control characters and backslashes so that one value stays on one line.
-pub fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c if c.is_control() => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-            c => out.push(c),
+/// `wait`: on a terminal, waits a second at a time and shows the backlog, the observer runs per
+/// second and an estimate of the time left between waits; elsewhere it waits in one request.
+fn wait(route: &Route, timeout: f64, allow_dead_letters: bool) -> Result<ExitCode, String> {
+    let started = Instant::now();
+    let deadline = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::ZERO);
+    let progress = std::io::stderr().is_terminal() && route.url().is_some();
+    let quiescent = loop {
+        let left = deadline.saturating_sub(started.elapsed());
+        let step = if progress { left.min(Duration::from_secs(1)) } else { left };
+        if route.call::<ep::Wait>(WaitRequest { timeout_secs: step.as_secs_f64() })?.quiescent {
+            break true;
         }
-    }
-    out
-}
-
-/// What the verbs other than `up` need of the configuration: where the store is and how to
-/// reach the host serving it. Taken from the configuration when it loads; else from a lenient
-/// reading of `[store]` and `[http]` alone, so that the commands keep working while a bad
-/// edit (which a running host refuses to reload) is being fixed.
-struct Target {
-    /// The configuration file.
-    file: PathBuf,
-    store_path: PathBuf,
-    durability: Durability,
-    http: HttpConfig,
-    /// The configuration, or why it does not load.
-    config: Result<Config, String>,
-}
-
-impl Target {
-    fn find(file: &Path) -> Result<Target, String> {
-        match Config::load(file) {
-            Ok(c) => Ok(Target {
-                file: c.file.clone(),
-                store_path: c.store_path.clone(),
-                durability: c.durability,
-                http: c.http.clone(),
-                config: Ok(c),
-            }),
-            Err(e) => {
-                let e = e.to_string();
-                match lenient(file) {
-                    Some((store_path, durability, http)) => {
-                        tracing::debug!("{e}; using [store] and [http] of the configuration only");
-                        Ok(Target { file: file.to_owned(), store_path, durability, http, config: Err(e) })
-                    }
-                    None => Err(e),
-                }
-            }
+        if started.elapsed() >= deadline {
+            break false;
         }
-    }
-
-    /// The file a running host writes its base URL to (see [`Config::endpoint_file`]).
-    fn endpoint_file(&self) -> PathBuf {
-        let mut name = self.store_path.as_os_str().to_owned();
-        name.push(".endpoint");
-        PathBuf::from(name)
-    }
-
-    /// `message`, followed by the configuration's problem if it has one.
-    fn explain(&self, message: String) -> String {
-        match &self.config {
-            Ok(_) => message,
-            Err(e) => format!("{message}\n(and the configuration does not load: {e})"),
+        if let Ok(s) = route.call::<ep::Status>(Empty {}) {
+            eprint!("\r\x1b[K{}", wait_progress(&s, started.elapsed()));
         }
-    }
-}
-
-/// `[store] path` and `durability` and `[http] token_file` of the configuration `file`, read
-/// without checking anything else (`None` if it is not TOML or has no store path). Relative
-/// paths are relative to the file's folder, as in [`Config::load`].
-fn lenient(file: &Path) -> Option<(PathBuf, Durability, HttpConfig)> {
-    let src = std::fs::read_to_string(file).ok()?;
-    let doc: toml::Table = toml::from_str(&src).ok()?;
-    let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
-    let rel = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
-    let store = doc.get("store")?.as_table()?;
-    let path = store.get("path")?.as_str().filter(|p| !p.is_empty())?;
-    let durability = match store.get("durability").and_then(toml::Value::as_str) {
-        Some("none") => Durability::None,
-        _ => Durability::Fsync,
     };
-    let token_file = doc
-        .get("http")
-        .and_then(toml::Value::as_table)
-        .and_then(|h| h.get("token_file"))
-        .and_then(toml::Value::as_str)
-        .map(rel);
-    Some((rel(path), durability, HttpConfig { listen: DEFAULT_LISTEN, token_file }))
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    if !quiescent {
+        eprintln!("percolator: the pipeline did not become quiescent within {timeout} s");
+        return Ok(ExitCode::FAILURE);
+    }
+    let dead = route.call::<ep::DeadLetters>(Empty {})?.len();
+    let took = started.elapsed().as_secs_f64();
+    if dead == 0 {
+        eprintln!("percolator: quiescent after {took:.1} s: no pending notification, no dead letter");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let letters = plural(dead, "dead letter", "dead letters");
+    if allow_dead_letters {
+        eprintln!("percolator: quiescent after {took:.1} s, with {letters} (see `percolator dead-letters`)");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "percolator: quiescent after {took:.1} s, but {letters} (their observers kept failing): see \
+             `percolator dead-letters`, retry with `percolator dead-letters retry --all`; \
+             --allow-dead-letters exits 0"
+        );
+        Ok(ExitCode::from(EXIT_DEAD_LETTERS))
+    }
 }
 
-/// The token for `--url`: PERCOLATOR_TOKEN, else the configuration's token file if the
-/// configuration can be read.
-fn url_token(cli: &Cli) -> Result<Option<String>, String> {
-    match Target::find(&cli.config) {
-        Ok(target) => target.http.token(),
-        Err(e) => {
-            tracing::debug!("no token from the configuration: {e}");
-            HttpConfig::default().token()
+/// `waiting 12 s: 1,234 pending notifications, 56.0 runs/s, about 22 s left`.
+fn wait_progress(s: &StatusReport, waited: Duration) -> String {
+    let pending = s.store.pending_notifications;
+    let mut line = format!(
+        "waiting {:.0} s: {}",
+        waited.as_secs_f64(),
+        plural(count(pending, s.store.pending_capped), "pending notification", "pending notifications")
+    );
+    if let Some(h) = &s.host {
+        let rate = h.throughput.observer_runs_per_sec;
+        line.push_str(&format!(", {rate:.1} runs/s"));
+        if rate > 0.0 && pending > 0 {
+            line.push_str(&format!(", about {:.0} s left", pending as f64 / rate));
         }
     }
+    if s.store.dead_letters > 0 {
+        line.push_str(&format!(", {}", plural(s.store.dead_letters, "dead letter", "dead letters")));
+    }
+    line
 }
 
-/// Picks the route: `--url`; else the host named by the endpoint file if it answers; else the
-/// store file (created only when `creates`).
-fn connect(cli: &Cli, creates: bool) -> Result<Box<dyn Api>, String> {
-    if let Some(url) = &cli.url {
-        let remote = Remote::new(url, url_token(cli)?);
-        remote.health()?;
-        return Ok(Box::new(remote));
-    }
-    let target = Target::find(&cli.config)?;
-    let endpoint = target.endpoint_file();
-    let mut answered_at = None;
-    if let Ok(text) = std::fs::read_to_string(&endpoint) {
-        let url = text.trim();
-        let remote = Remote::new(url, target.http.token().map_err(|e| target.explain(e))?);
-        match remote.health() {
-            // A host answers: it must be the one serving this store (not another host that
-            // took the port of a host that died without removing its endpoint file).
-            Ok(h) if same_file(Path::new(&h.store), &target.store_path) => return Ok(Box::new(remote)),
-            Ok(h) => {
-                tracing::debug!("the host at {url} serves {}, not this store; using the store file", h.store);
-                answered_at = Some(format!("{url} (from {}; a host there serves {})", endpoint.display(), h.store));
-            }
-            Err(e) if e.kind == ErrorKind::Unavailable => {
-                tracing::debug!("{e}; using the store file");
-                answered_at = Some(format!("{url} (from {})", endpoint.display()));
-            }
-            Err(e) => return Err(target.explain(e.message)),
-        }
-    }
-    let nobody = answered_at.unwrap_or_else(|| format!("{} (no such file)", endpoint.display()));
-    let path = &target.store_path;
-    if !creates && !path.exists() {
-        return Err(target.explain(format!(
-            "store {} does not exist and no host answers at {nobody}; start one with `percolator up {}`",
-            path.display(),
-            target.file.display()
-        )));
-    }
-    let store = Store::open(
-        path,
-        StoreConfig::default(),
-        RedbConfig { durability: target.durability, ..RedbConfig::default() },
-    )
-    .map_err(|e| {
-        target.explain(if serve::store_is_locked(&e) {
-            format!("store {} is in use by another process and no host answers at {nobody}", path.display())
-        } else {
-            format!("{}: {e}", path.display())
-        })
-    })?;
-    match &target.config {
-        Ok(config) => Ok(Box::new(Direct::open(config, store)?)),
-        Err(e) => Ok(Box::new(Direct::without_bindings(store, path.clone(), e.clone()))),
-    }
+/// What `load` needs of a route: running a command (a test races it with another load).
+trait Calls {
+    fn call<E: Op>(&self, request: E::Request) -> ApiResult<E::Response>;
 }
 
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
-        (Ok(a), Ok(b)) => a == b,
-        _ => a == b,
+impl Calls for Route {
+    fn call<E: Op>(&self, request: E::Request) -> ApiResult<E::Response> {
+        Route::call::<E>(self, request)
     }
 }
 
@@ -604,20 +494,20 @@ fn read_load_input(a: &LoadArgs) -> Result<LoadInput, String> {
     h.update(a.table.as_bytes());
     h.update(b"\n");
     h.update(&bytes);
-    let id = ops::hex(&h.finalize()[..16]);
+    let id = hex(&h.finalize()[..16]);
     Ok(LoadInput { name, parsed, id, options: opts.describe() })
 }
 
 /// Loads the records of `input` in batches (at most `--batch` records and
 /// [`load::MAX_BATCH_BYTES`] of JSON each) and says what was done.
-fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<String, String> {
+fn load_file(api: &impl Calls, a: &LoadArgs, input: LoadInput) -> Result<String, String> {
     let LoadInput { name, parsed, id, options } = input;
     let total = parsed.records.len() as u64;
     if total == 0 {
         return Ok(format!("nothing to load: {name} has no records"));
     }
     let file = std::fs::canonicalize(&a.file).map(|p| p.display().to_string()).unwrap_or_else(|_| name.clone());
-    let plan = api.load_begin(&LoadBegin {
+    let plan = api.call::<ep::LoadBegin>(LoadBeginRequest {
         table: a.table.clone(),
         id,
         file: file.clone(),
@@ -665,7 +555,7 @@ fn load_file(api: &dyn Api, a: &LoadArgs, input: LoadInput) -> Result<String, St
             total,
             records: parsed.records[done as usize..end as usize].to_vec(),
         };
-        let progress = api.load_batch(&batch).map_err(|e| {
+        let progress = api.call::<ep::Load>(batch).map_err(|e| {
             bar.abandon();
             format!("{e}\n{}; run the same command again to resume", loaded_so_far(done, total, &name))
         })?;
@@ -711,36 +601,6 @@ fn batch_end(sizes: &[usize], start: usize, max_records: u64) -> usize {
     end
 }
 
-fn sample_crawl(out: &Path, pages: u64, seed: u64) -> Result<ExitCode, String> {
-    let pages = usize::try_from(pages).map_err(|_| format!("--pages {pages} is too many for this machine"))?;
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
-    let crawl = webindex::crawl::generate(seed, pages);
-    let write = |file: &str, list: &[webindex::crawl::CrawlPage]| -> Result<PathBuf, String> {
-        let path = out.join(file);
-        let mut text = String::new();
-        for p in list {
-            if !p.pagerank.is_finite() {
-                return Err(format!("the generator made a non-finite PageRank for {}", p.url));
-            }
-            let line = serde_json::json!({"url": p.url, "html": p.html, "pagerank": p.pagerank});
-            text.push_str(&line.to_string());
-            text.push('\n');
-        }
-        std::fs::write(&path, text).map_err(|e| format!("{}: cannot write: {e}", path.display()))?;
-        Ok(path)
-    };
-    let first = write("crawl.jsonl", &crawl.pages)?;
-    let again = write("recrawl.jsonl", &crawl.recrawls)?;
-    println!(
-        "wrote {} to {} and {} to {}",
-        plural(crawl.pages.len(), "page", "pages"),
-        first.display(),
-        plural(crawl.recrawls.len(), "re-crawl", "re-crawls"),
-        again.display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
 /// Aligns columns (the last one is not padded).
 fn table(rows: &[Vec<String>]) -> String {
     let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
@@ -766,7 +626,7 @@ fn count(n: u64, capped: bool) -> String {
 }
 
 /// `status` for people.
-pub fn render_status(s: &StatusReport) -> String {
+pub(crate) fn render_status(s: &StatusReport) -> String {
     let mut out = String::new();
     let st = &s.store;
     if let Some(e) = &s.config_error {
@@ -869,50 +729,21 @@ mod tests {
             let text = e.to_string();
             assert!(text.contains(says), "{args:?}: {text}");
         };
-        usage(&["query", "x", "--limit", "0"], "for '--limit <LIMIT>': must be at least 1");
-        usage(&["query", "x", "--limit", "ten"], "\"ten\" is not a whole number");
-        usage(&["sample-crawl", "--out", "d", "--pages", "0"], "for '--pages <PAGES>': must be from 1 to 1000000");
-        usage(&["scan", "t", "--limit", "0"], "must be from 1 to 100000 (scan again from the last row");
-        usage(&["scan", "t", "--limit", "100001"], "must be from 1 to 100000");
+        usage(&["scan", "t", "--limit", "0"], "for '--limit <LIMIT>': must be at least 1");
+        usage(&["scan", "t", "--limit", "ten"], "\"ten\" is not a whole number");
         usage(&["load", "t", "f.jsonl", "--batch", "0"], "must be from 1 to 100000");
         usage(&["wait", "--timeout", "1e19"], "must be at most 3600 seconds");
         usage(&["wait", "--timeout=-1"], "\"-1\" is not a number of seconds");
         usage(&["wait", "--timeout", "NaN"], "\"NaN\" is not a number of seconds");
         for ok in [
-            &["query", "x", "--limit", "1"][..],
-            &["scan", "t", "--limit", "100000"],
+            &["scan", "t", "--limit", "1"][..],
+            &["scan", "t", "--limit", "1000000000"],
             &["load", "t", "f", "--batch", "100000"],
             &["wait", "--timeout", "3600"],
             &["wait", "--timeout", "0.5"],
         ] {
             parse(ok).unwrap();
         }
-    }
-
-    #[test]
-    fn a_broken_configuration_still_names_the_store_and_the_token_file() {
-        let dir = std::env::temp_dir().join(format!("percolator-lenient-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let file = dir.join("p.toml");
-        let write = |text: &str| std::fs::write(&file, text).unwrap();
-        // The observers folder is missing and a binding is wrong: the configuration does not load.
-        write(
-            "[store]\npath = \"s.redb\"\ndurability = \"none\"\n[observers]\ndir = \"nowhere\"\n\
-             [http]\ntoken_file = \"tok\"\nlisten = \"127.0.0.1:0\"\n[[binding]]\nname = 1\n",
-        );
-        let t = Target::find(&file).unwrap();
-        assert!(t.config.as_ref().is_err_and(|e| e.contains("p.toml")), "{:?}", t.config);
-        assert_eq!((t.store_path.as_path(), t.durability), (dir.join("s.redb").as_path(), Durability::None));
-        assert_eq!(t.http.token_file, Some(dir.join("tok")));
-        assert_eq!(t.endpoint_file(), dir.join("s.redb.endpoint"));
-        assert!(t.explain("x".into()).starts_with("x\n(and the configuration does not load: "));
-        // Not TOML, or no store path: the configuration's own error.
-        for text in ["[store\npath = \"s.redb\"\n", "[observers]\ndir = \"o\"\n", "[store]\npath = 3\n"] {
-            write(text);
-            let e = Target::find(&file).err().unwrap();
-            assert_eq!(e, Config::load(&file).unwrap_err().to_string());
-        }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -952,53 +783,34 @@ mod tests {
 
     /// The store, where another run of the same load writes each batch just before this one.
     struct Racing {
-        store: Store,
+        cx: percolator_server::ops::Context,
     }
 
-    impl Api for Racing {
-        fn load_begin(&self, r: &LoadBegin) -> ops::OpResult<LoadPlan> {
-            ops::load_begin(&self.store, r)
-        }
-        fn load_batch(&self, r: &LoadBatch) -> ops::OpResult<LoadProgress> {
-            if r.start == 0 {
-                ops::load_batch(&self.store, r)?;
+    impl Calls for Racing {
+        fn call<E: Op>(&self, r: E::Request) -> ApiResult<E::Response> {
+            if E::PATH == ep::Load::PATH {
+                let batch: LoadBatch = serde_json::from_value(serde_json::to_value(&r).unwrap()).unwrap();
+                if batch.start == 0 {
+                    percolator_server::ops::call::<ep::Load>(&self.cx, batch)?;
+                }
             }
-            ops::load_batch(&self.store, r)
-        }
-        fn get(&self, _: &GetRequest) -> ops::OpResult<Value> {
-            unreachable!("not used by load")
-        }
-        fn scan(&self, _: &ScanRequest) -> ops::OpResult<ScanResponse> {
-            unreachable!("not used by load")
-        }
-        fn status(&self) -> ops::OpResult<StatusReport> {
-            unreachable!("not used by load")
-        }
-        fn dead_letters(&self) -> ops::OpResult<Vec<DeadLetterReport>> {
-            unreachable!("not used by load")
-        }
-        fn retry(&self, _: &RetryRequest) -> ops::OpResult<RetryResponse> {
-            unreachable!("not used by load")
-        }
-        fn query(&self, _: &QueryRequest) -> ops::OpResult<QueryResponse> {
-            unreachable!("not used by load")
-        }
-        fn gc(&self) -> ops::OpResult<GcReport> {
-            unreachable!("not used by load")
-        }
-        fn notify(&self, _: &NotifyRequest) -> ops::OpResult<NotifyResponse> {
-            unreachable!("not used by load")
-        }
-        fn wait(&self, _: &WaitRequest) -> ops::OpResult<WaitResponse> {
-            unreachable!("not used by load")
+            percolator_server::ops::call::<E>(&self.cx, r)
         }
     }
 
     #[test]
     fn load_reports_the_records_this_run_wrote() {
-        let store =
-            Store::with_backend(std::sync::Arc::new(percolator_store::MemBigtable::new()), StoreConfig::default())
-                .unwrap();
+        let store = percolator_store::Store::with_backend(
+            std::sync::Arc::new(percolator_store::MemBigtable::new()),
+            Default::default(),
+        )
+        .unwrap();
+        let cx = percolator_server::ops::Context {
+            store,
+            store_path: std::sync::Arc::new(PathBuf::from("mem")),
+            host: None,
+            config_error: None,
+        };
         let args = LoadArgs {
             table: "t".into(),
             file: PathBuf::from("/nonexistent/f.jsonl"),
@@ -1018,13 +830,8 @@ mod tests {
         };
         let parsed = load::parse("f.jsonl", src, "t", &opts).unwrap();
         let input = LoadInput { name: "f.jsonl".into(), parsed, id: "0".repeat(32), options: opts.describe() };
-        let out = load_file(&Racing { store }, &args, input).unwrap();
+        let out = load_file(&Racing { cx }, &args, input).unwrap();
         assert!(out.starts_with("loaded 1 record into t in "), "{out}");
         assert!(out.ends_with(" s (2 more were written meanwhile by another run of this load)"), "{out}");
-    }
-
-    #[test]
-    fn escape_keeps_one_value_on_one_line() {
-        assert_eq!(escape("a\tb\nc\\d\u{1}é"), "a\\tb\\nc\\\\d\\u{1}é");
     }
 }

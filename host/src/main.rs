@@ -1,11 +1,14 @@
 //! `percolator`: the host binary. Parses the command line, installs logging, runs the command
-//! ([`percolator_host::cli::run`]) and prints its error once.
+//! ([`cli::run`]: `up` is `percolator_server::serve::up`, the other verbs are
+//! `percolator_server` commands reached through a `Route`) and prints its error once.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::Parser;
-use percolator_host::cli::{Cli, Command};
+use cli::{Cli, Command};
+
+mod cli;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -19,7 +22,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
         .init();
-    match percolator_host::cli::run(cli) {
+    match cli::run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("percolator: {e}");

@@ -1,20 +1,25 @@
-//! Shared by the host's integration tests: where the guest components are, and an in-process
+//! Shared by the integration tests of the host's crates (`host/tests`, `host/server/tests`,
+//! `apps/webindex/tests` include this file): where the guest components are, and an in-process
 //! host (store, pipeline, scanner) over a redb store in a temp dir.
 #![allow(dead_code, unreachable_pub)] // each test binary uses its own subset
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use percolator_host::Runtime;
-use percolator_host::config::Config;
-use percolator_host::pipeline::Pipeline;
+use percolator_runtime::Runtime;
+use percolator_server::config::Config;
+use percolator_server::pipeline::Pipeline;
 use percolator_store::{Durability, RedbConfig, Scanner, ScannerConfig, Store, StoreConfig};
 
 /// Where `scripts/build-guests` puts the guest modules (`PERCOLATOR_GUESTS` overrides).
 pub fn guests_dir() -> PathBuf {
-    std::env::var_os("PERCOLATOR_GUESTS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests"))
+    std::env::var_os("PERCOLATOR_GUESTS").map(PathBuf::from).unwrap_or_else(|| workspace().join("target/guests"))
+}
+
+/// The workspace's root folder (the one holding `Cargo.lock`).
+pub fn workspace() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.ancestors().find(|p| p.join("Cargo.lock").is_file()).unwrap_or(here).to_path_buf()
 }
 
 /// The module of guest crate `name` (dashes or underscores).
@@ -72,4 +77,22 @@ pub fn start(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_thread
     pipeline.apply(&config).unwrap();
     let scanner = Some(store.start_scanner(ScannerConfig { threads: scanner_threads, ..ScannerConfig::default() }));
     Host { dir, store, pipeline, scanner }
+}
+
+/// The `percolator` binary, for tests of other packages (a package's own tests use
+/// `CARGO_BIN_EXE_percolator`): `PERCOLATOR_BIN`, else the one cargo built next to the test
+/// (`cargo test --workspace` builds it with the `percolator` package's tests).
+pub fn percolator_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("PERCOLATOR_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> → target/<profile>/percolator
+    let bin = exe.parent().and_then(Path::parent).map(|d| d.join("percolator")).unwrap();
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (cargo build -p percolator) or set PERCOLATOR_BIN",
+        bin.display()
+    );
+    bin
 }

@@ -1,60 +1,47 @@
-//! The JSON types of the HTTP API. Both routes of the command line use them: the direct route
-//! gets them from [`ops`](crate::ops) in-process, the client route from the host over HTTP, so
-//! both print the same thing.
+//! The request and answer types of the API (JSON on the wire). Both routes of a client use
+//! them: a running host answers them over HTTP, the no-host route of `percolator-server`
+//! computes them in-process, so both print the same thing. Which type goes with which path is
+//! said once, in [`endpoint`](crate::endpoint).
 //!
 //! Byte strings (rows, values) are sent twice: as UTF-8 text (invalid sequences replaced, for
 //! people and `curl`) and as hex (exact).
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The largest request body the host accepts (bytes); a larger one is refused with 413.
 pub const MAX_REQUEST_BYTES: usize = 64 << 20;
-/// The most cells one [`ScanRequest`] may ask for; a larger `limit` is refused with 400 (scan
-/// on from the last row to read more).
+/// The most cells one [`ScanRequest`] may ask for; a larger `limit` is refused with 400 (ask
+/// for the next page with [`ScanResponse::next`] to read more).
 pub const MAX_SCAN_LIMIT: usize = 100_000;
+/// The `limit` of a [`ScanRequest`] that gives none.
+pub const DEFAULT_SCAN_LIMIT: usize = 100;
+/// The `timeout_secs` of a [`WaitRequest`] that gives none.
+pub const DEFAULT_WAIT_SECS: f64 = 60.0;
 /// The longest [`WaitRequest`] timeout, in seconds; a longer one is refused with 400.
 pub const MAX_WAIT_SECS: u64 = 3600;
 
-/// API paths (all under `/v1` except [`METRICS`](path::METRICS)).
-pub mod path {
-    /// `GET`: is the host up (and is the token right)?
-    pub const HEALTH: &str = "/v1/health";
-    /// `GET`: pipeline, observers, backlog, throughput.
-    pub const STATUS: &str = "/v1/status";
-    /// `POST` [`GetRequest`](super::GetRequest).
-    pub const GET: &str = "/v1/get";
-    /// `POST` [`ScanRequest`](super::ScanRequest).
-    pub const SCAN: &str = "/v1/scan";
-    /// `POST` [`LoadBegin`](super::LoadBegin): where a load stands.
-    pub const LOAD_BEGIN: &str = "/v1/load/begin";
-    /// `POST` [`LoadBatch`](super::LoadBatch): one batch of a load.
-    pub const LOAD: &str = "/v1/load";
-    /// `GET`: the dead letters.
-    pub const DEAD_LETTERS: &str = "/v1/dead-letters";
-    /// `POST` [`RetryRequest`](super::RetryRequest).
-    pub const RETRY: &str = "/v1/dead-letters/retry";
-    /// `POST` [`QueryRequest`](super::QueryRequest).
-    pub const QUERY: &str = "/v1/query";
-    /// `POST`: garbage collection.
-    pub const GC: &str = "/v1/gc";
-    /// `POST` [`WaitRequest`](super::WaitRequest).
-    pub const WAIT: &str = "/v1/wait";
-    /// `POST`: notify a column's observers of the rows that already have a value.
-    pub const NOTIFY: &str = "/v1/notify";
-    /// `GET`: Prometheus text exposition format 0.0.4.
-    pub const METRICS: &str = "/metrics";
-}
+/// The table holding load checkpoints (one row per load id); nothing else may be written there.
+pub const LOADS_TABLE: &str = "_loads";
+/// Records of the file loaded so far (the checkpoint).
+pub const LOAD_LINES: &str = "load:lines";
+/// The file loaded.
+pub const LOAD_FILE: &str = "load:file";
+/// Records in the file.
+pub const LOAD_TOTAL: &str = "load:total";
+/// How the file is read (format, key field, family).
+pub const LOAD_OPTIONS: &str = "load:options";
 
 /// The body of every error response.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
     /// What went wrong.
     pub error: String,
 }
 
 /// `GET /v1/health`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Health {
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct HealthReport {
     /// Always true.
     pub ok: bool,
     /// The host's version.
@@ -64,7 +51,7 @@ pub struct Health {
 }
 
 /// `POST /v1/get`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetRequest {
     /// Table.
@@ -76,7 +63,7 @@ pub struct GetRequest {
 }
 
 /// A value: the answer to [`GetRequest`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct Value {
     /// As UTF-8 (invalid sequences replaced).
     pub value: String,
@@ -85,7 +72,7 @@ pub struct Value {
 }
 
 /// `POST /v1/scan`: cells of rows in `[start, end)` whose row starts with `prefix`.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScanRequest {
     /// Table.
@@ -102,14 +89,42 @@ pub struct ScanRequest {
     /// Only these columns (default: every column).
     #[serde(default)]
     pub columns: Option<Vec<String>>,
-    /// At most this many cells (1 to [`MAX_SCAN_LIMIT`]).
+    /// At most this many cells (1 to [`MAX_SCAN_LIMIT`]; default [`DEFAULT_SCAN_LIMIT`]).
+    #[serde(default = "default_scan_limit")]
+    #[schemars(range(min = 1, max = 100_000))]
     pub limit: usize,
+    /// Resume after the cell this token names: the [`ScanResponse::next`] of the previous page
+    /// (with the same table, range and columns). Each page reads its own snapshot.
+    #[serde(default)]
+    pub after: Option<String>,
+}
+
+impl Default for ScanRequest {
+    fn default() -> ScanRequest {
+        ScanRequest {
+            table: String::new(),
+            start: None,
+            end: None,
+            prefix: None,
+            columns: None,
+            limit: DEFAULT_SCAN_LIMIT,
+            after: None,
+        }
+    }
+}
+
+fn default_scan_limit() -> usize {
+    DEFAULT_SCAN_LIMIT
+}
+
+fn default_wait_secs() -> f64 {
+    DEFAULT_WAIT_SECS
 }
 
 /// `POST /v1/notify`: sets the notify cell of `table/column` in every row of the range (as in
 /// [`ScanRequest`]) where the column has a value, so that the column's observers run on data
 /// written before they were bound.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NotifyRequest {
     /// Table.
@@ -128,14 +143,14 @@ pub struct NotifyRequest {
 }
 
 /// The answer to [`NotifyRequest`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct NotifyResponse {
     /// Rows notified.
     pub notified: u64,
 }
 
 /// One cell of a [`ScanResponse`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ScanCell {
     /// Row key as UTF-8 (invalid sequences replaced).
     pub row: String,
@@ -150,16 +165,19 @@ pub struct ScanCell {
 }
 
 /// The answer to [`ScanRequest`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ScanResponse {
     /// Cells in (row, column) order.
     pub cells: Vec<ScanCell>,
     /// True if more cells follow beyond the limit.
     pub truncated: bool,
+    /// When more cells follow: the token that asks for the next page ([`ScanRequest::after`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next: Option<String>,
 }
 
 /// One record of a load: a row and its cells (`None` deletes the cell).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoadRecord {
     /// Row key.
@@ -170,7 +188,7 @@ pub struct LoadRecord {
 
 /// A value to write: text (a JSON string, stored as its UTF-8 bytes), or any bytes as
 /// `{"base64": "..."}` (standard alphabet, padding optional).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum CellValue {
     /// UTF-8 text.
@@ -217,9 +235,9 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
 }
 
 /// `POST /v1/load/begin`: where does the load of this file stand? Writes nothing.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct LoadBegin {
+pub struct LoadBeginRequest {
     /// Target table.
     pub table: String,
     /// The load's base id: hex SHA-256 of `table + "\n" + file bytes`, first 16 bytes.
@@ -237,8 +255,8 @@ pub struct LoadBegin {
     pub columns: Vec<String>,
 }
 
-/// What a load is to do: the answer to [`LoadBegin`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// What a load is to do: the answer to [`LoadBeginRequest`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct LoadPlan {
     /// The load id to use for the batches (the base id, with `-N` for the Nth `--again`).
     pub id: String,
@@ -251,7 +269,7 @@ pub struct LoadPlan {
 }
 
 /// Where a load stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LoadState {
     /// Nothing loaded yet.
@@ -265,7 +283,7 @@ pub enum LoadState {
 /// `POST /v1/load`: one batch, written in one transaction together with the load's checkpoint
 /// (`_loads/<id>`), and only if the checkpoint says these records are not in yet. Sending a
 /// batch twice (a retry after a lost response) writes it once.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoadBatch {
     /// Target table.
@@ -274,7 +292,7 @@ pub struct LoadBatch {
     pub id: String,
     /// The file (recorded in the checkpoint).
     pub file: String,
-    /// As in [`LoadBegin::options`].
+    /// As in [`LoadBeginRequest::options`].
     pub options: String,
     /// Index of the batch's first record in the file.
     pub start: u64,
@@ -285,7 +303,7 @@ pub struct LoadBatch {
 }
 
 /// The answer to [`LoadBatch`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct LoadProgress {
     /// Records of the file loaded now (the checkpoint).
     pub done: u64,
@@ -299,7 +317,7 @@ pub struct LoadProgress {
 }
 
 /// `GET /v1/status`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct StatusReport {
     /// The running host, if one serves the store.
     pub host: Option<HostReport>,
@@ -313,7 +331,7 @@ pub struct StatusReport {
 }
 
 /// Store-level status (known with or without a host).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct StoreReport {
     /// The store file.
     pub path: String,
@@ -326,7 +344,7 @@ pub struct StoreReport {
 }
 
 /// What a running host reports.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct HostReport {
     /// The API's base URL.
     pub url: String,
@@ -349,7 +367,7 @@ pub struct HostReport {
 }
 
 /// One loaded binding.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct BindingReport {
     /// Binding (and observer) name.
     pub name: String,
@@ -378,7 +396,7 @@ pub struct BindingReport {
 }
 
 /// Rates over the last [`Throughput::window_secs`] seconds.
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Throughput {
     /// The window actually covered (shorter just after start-up).
     pub window_secs: f64,
@@ -391,7 +409,7 @@ pub struct Throughput {
 }
 
 /// The store's counters (`percolator_store::Metrics`).
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[allow(missing_docs)]
 pub struct MetricsReport {
     pub commits: u64,
@@ -409,7 +427,7 @@ pub struct MetricsReport {
 }
 
 /// One dead letter (`GET /v1/dead-letters` answers a list of them).
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct DeadLetterReport {
     /// Its id (for `retry`).
     pub id: String,
@@ -432,7 +450,7 @@ pub struct DeadLetterReport {
 }
 
 /// `POST /v1/dead-letters/retry`: one id, or all.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RetryRequest {
     /// The dead letter to retry.
@@ -444,48 +462,14 @@ pub struct RetryRequest {
 }
 
 /// The answer to [`RetryRequest`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct RetryResponse {
     /// The ids moved back to pending.
     pub retried: Vec<String>,
 }
 
-/// `POST /v1/query`: pages of the web index having every term of `words`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct QueryRequest {
-    /// The words (their terms are searched).
-    pub words: Vec<String>,
-    /// At most this many results.
-    pub limit: usize,
-}
-
-/// The answer to [`QueryRequest`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct QueryResponse {
-    /// The terms searched.
-    pub terms: Vec<String>,
-    /// Best first.
-    pub hits: Vec<QueryHit>,
-    /// Pages matching (before the limit).
-    pub matched: u64,
-}
-
-/// One page found.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct QueryHit {
-    /// 1-based.
-    pub rank: usize,
-    /// The page.
-    pub url: String,
-    /// Summed occurrences of the terms.
-    pub score: u64,
-    /// `pages/<url>/doc:title`, if any.
-    pub title: Option<String>,
-}
-
 /// The answer to `POST /v1/gc`.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct GcReport {
     /// Versions at or below this timestamp were considered.
     pub safepoint: u64,
@@ -500,15 +484,17 @@ pub struct GcReport {
 }
 
 /// `POST /v1/wait`.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitRequest {
-    /// Give up after this many seconds (0 to [`MAX_WAIT_SECS`]).
+    /// Give up after this many seconds (0 to [`MAX_WAIT_SECS`]; default [`DEFAULT_WAIT_SECS`]).
+    #[serde(default = "default_wait_secs")]
+    #[schemars(range(min = 0, max = 3600))]
     pub timeout_secs: f64,
 }
 
 /// The answer to [`WaitRequest`].
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct WaitResponse {
     /// True if the pipeline reached its fixed point (no notification pending, no run going).
     pub quiescent: bool,

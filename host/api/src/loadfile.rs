@@ -15,7 +15,7 @@ use std::path::Path;
 use serde::de::{Deserializer, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
-use crate::api::{CellValue, LoadRecord, MAX_REQUEST_BYTES, decode_base64};
+use crate::types::{CellValue, LoadRecord, MAX_REQUEST_BYTES, decode_base64};
 
 /// At most this many problems are listed.
 const MAX_ERRORS: usize = 20;
@@ -265,7 +265,7 @@ fn parse_limited(
                 0,
                 format!(
                     "--base64 names {} that no record has: {}",
-                    crate::ops::plural(missing.len(), "field", "fields"),
+                    crate::text::plural(missing.len(), "field", "fields"),
                     missing.join(", ")
                 ),
             );

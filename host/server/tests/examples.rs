@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use percolator_store::Transaction;
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::start;

@@ -10,11 +10,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use percolator_host::Runtime;
-use percolator_host::api::ScanRequest;
-use percolator_host::client::{Api, Remote};
-use percolator_host::config::Config;
-use percolator_host::pipeline::Pipeline;
+use percolator_api::endpoint::Scan;
+use percolator_api::{Remote, ScanRequest};
+use percolator_runtime::Runtime;
+use percolator_server::config::Config;
+use percolator_server::pipeline::Pipeline;
 use percolator_store::{Durability, RedbConfig, ScannerConfig, Store, StoreConfig};
 use webindex::batch::{self, Tables};
 use webindex::crawl::{self, CrawlPage};
@@ -24,9 +24,10 @@ use webindex::schema;
 type Inputs = BTreeMap<String, (Option<Vec<u8>>, Option<Vec<u8>>)>;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    common::workspace()
 }
 
+#[path = "../../../host/tests/common/mod.rs"]
 mod common;
 
 /// A fresh temp dir holding an `observers/` folder with the pipeline's components and
@@ -163,7 +164,7 @@ impl HostProcess {
     fn start(dir: &Path) -> HostProcess {
         let _ = std::fs::remove_file(dir.join("store.redb.endpoint"));
         let log = std::fs::File::create(dir.join("host.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_percolator"))
+        let child = Command::new(common::percolator_bin())
             .arg("up")
             .arg(dir.join("pipeline.toml"))
             .stdout(Stdio::null())
@@ -202,12 +203,7 @@ fn read_log(dir: &Path) -> String {
 }
 
 fn percolator(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_percolator"))
-        .arg("--config")
-        .arg(dir.join("pipeline.toml"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(common::percolator_bin()).arg("--config").arg(dir.join("pipeline.toml")).args(args).output().unwrap()
 }
 
 fn write_jsonl(path: &Path, records: &[CrawlPage]) {
@@ -244,20 +240,18 @@ fn incremental_equals_batch_across_host_kills_mid_load() {
             let api = Remote::new(endpoint.trim(), None);
             let scan = ScanRequest {
                 table: "_loads".into(),
-                start: None,
-                end: None,
-                prefix: None,
                 columns: Some(vec!["load:lines".into()]),
                 limit: 100,
+                ..Default::default()
             };
             // Progress of this load: the checkpoint row that earlier loads did not have.
             let rows = |api: &Remote| -> Vec<(String, usize)> {
-                api.scan(&scan)
+                api.call::<Scan>(&scan)
                     .map(|r| r.cells.iter().map(|c| (c.row.clone(), c.value.parse().unwrap_or(0))).collect())
                     .unwrap_or_default()
             };
             let earlier: Vec<String> = rows(&api).into_iter().map(|(row, _)| row).collect();
-            let load = Command::new(env!("CARGO_BIN_EXE_percolator"))
+            let load = Command::new(common::percolator_bin())
                 .arg("--config")
                 .arg(dir.join("pipeline.toml"))
                 .args(["load", "pages", file, "--key", "url", "--batch", "1"])

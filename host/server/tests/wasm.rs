@@ -7,10 +7,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use percolator_host::config::Config;
-use percolator_host::{Runtime, reload};
+use percolator_runtime::Runtime;
+use percolator_server::config::Config;
+use percolator_server::reload;
 use percolator_store::Store;
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use common::{Host, guest};

@@ -10,12 +10,14 @@ use std::time::{Duration, SystemTime};
 
 use percolator_store::{RedbConfig, ScannerConfig, Store, StoreConfig};
 
+use percolator_runtime::Runtime;
+
 use crate::config::Config;
 use crate::http::{self, AppState};
-use crate::metrics::Sampler;
-use crate::ops::HostContext;
+use crate::ops::{Context, HostContext};
 use crate::pipeline::Pipeline;
-use crate::{Runtime, reload};
+use crate::reload;
+use crate::sampler::Sampler;
 
 /// In-flight requests get this long to finish after the shutdown signal.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -104,21 +106,21 @@ async fn serve(
     let addr = listener.local_addr().map_err(|e| format!("listening on {listen}: {e}"))?;
     let url = base_url(addr);
     let sampler = Arc::new(Sampler::new());
+    let (stop_serving, mut stopped) = tokio::sync::watch::channel(false);
     let host = Arc::new(HostContext {
         pipeline: pipeline.clone(),
         sampler: sampler.clone(),
         url: url.clone(),
         started_at: SystemTime::now(),
+        shutdown: stopped.clone(),
     });
-    let (stop_serving, mut stopped) = tokio::sync::watch::channel(false);
-    let app = http::router(AppState::new(
-        store.clone(),
-        config.store_path.clone(),
-        host,
-        token.as_deref(),
-        addr,
-        stopped.clone(),
-    ));
+    let cx = Context {
+        store: store.clone(),
+        store_path: Arc::new(config.store_path.clone()),
+        host: Some(host),
+        config_error: None,
+    };
+    let app = http::router(AppState::new(cx, token.as_deref(), addr));
     let server = tokio::spawn(
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use percolator_host::config::Config;
+use percolator_server::config::Config;
 use percolator_store::{Durability, NotifyKind};
 
 struct Dir(PathBuf);

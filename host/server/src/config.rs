@@ -9,10 +9,9 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use percolator_store::{Durability, NotifyKind};
-
-use crate::access::{Access, ColumnRule};
-use crate::runtime::Limits;
+use percolator_api::LOADS_TABLE;
+use percolator_runtime::{Access, ColumnRule, Limits};
+use percolator_store::{Durability, NotifyKind, ObserverSpec};
 
 /// A configuration error, located.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +133,19 @@ pub struct Binding {
     pub max_attempts: u32,
     /// Per-run limits.
     pub limits: Limits,
+}
+
+impl Binding {
+    /// What the store needs to know of it (its observer's name, column, kind and attempts).
+    pub fn spec(&self) -> ObserverSpec {
+        ObserverSpec {
+            name: self.name.clone(),
+            table: self.table.clone(),
+            column: self.column.clone(),
+            kind: self.kind,
+            max_attempts: self.max_attempts,
+        }
+    }
 }
 
 /// The host's HTTP API (`[http]`).
@@ -335,13 +347,13 @@ impl Config {
             }
             percolator_store::validate_table(b.table.get_ref())
                 .map_err(|e| cx.err(Some(b.table.span()), f("table"), e.to_string()))?;
-            if b.table.get_ref() == crate::ops::LOADS_TABLE {
+            if b.table.get_ref() == LOADS_TABLE {
                 return Err(cx.err(
                     Some(b.table.span()),
                     f("table"),
                     format!(
                         "table {:?} is reserved: it holds the checkpoints of loads, not data; bind a table of your own",
-                        crate::ops::LOADS_TABLE
+                        LOADS_TABLE
                     ),
                 ));
             }

@@ -6,10 +6,10 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
+use percolator_runtime::{RunCounts, Runtime, WasmObserver};
 use percolator_store::{NotifyKind, Observer, ObserverSpec, Store};
 
 use crate::config::{Binding, Config};
-use crate::runtime::{RunCounts, Runtime, WasmObserver};
 
 /// What is loaded for one binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,19 +91,8 @@ impl Pipeline {
                     state.1.last_error = None;
                     return Ok(());
                 }
-                let observers: Vec<(ObserverSpec, Arc<dyn Observer>)> = loaded
-                    .values()
-                    .map(|l| {
-                        let spec = ObserverSpec {
-                            name: l.binding.name.clone(),
-                            table: l.binding.table.clone(),
-                            column: l.binding.column.clone(),
-                            kind: l.binding.kind,
-                            max_attempts: l.binding.max_attempts,
-                        };
-                        (spec, l.observer.clone() as Arc<dyn Observer>)
-                    })
-                    .collect();
+                let observers: Vec<(ObserverSpec, Arc<dyn Observer>)> =
+                    loaded.values().map(|l| (l.binding.spec(), l.observer.clone() as Arc<dyn Observer>)).collect();
                 if let Err(e) = self.store.set_observers(observers) {
                     let msg = format!("{}: {e}", config.file.display());
                     state.1.last_error = Some(msg.clone());

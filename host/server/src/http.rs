@@ -1,6 +1,8 @@
-//! The host's HTTP API (axum): JSON under `/v1`, Prometheus text at `/metrics`. Every handler
-//! runs its [`ops`] function on a blocking thread (store calls block); `wait` polls instead, so
-//! that it holds no thread and ends at shutdown.
+//! The host's HTTP API (axum): JSON under `/v1`, Prometheus text at `/metrics`, the API's
+//! OpenAPI description at `/v1/openapi.json`. The routes are derived from the list of
+//! commands ([`ops::register`]): each [`Op`]'s endpoint gives the method and path, its body is
+//! parsed into the endpoint's request type, and [`Op::serve`] answers it (on a blocking thread;
+//! `wait` polls instead, so that it holds no thread and ends at shutdown).
 //!
 //! Every request passes a guard first. Browsers can reach a loopback port too, so a page the
 //! user visits must not be able to drive the API: a POST must say `Content-Type:
@@ -11,9 +13,7 @@
 //! other listener, so there the `Host` is not checked).
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -23,71 +23,58 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use percolator_store::Store;
-use serde::Serialize;
+use percolator_api::endpoint::{self, METRICS_PATH, OPENAPI_PATH};
+use percolator_api::{ApiError, ErrorBody, ErrorKind, MAX_REQUEST_BYTES};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
-use tokio::sync::watch;
 
-use crate::api::{self, ErrorBody, MAX_REQUEST_BYTES, path};
-use crate::ops::{self, ErrorKind, HostContext, OpError, OpResult};
-
-/// How often a `wait` looks at the pipeline.
-const WAIT_POLL: Duration = Duration::from_millis(20);
+use crate::ops::{self, Context, Op, Registry};
 
 /// What the handlers share.
 #[derive(Clone)]
 pub struct AppState {
-    store: Store,
-    store_path: Arc<PathBuf>,
-    host: Arc<HostContext>,
+    /// What the commands run on (with the host).
+    cx: Context,
     /// SHA-256 of the token, if one is required (compared in constant time).
     token: Option<Arc<[u8; 32]>>,
     /// The listener is on loopback: only loopback `Host` headers are served.
     check_host: bool,
-    /// Becomes true when the host starts shutting down (ends running `wait`s).
-    shutdown: watch::Receiver<bool>,
 }
 
 impl AppState {
-    /// The state of a host serving `store` (at `store_path`) on a listener bound to `listen`;
-    /// `token` is required of every request when given; `shutdown` turns true when the host
-    /// stops.
-    pub fn new(
-        store: Store,
-        store_path: PathBuf,
-        host: Arc<HostContext>,
-        token: Option<&str>,
-        listen: SocketAddr,
-        shutdown: watch::Receiver<bool>,
-    ) -> AppState {
+    /// The state of a host serving `cx` (which must have its [`Context::host`]) on a listener
+    /// bound to `listen`; `token` is required of every request when given.
+    pub fn new(cx: Context, token: Option<&str>, listen: SocketAddr) -> AppState {
         AppState {
-            store,
-            store_path: Arc::new(store_path),
-            host,
+            cx,
             token: token.map(|t| Arc::new(Sha256::digest(t.as_bytes()).into())),
             check_host: listen.ip().is_loopback(),
-            shutdown,
         }
+    }
+}
+
+/// Builds the router one command at a time.
+struct Routes(Option<Router<AppState>>);
+
+impl Registry for Routes {
+    fn op<E: Op>(&mut self) {
+        let router = self.0.take().unwrap_or_default();
+        self.0 = Some(match E::METHOD {
+            endpoint::Method::Get => router.route(E::PATH, get(handle::<E>)),
+            endpoint::Method::Post => router.route(E::PATH, post(handle::<E>)),
+        });
     }
 }
 
 /// The API's routes.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route(path::HEALTH, get(health))
-        .route(path::STATUS, get(status))
-        .route(path::GET, post(get_cell))
-        .route(path::SCAN, post(scan))
-        .route(path::LOAD_BEGIN, post(load_begin))
-        .route(path::LOAD, post(load))
-        .route(path::DEAD_LETTERS, get(dead_letters))
-        .route(path::RETRY, post(retry))
-        .route(path::QUERY, post(query))
-        .route(path::GC, post(gc))
-        .route(path::NOTIFY, post(notify))
-        .route(path::WAIT, post(wait))
-        .route(path::METRICS, get(metrics))
+    let mut routes = Routes(Some(Router::new()));
+    ops::register(&mut routes);
+    routes
+        .0
+        .unwrap_or_default()
+        .route(METRICS_PATH, get(metrics))
+        .route(OPENAPI_PATH, get(openapi))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
@@ -95,20 +82,27 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// The HTTP status of an error kind.
-pub fn status_code(kind: ErrorKind) -> StatusCode {
-    match kind {
-        ErrorKind::BadInput => StatusCode::BAD_REQUEST,
-        ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::Unauthorized => StatusCode::UNAUTHORIZED,
-        ErrorKind::Conflict => StatusCode::CONFLICT,
-        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
+/// Parses the request of `E` (a GET's is `{}`) and answers what [`Op::serve`] gives.
+async fn handle<E: Op>(State(s): State<AppState>, bytes: Result<Bytes, BytesRejection>) -> Response {
+    let request: E::Request = match E::METHOD {
+        endpoint::Method::Get => match serde_json::from_slice(b"{}") {
+            Ok(r) => r,
+            Err(e) => return error_response(ApiError::store(format!("internal error: {e}"))),
+        },
+        endpoint::Method::Post => match body(bytes) {
+            Ok(r) => r,
+            Err((status, message)) => return refuse(status, message),
+        },
+    };
+    match E::serve(s.cx, request).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => error_response(e),
     }
 }
 
-fn error_response(e: OpError) -> Response {
-    let mut r = (status_code(e.kind), axum::Json(ErrorBody { error: e.message })).into_response();
+fn error_response(e: ApiError) -> Response {
+    let status = StatusCode::from_u16(e.kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut r = (status, axum::Json(ErrorBody { error: e.message })).into_response();
     if e.kind == ErrorKind::Unauthorized {
         r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
@@ -170,7 +164,7 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
             .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
             .map(|(_, token)| token.trim());
         let unauthorized =
-            |message: &str| error_response(OpError { kind: ErrorKind::Unauthorized, message: message.to_owned() });
+            |message: &str| error_response(ApiError { kind: ErrorKind::Unauthorized, message: message.to_owned() });
         match given {
             None => {
                 return unauthorized(
@@ -220,19 +214,6 @@ fn too_large_message(size: &str) -> String {
     format!("the request body{size} is larger than the limit of {} MiB", MAX_REQUEST_BYTES >> 20)
 }
 
-fn shutting_down() -> Response {
-    error_response(OpError::unavailable("the host is shutting down"))
-}
-
-/// Runs `f` on a blocking thread and answers its value as JSON (or its error).
-async fn blocking<T: Serialize + Send + 'static>(f: impl FnOnce() -> OpResult<T> + Send + 'static) -> Response {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(Ok(v)) => axum::Json(v).into_response(),
-        Ok(Err(e)) => error_response(e),
-        Err(e) => error_response(OpError::store(format!("internal error: {e}"))),
-    }
-}
-
 /// The request body as `T`, or why it is refused: the status and the message.
 fn body<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T, (StatusCode, String)> {
     let bytes = bytes.map_err(|e| match e.status() {
@@ -242,98 +223,28 @@ fn body<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T, 
     serde_json::from_slice(&bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid request body: {e}")))
 }
 
-macro_rules! json_handler {
-    ($name:ident, $req:ty, $op:path) => {
-        async fn $name(State(s): State<AppState>, bytes: Result<Bytes, BytesRejection>) -> Response {
-            let req: $req = match body(bytes) {
-                Ok(r) => r,
-                Err((status, message)) => return refuse(status, message),
-            };
-            blocking(move || $op(&s.store, &req)).await
-        }
-    };
-}
-
-json_handler!(get_cell, api::GetRequest, ops::get);
-json_handler!(scan, api::ScanRequest, ops::scan);
-json_handler!(load_begin, api::LoadBegin, ops::load_begin);
-json_handler!(load, api::LoadBatch, ops::load_batch);
-json_handler!(retry, api::RetryRequest, ops::retry_dead_letters);
-json_handler!(query, api::QueryRequest, ops::query);
-json_handler!(notify, api::NotifyRequest, ops::notify_existing);
-
-async fn health(State(s): State<AppState>) -> Response {
-    axum::Json(ops::health(&s.store_path)).into_response()
-}
-
-async fn status(State(s): State<AppState>) -> Response {
-    blocking(move || ops::status(&s.store, &s.store_path, Some(&s.host))).await
-}
-
-async fn dead_letters(State(s): State<AppState>) -> Response {
-    blocking(move || ops::dead_letters(&s.store)).await
-}
-
-async fn gc(State(s): State<AppState>) -> Response {
-    blocking(move || ops::gc(&s.store)).await
-}
-
-/// Polls [`ops::quiescent`] every [`WAIT_POLL`] until it holds, the timeout passes or the host
-/// shuts down. Between polls it holds no thread (many waits cost nothing), and it ends at
-/// shutdown, so that no request keeps the store open after the host stops.
-async fn wait(State(s): State<AppState>, bytes: Result<Bytes, BytesRejection>) -> Response {
-    let req: api::WaitRequest = match body(bytes) {
-        Ok(r) => r,
-        Err((status, message)) => return refuse(status, message),
-    };
-    let timeout = match ops::wait_timeout(&req) {
-        Ok(t) => t,
-        Err(e) => return error_response(e),
-    };
-    let start = tokio::time::Instant::now();
-    let deadline = start.checked_add(timeout).unwrap_or(start);
-    let mut shutdown = s.shutdown.clone();
-    loop {
-        if *shutdown.borrow_and_update() {
-            return shutting_down();
-        }
-        let store = s.store.clone();
-        match tokio::task::spawn_blocking(move || ops::quiescent(&store)).await {
-            Ok(Ok(true)) => return axum::Json(api::WaitResponse { quiescent: true }).into_response(),
-            Ok(Ok(false)) => {}
-            Ok(Err(e)) => return error_response(e),
-            Err(e) => return error_response(OpError::store(format!("internal error: {e}"))),
-        }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return axum::Json(api::WaitResponse { quiescent: false }).into_response();
-        }
-        tokio::select! {
-            () = tokio::time::sleep(WAIT_POLL.min(deadline - now)) => {}
-            changed = shutdown.changed() => {
-                if changed.is_err() {
-                    // The sender is gone: the server is stopping.
-                    return shutting_down();
-                }
-            }
-        }
-    }
-}
-
 async fn metrics(State(s): State<AppState>) -> Response {
-    match tokio::task::spawn_blocking(move || crate::metrics::render(&s.store, &s.host)).await {
+    let Some(host) = s.cx.host.clone() else {
+        return error_response(ApiError::unavailable("metrics are served by a running host"));
+    };
+    let store = s.cx.store.clone();
+    match tokio::task::spawn_blocking(move || crate::metrics::render(&store, &host)).await {
         Ok(Ok(text)) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
         Ok(Err(e)) => error_response(e),
-        Err(e) => error_response(OpError::store(format!("internal error: {e}"))),
+        Err(e) => error_response(ApiError::store(format!("internal error: {e}"))),
     }
+}
+
+async fn openapi() -> Response {
+    axum::Json(percolator_api::openapi::document()).into_response()
 }
 
 async fn not_found(req: Request) -> Response {
-    error_response(OpError::not_found(format!("no such endpoint: {} {}", req.method(), req.uri().path())))
+    error_response(ApiError::not_found(format!("no such endpoint: {} {}", req.method(), req.uri().path())))
 }
 
 async fn method_not_allowed(req: Request) -> Response {
-    let mut r = error_response(OpError::bad_input(format!(
+    let mut r = error_response(ApiError::bad_input(format!(
         "{} is not allowed on {} (see `percolator --help` or the README's command line section)",
         req.method(),
         req.uri().path()

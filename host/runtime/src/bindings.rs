@@ -1,7 +1,7 @@
 //! The one `bindgen!` of the observer world (`wit/observer.wit`).
 
 wasmtime::component::bindgen!({
-    path: "../wit",
+    path: "../../wit",
     world: "observer",
 });
 

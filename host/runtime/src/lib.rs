@@ -1,0 +1,36 @@
+//! The percolator Wasm runtime: observers as sandboxed WebAssembly components.
+//!
+//! [`Runtime`] holds the one wasmtime `Engine`, compiles components of the
+//! `percolator:observer` world (`wit/observer.wit`; a core module carrying wit-bindgen's
+//! component-type section is made a component first) and caches the compiled artefacts on disk
+//! by engine and source hash. [`Runtime::observer`] links one into a [`WasmObserver`], which
+//! implements `percolator_store::Observer`: every run gets a fresh wasmtime `Store` (a warm
+//! instance is reused while it is healthy), the binding's declared reads and writes
+//! ([`Access`]) are checked on every host call, and a run is bounded by a deadline (epoch
+//! interruption) and memory/table [`Limits`].
+//!
+//! This crate knows nothing of configuration files, HTTP or the command line: the server
+//! (`percolator-server`) builds [`Access`] and [`Limits`] from its TOML and calls
+//! [`Runtime::compile_file`] and [`Runtime::observer`].
+//!
+//! ```no_run
+//! use percolator_runtime::{Access, ColumnRule, Limits, Runtime};
+//!
+//! let runtime = Runtime::new(None)?; // no on-disk cache
+//! let compiled = runtime.compile_file(std::path::Path::new("target/guests/uppercase.wasm"))?;
+//! let access = Access {
+//!     reads: vec![ColumnRule::parse("pages/doc:title").map_err(wasmtime::Error::msg)?],
+//!     writes: vec![ColumnRule::parse("pages/doc:upper").map_err(wasmtime::Error::msg)?],
+//! };
+//! let observer = runtime.observer("uppercase", &compiled, access, Limits::default());
+//! observer.check_instantiates()?;
+//! # Ok::<(), wasmtime::Error>(())
+//! ```
+
+mod access;
+mod bindings;
+mod host;
+mod runtime;
+
+pub use access::{Access, ColumnRule};
+pub use runtime::{Compiled, Limits, RunCounts, RunStats, Runtime, WasmObserver};

@@ -1,0 +1,139 @@
+//! Every command of the API, implemented once as an [`Op`] over a [`Context`] (a store, and
+//! the host when one serves it). The HTTP routes ([`http`](crate::http)) and the no-host route
+//! of the command line ([`Direct`](crate::route::Direct)) both run these, so both answer the
+//! same thing; which commands exist is listed once, in [`register`].
+//!
+//! One module per group of commands: [`cells`] (get, scan, notify), [`load`], [`pipeline`]
+//! (health, status, dead letters, retry, gc, wait).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use percolator_api::endpoint::{self, Endpoint};
+use percolator_api::{ApiError, ApiResult};
+use percolator_store::Store;
+use tokio::sync::watch;
+
+use crate::pipeline::Pipeline;
+use crate::sampler::Sampler;
+
+pub mod cells;
+pub mod load;
+pub mod pipeline;
+
+pub use cells::{check_column, check_row, check_table};
+pub use pipeline::{BACKLOG_CAP, Backlog, backlog};
+
+/// What a running host adds to the store: its pipeline, throughput samples, URL and shutdown.
+pub struct HostContext {
+    /// The running pipeline.
+    pub pipeline: Arc<Pipeline>,
+    /// Samples of the store's counters, for rates.
+    pub sampler: Arc<Sampler>,
+    /// The API's base URL.
+    pub url: String,
+    /// When the host started.
+    pub started_at: SystemTime,
+    /// Turns true when the host starts shutting down (ends running `wait`s).
+    pub shutdown: watch::Receiver<bool>,
+}
+
+/// What a command runs on.
+#[derive(Clone)]
+pub struct Context {
+    /// The store.
+    pub store: Store,
+    /// Its file.
+    pub store_path: Arc<PathBuf>,
+    /// The host serving it, if the command runs in one (`None`: the command line opened the
+    /// store file itself).
+    pub host: Option<Arc<HostContext>>,
+    /// No-host route only: why the configuration does not load. Its bindings are then unknown,
+    /// so a write could not set the notifications they need: commands that [write](Op::WRITES)
+    /// are refused.
+    pub config_error: Option<Arc<str>>,
+}
+
+/// A command's implementation: its [`Endpoint`] says what it takes and answers.
+pub trait Op: Endpoint {
+    /// True if it writes to the store (refused on the no-host route while the configuration
+    /// does not load: see [`Context::config_error`]).
+    const WRITES: bool = false;
+
+    /// Runs the command (blocking: store calls block).
+    fn run(cx: &Context, request: Self::Request) -> ApiResult<Self::Response>;
+
+    /// How a host serves it: [`Op::run`] on a blocking thread. `wait` overrides this to poll
+    /// without holding a thread.
+    fn serve(cx: Context, request: Self::Request) -> impl Future<Output = ApiResult<Self::Response>> + Send {
+        async move {
+            tokio::task::spawn_blocking(move || Self::run(&cx, request))
+                .await
+                .unwrap_or_else(|e| Err(ApiError::store(format!("internal error: {e}"))))
+        }
+    }
+}
+
+/// Something that takes every command ([`register`] calls it once per [`Op`]).
+pub trait Registry {
+    /// Takes command `E`.
+    fn op<E: Op>(&mut self);
+}
+
+/// The list of commands: the host routes exactly these (a test checks that it is
+/// [`endpoint::ALL`]).
+pub fn register(r: &mut impl Registry) {
+    r.op::<endpoint::Health>();
+    r.op::<endpoint::Status>();
+    r.op::<endpoint::Get>();
+    r.op::<endpoint::Scan>();
+    r.op::<endpoint::LoadBegin>();
+    r.op::<endpoint::Load>();
+    r.op::<endpoint::DeadLetters>();
+    r.op::<endpoint::Retry>();
+    r.op::<endpoint::Gc>();
+    r.op::<endpoint::Wait>();
+    r.op::<endpoint::Notify>();
+}
+
+/// Runs `E` on `cx`, refusing a write while the configuration does not load.
+pub fn call<E: Op>(cx: &Context, request: E::Request) -> ApiResult<E::Response> {
+    if E::WRITES
+        && let Some(e) = &cx.config_error
+    {
+        return Err(ApiError::bad_input(format!(
+            "{e}\nno host is running and the configuration does not load, so nothing is written to \
+             {}: a write must notify the observers of the configuration's bindings; fix the \
+             configuration and try again",
+            cx.store_path.display()
+        )));
+    }
+    E::run(cx, request)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    #[test]
+    fn every_endpoint_has_an_op_and_no_op_lacks_an_endpoint() {
+        struct Paths(BTreeSet<(&'static str, &'static str)>);
+        impl Registry for Paths {
+            fn op<E: Op>(&mut self) {
+                assert!(self.0.insert((E::METHOD.as_str(), E::PATH)), "{} registered twice", E::PATH);
+            }
+        }
+        let mut ops = Paths(BTreeSet::new());
+        register(&mut ops);
+        let described: BTreeSet<_> = endpoint::ALL.iter().map(|d| (d.method.as_str(), d.path)).collect();
+        assert_eq!(ops.0, described);
+    }
+}
+
+#[cfg(test)]
+#[path = "tests.rs"]
+mod command_tests;

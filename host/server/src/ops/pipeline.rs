@@ -1,0 +1,283 @@
+//! The pipeline's state and upkeep: health, status, dead letters and their retry, gc, wait.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
+
+use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
+use percolator_api::text::rfc3339;
+use percolator_api::{
+    ApiError, ApiResult, BindingReport, DeadLetterReport, Empty, GcReport, HealthReport, HostReport, MAX_WAIT_SECS,
+    MetricsReport, RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest, WaitResponse,
+};
+use percolator_store::Store;
+
+use super::{Context, HostContext, Op};
+
+/// Pending notifications are counted up to this many (status, `/metrics`).
+pub const BACKLOG_CAP: usize = 100_000;
+
+impl Op for Health {
+    fn run(cx: &Context, _: Empty) -> ApiResult<HealthReport> {
+        let path = cx.store_path.as_path();
+        let store = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
+        Ok(HealthReport { ok: true, version: env!("CARGO_PKG_VERSION").to_owned(), store: store.display().to_string() })
+    }
+}
+
+/// Pending notifications, counted up to [`BACKLOG_CAP`].
+pub struct Backlog {
+    /// Per notified `(table, column)`.
+    pub per_column: HashMap<(String, String), u64>,
+    /// In all.
+    pub total: u64,
+    /// True if counting stopped at the cap (there may be more).
+    pub capped: bool,
+}
+
+impl Backlog {
+    /// Pending notifications of one column.
+    pub fn of(&self, table: &str, column: &str) -> u64 {
+        self.per_column.get(&(table.to_owned(), column.to_owned())).copied().unwrap_or(0)
+    }
+}
+
+/// Counts the pending notifications.
+pub fn backlog(store: &Store) -> ApiResult<Backlog> {
+    let pending = store.pending_notifications(BACKLOG_CAP)?;
+    let mut per_column: HashMap<(String, String), u64> = HashMap::new();
+    for e in &pending {
+        *per_column.entry((e.cell.table.clone(), e.cell.column.clone())).or_default() += 1;
+    }
+    Ok(Backlog { per_column, total: pending.len() as u64, capped: pending.len() >= BACKLOG_CAP })
+}
+
+/// The store's status, and the host's when one runs here.
+impl Op for Status {
+    /// The store's status, and the host's when one runs here (with the configuration's
+    /// problem on the no-host route).
+    fn run(cx: &Context, _: Empty) -> ApiResult<StatusReport> {
+        let mut s = status(&cx.store, &cx.store_path, cx.host.as_deref())?;
+        s.config_error = cx.config_error.as_deref().map(str::to_owned);
+        Ok(s)
+    }
+}
+
+fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> ApiResult<StatusReport> {
+    let backlog = backlog(store)?;
+    let dead_letters = store.dead_letters()?.len() as u64;
+    let host = host.map(|h| {
+        let s = h.pipeline.status();
+        let bindings = s
+            .bindings
+            .iter()
+            .map(|b| BindingReport {
+                name: b.name.clone(),
+                table: b.table.clone(),
+                column: b.column.clone(),
+                kind: b.kind.to_string(),
+                wasm: b.wasm.display().to_string(),
+                source_hash: b.source_hash.clone(),
+                loaded_at: rfc3339(b.loaded_at),
+                runs: b.counts.runs,
+                failures: b.counts.failures,
+                mean_run_ms: (b.counts.runs > 0)
+                    .then(|| b.counts.run_time.as_secs_f64() * 1000.0 / b.counts.runs as f64),
+                backlog: backlog.of(&b.table, &b.column),
+                backlog_capped: backlog.capped,
+            })
+            .collect();
+        HostReport {
+            url: h.url.clone(),
+            pid: std::process::id(),
+            started_at: rfc3339(h.started_at),
+            generation: s.generation,
+            loaded_at: s.loaded_at.map(rfc3339),
+            last_error: s.last_error,
+            bindings,
+            throughput: h.sampler.throughput(),
+            metrics: metrics_report(&store.metrics()),
+        }
+    });
+    Ok(StatusReport {
+        host,
+        store: StoreReport {
+            path: store_path.display().to_string(),
+            pending_notifications: backlog.total,
+            pending_capped: backlog.capped,
+            dead_letters,
+        },
+        config_error: None,
+    })
+}
+
+fn metrics_report(m: &percolator_store::Metrics) -> MetricsReport {
+    MetricsReport {
+        commits: m.commits,
+        one_pc_commits: m.one_pc_commits,
+        conflicts: m.conflicts,
+        rolled_forward: m.rolled_forward,
+        rolled_back: m.rolled_back,
+        lock_waits: m.lock_waits,
+        observer_runs: m.observer_runs,
+        observer_skips: m.observer_skips,
+        observer_failures: m.observer_failures,
+        dead_letters: m.dead_letters,
+        notifications_cleared: m.notifications_cleared,
+        teleports: m.teleports,
+    }
+}
+
+/// Lists the dead letters.
+impl Op for DeadLetters {
+    fn run(cx: &Context, _: Empty) -> ApiResult<Vec<DeadLetterReport>> {
+        dead_letters(&cx.store)
+    }
+}
+
+fn dead_letters(store: &Store) -> ApiResult<Vec<DeadLetterReport>> {
+    Ok(store
+        .dead_letters()?
+        .into_iter()
+        .map(|d| {
+            let row = String::from_utf8_lossy(&d.cell.row).into_owned();
+            DeadLetterReport {
+                cell: format!("{}/{row}/{}", d.cell.table, d.cell.column),
+                table: d.cell.table,
+                row,
+                column: d.cell.column,
+                observer: d.observer,
+                attempts: d.attempts,
+                error: d.error,
+                time: rfc3339(UNIX_EPOCH + Duration::from_millis(d.wall_ms)),
+                id: d.id,
+            }
+        })
+        .collect())
+}
+
+/// Moves one dead letter (or all) back to pending.
+impl Op for Retry {
+    fn run(cx: &Context, r: RetryRequest) -> ApiResult<RetryResponse> {
+        retry_dead_letters(&cx.store, &r)
+    }
+}
+
+fn retry_dead_letters(store: &Store, r: &RetryRequest) -> ApiResult<RetryResponse> {
+    let ids = match (&r.id, r.all) {
+        (Some(id), false) => vec![id.clone()],
+        (None, true) => store.dead_letters()?.into_iter().map(|d| d.id).collect(),
+        _ => return Err(ApiError::bad_input("give either a dead letter id or all = true")),
+    };
+    let mut retried = Vec::new();
+    for id in ids {
+        store.retry_dead_letter(&id).map_err(|e| match e {
+            percolator_store::Error::NotFound(_) => {
+                ApiError::not_found(format!("no dead letter {id:?} (list them with `percolator dead-letters`)"))
+            }
+            e => ApiError::from(e),
+        })?;
+        retried.push(id);
+    }
+    Ok(RetryResponse { retried })
+}
+
+/// Garbage-collects versions no reader can see.
+impl Op for Gc {
+    fn run(cx: &Context, _: Empty) -> ApiResult<GcReport> {
+        let s = cx.store.gc()?;
+        Ok(GcReport {
+            safepoint: s.safepoint.raw(),
+            rows: s.rows,
+            locks_resolved: s.locks_resolved,
+            versions_removed: s.versions_removed,
+            deferred: s.deferred,
+        })
+    }
+}
+
+/// The timeout of a [`WaitRequest`], checked: a number of seconds from 0 to
+/// [`MAX_WAIT_SECS`].
+pub fn wait_timeout(r: &WaitRequest) -> ApiResult<Duration> {
+    let t = r.timeout_secs;
+    if !t.is_finite() || t < 0.0 {
+        return Err(ApiError::bad_input(format!("timeout {t} is not a number of seconds")));
+    }
+    if t > MAX_WAIT_SECS as f64 {
+        return Err(ApiError::bad_input(format!("timeout {t} s is more than the limit of {MAX_WAIT_SECS} s")));
+    }
+    Duration::try_from_secs_f64(t).map_err(|_| ApiError::bad_input(format!("timeout {t} is not a number of seconds")))
+}
+
+/// True if the pipeline is at its fixed point now: no notification pending, no run going.
+/// Does not wait (a running host polls it; see `http.rs`).
+pub fn quiescent(store: &Store) -> ApiResult<bool> {
+    Ok(store.wait_quiescent(Duration::ZERO)?)
+}
+
+/// `wait` without a host: no scanner runs here, so nothing would ever process a pending
+/// notification; it answers at once (an error if any is pending). A running host waits
+/// instead, polling [`quiescent`] until the timeout or its shutdown.
+fn wait_here(store: &Store, r: &WaitRequest) -> ApiResult<WaitResponse> {
+    wait_timeout(r)?;
+    let b = backlog(store)?;
+    if b.total > 0 {
+        let pending = match (b.capped, b.total) {
+            (true, n) => format!("at least {n} notifications are"),
+            (false, 1) => "1 notification is".to_owned(),
+            (false, n) => format!("{n} notifications are"),
+        };
+        return Err(ApiError::bad_input(format!(
+            "{pending} pending and no host is running to process them (start one with `percolator up <config>`)"
+        )));
+    }
+    Ok(WaitResponse { quiescent: true })
+}
+
+/// How often a host's `wait` looks at the pipeline.
+const WAIT_POLL: Duration = Duration::from_millis(20);
+
+impl Op for Wait {
+    /// Without a host: answers at once (an error if anything is pending). In a host the HTTP route polls instead
+    /// ([`Op::serve`] below).
+    fn run(cx: &Context, r: WaitRequest) -> ApiResult<WaitResponse> {
+        wait_here(&cx.store, &r)
+    }
+
+    /// Polls [`quiescent`] every 20 ms until it holds, the timeout passes or the host
+    /// shuts down. Between polls it holds no thread (many waits cost nothing), and it ends at
+    /// shutdown, so that no request keeps the store open after the host stops.
+    async fn serve(cx: Context, r: WaitRequest) -> ApiResult<WaitResponse> {
+        let timeout = wait_timeout(&r)?;
+        let Some(host) = cx.host.clone() else { return wait_here(&cx.store, &r) };
+        let shutting_down = || ApiError::unavailable("the host is shutting down");
+        let start = tokio::time::Instant::now();
+        let deadline = start.checked_add(timeout).unwrap_or(start);
+        let mut shutdown = host.shutdown.clone();
+        loop {
+            if *shutdown.borrow_and_update() {
+                return Err(shutting_down());
+            }
+            let store = cx.store.clone();
+            let done = tokio::task::spawn_blocking(move || quiescent(&store))
+                .await
+                .map_err(|e| ApiError::store(format!("internal error: {e}")))??;
+            if done {
+                return Ok(WaitResponse { quiescent: true });
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(WaitResponse { quiescent: false });
+            }
+            tokio::select! {
+                () = tokio::time::sleep(WAIT_POLL.min(deadline - now)) => {}
+                changed = shutdown.changed() => {
+                    if changed.is_err() {
+                        // The sender is gone: the server is stopping.
+                        return Err(shutting_down());
+                    }
+                }
+            }
+        }
+    }
+}

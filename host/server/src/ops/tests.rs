@@ -1,0 +1,201 @@
+//! Tests of the commands on an in-memory store.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use percolator_api::endpoint::{Get, Load, Scan, Wait};
+use percolator_api::*;
+use percolator_store::{NotifyKind, Store, Transaction};
+
+use super::*;
+
+fn batch(start: u64, rows: &[&str]) -> LoadBatch {
+    LoadBatch {
+        table: "t".into(),
+        id: "0123456789abcdef0123456789abcdef".into(),
+        file: "f.jsonl".into(),
+        options: "format=jsonl key=row family=raw".into(),
+        start,
+        total: 4,
+        records: rows
+            .iter()
+            .map(|r| LoadRecord { row: (*r).into(), cells: vec![("raw:x".into(), Some((*r).into()))] })
+            .collect(),
+    }
+}
+
+#[test]
+fn a_batch_counts_only_the_records_it_writes() {
+    let store = mem_store();
+    let p = call::<Load>(&store, batch(0, &["a", "b"])).unwrap();
+    assert_eq!((p.done, p.written, p.skipped), (2, 2, false));
+    // Another run's batch overlapping this one: only the new records are written.
+    let p = call::<Load>(&store, batch(0, &["a", "b", "c"])).unwrap();
+    assert_eq!((p.done, p.written, p.skipped), (3, 1, false));
+    let p = call::<Load>(&store, batch(1, &["b", "c"])).unwrap();
+    assert_eq!((p.done, p.written, p.skipped), (3, 0, true));
+    let e = call::<Load>(&store, LoadBatch { table: LOADS_TABLE.into(), ..batch(3, &["d"]) }).unwrap_err();
+    assert!(e.message.contains("holds the checkpoints of loads"), "{e}");
+}
+
+fn mem_store() -> Context {
+    let store = Store::with_backend(Arc::new(percolator_store::MemBigtable::new()), Default::default()).unwrap();
+    Context { store, store_path: Arc::new(PathBuf::from("mem")), host: None, config_error: None }
+}
+
+#[test]
+fn names_and_keys_are_checked() {
+    let store = mem_store();
+    let get = |table: &str, row: &str, column: &str| {
+        call::<Get>(&store, GetRequest { table: table.into(), row: row.into(), column: column.into() }).unwrap_err()
+    };
+    let e = get("pages", "", "doc:title");
+    assert_eq!((e.kind, e.message.as_str()), (ErrorKind::BadInput, "the row key is empty"));
+    assert_eq!(get("", "x", "doc:title").message, "table name is empty");
+    assert_eq!(
+        get("pa\tges", "x", "doc:title").message,
+        "table name \"pa\\tges\" contains the control character '\\t'"
+    );
+    assert_eq!(get("pages", "x", "__ack:x").message, "column \"__ack:x\" is in the reserved namespace \"__\"");
+    assert!(get("pages", &"r".repeat(4097), "doc:title").message.contains("longer than the limit of 4096"));
+    // A valid name of a table without cells (a typo?) is said to be empty.
+    let e = get("pa ges", "x", "doc:title");
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    assert_eq!(e.message, "pa ges/x/doc:title: no value (table \"pa ges\" has no cells at all)");
+    call::<Load>(&store, batch(0, &["a"])).unwrap();
+    assert_eq!(get("t", "b", "raw:x").message, "t/b/raw:x: no value");
+
+    let scan = |table: &str, start: Option<&str>, end: Option<&str>| {
+        call::<Scan>(
+            &store,
+            ScanRequest {
+                table: table.into(),
+                start: start.map(Into::into),
+                end: end.map(Into::into),
+                limit: 10,
+                ..Default::default()
+            },
+        )
+    };
+    let e = scan("t", Some("z"), Some("a")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadInput);
+    assert_eq!(e.message, "the range is empty: start \"z\" is not before end \"a\" (the end is exclusive)");
+    assert!(scan("t", Some("a"), Some("a")).is_err());
+    assert_eq!(scan("t", Some("a"), Some("b")).unwrap().cells.len(), 1);
+    assert_eq!(scan("", None, None).unwrap_err().message, "table name is empty");
+
+    // Load batches sent over HTTP are checked the same way (the CLI checks its file first).
+    let e = call::<Load>(&store, batch(0, &[""])).unwrap_err();
+    assert_eq!(e.message, "record 1 of f.jsonl (row \"\"): the row key is empty");
+    let mut b = batch(0, &["a"]);
+    b.records[0].cells[0].0 = "nofamily\u{1}".into();
+    let e = call::<Load>(&store, b).unwrap_err();
+    assert!(e.message.starts_with("record 1 of f.jsonl (row \"a\"): column name "), "{e}");
+}
+
+#[test]
+fn wait_without_a_host_counts_in_words() {
+    let store = mem_store();
+    let observer: Arc<dyn percolator_store::Observer> = Arc::new(Never);
+    let spec = percolator_store::ObserverSpec {
+        name: "o".into(),
+        table: "t".into(),
+        column: "raw:x".into(),
+        kind: NotifyKind::Strong,
+        max_attempts: 1,
+    };
+    store.store.set_observers(vec![(spec, observer)]).unwrap();
+    let w = || call::<Wait>(&store, WaitRequest { timeout_secs: 0.0 }).unwrap_err().message;
+    call::<Load>(&store, batch(0, &["a"])).unwrap();
+    assert!(w().starts_with("1 notification is pending and no host is running"), "{}", w());
+    call::<Load>(&store, batch(1, &["b"])).unwrap();
+    assert!(w().starts_with("2 notifications are pending and no host is running"), "{}", w());
+}
+
+struct Never;
+
+impl percolator_store::Observer for Never {
+    fn observe(
+        &self,
+        _: &mut Transaction,
+        _: &percolator_store::Notification,
+    ) -> Result<(), percolator_store::ObserveError> {
+        unreachable!("no scanner runs")
+    }
+}
+
+#[test]
+fn wait_timeouts_are_bounded() {
+    let t = |secs: f64| pipeline::wait_timeout(&WaitRequest { timeout_secs: secs });
+    assert_eq!(t(0.5), Ok(Duration::from_millis(500)));
+    assert_eq!(t(3600.0), Ok(Duration::from_secs(3600)));
+    assert_eq!(t(3600.5).unwrap_err().message, "timeout 3600.5 s is more than the limit of 3600 s");
+    assert_eq!(t(1e19).unwrap_err().kind, ErrorKind::BadInput);
+    assert_eq!(t(-1.0).unwrap_err().message, "timeout -1 is not a number of seconds");
+    assert_eq!(t(f64::NAN).unwrap_err().kind, ErrorKind::BadInput);
+}
+
+#[test]
+fn a_column_without_family_is_named_with_what_the_row_has() {
+    let store = mem_store();
+    let mut b = batch(0, &["a"]);
+    b.records[0].cells.push(("doc:title".into(), Some("T".into())));
+    call::<Load>(&store, b).unwrap();
+    let get = |column: &str| {
+        call::<Get>(&store, GetRequest { table: "t".into(), row: "a".into(), column: column.into() }).unwrap_err()
+    };
+    let e = get("title");
+    assert_eq!(e.kind, ErrorKind::BadInput);
+    assert_eq!(
+        e.message,
+        "column \"title\" has no family: columns are named family:qualifier (e.g. doc:title); did you mean doc:title?"
+    );
+    assert!(get("nothing").message.ends_with("; row \"a\" of t has doc:title, raw:x"), "{}", get("nothing"));
+    // With a family, a missing cell is simply not found.
+    assert_eq!(get("doc:nothing").kind, ErrorKind::NotFound);
+}
+
+#[test]
+fn a_scan_resumes_exactly_after_its_token_even_inside_a_wide_row() {
+    let store = mem_store();
+    // Row "w" has 25 columns, rows "a" and "z" one each: 27 cells.
+    let mut wide = batch(0, &["a", "w", "z"]);
+    wide.total = 3;
+    for i in 0..24 {
+        wide.records[1].cells.push((format!("c:{i:02}"), Some(format!("v{i}").into())));
+    }
+    call::<Load>(&store, wide).unwrap();
+    let all = call::<Scan>(&store, ScanRequest { table: "t".into(), limit: 1000, ..Default::default() }).unwrap();
+    assert_eq!((all.cells.len(), all.truncated, all.next.as_deref()), (27, false, None));
+    for limit in [1, 2, 5, 26, 27] {
+        let mut got = Vec::new();
+        let mut after = None;
+        loop {
+            let page = call::<Scan>(
+                &store,
+                ScanRequest { table: "t".into(), limit, after: after.take(), ..Default::default() },
+            )
+            .unwrap();
+            assert!(page.cells.len() <= limit);
+            got.extend(page.cells.iter().map(|c| (c.row.clone(), c.column.clone())));
+            match page.next {
+                Some(n) => after = Some(n),
+                None => break,
+            }
+        }
+        let want: Vec<_> = all.cells.iter().map(|c| (c.row.clone(), c.column.clone())).collect();
+        assert_eq!(got, want, "pages of {limit}");
+    }
+    let e = call::<Scan>(&store, ScanRequest { table: "t".into(), after: Some("xyz".into()), ..Default::default() })
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::BadInput);
+}
+
+#[test]
+fn optional_request_fields_take_their_defaults() {
+    let r: ScanRequest = serde_json::from_str(r#"{"table": "t"}"#).unwrap();
+    assert_eq!((r.limit, r.after), (DEFAULT_SCAN_LIMIT, None));
+    let w: WaitRequest = serde_json::from_str("{}").unwrap();
+    assert_eq!(w.timeout_secs, DEFAULT_WAIT_SECS);
+}
