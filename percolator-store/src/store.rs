@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::bigtable::{BackendStats, Bigtable};
 use crate::error::{Error, Result};
+use crate::mem_backend::MemBigtable;
 use crate::notify::{FailState, Registry};
 use crate::oracle::Oracle;
 use crate::redb_backend::{RedbBigtable, RedbConfig};
@@ -230,9 +231,16 @@ impl Store {
         Store::with_backend(Arc::new(RedbBigtable::open(path, redb)?), config)
     }
 
+    /// A new, empty store in memory ([`MemBigtable`](crate::backends::MemBigtable)), gone when
+    /// the last clone is dropped. For tests and tools that need no file.
+    pub fn in_memory(config: StoreConfig) -> Result<Store> {
+        Store::with_backend(Arc::new(MemBigtable::new()), config)
+    }
+
     /// Runs Percolator over any backend. The store owns the backend's timestamp oracle and
     /// (on an exclusive backend) its worker leases: two stores must never share one backend
-    /// at the same time.
+    /// at the same time. The store does not give the backend back out (see
+    /// [`backends`](crate::backends)): a caller that needs it keeps its own `Arc`.
     pub fn with_backend(backend: Arc<dyn Bigtable>, config: StoreConfig) -> Result<Store> {
         let oracle = Oracle::open(backend.clone())?;
         if backend.exclusive() {
@@ -294,11 +302,6 @@ impl Store {
     /// The timestamp oracle.
     pub fn oracle(&self) -> &Oracle {
         &self.inner.oracle
-    }
-
-    /// The backend below the protocol.
-    pub fn backend(&self) -> &Arc<dyn Bigtable> {
-        &self.inner.backend
     }
 
     /// This store's worker id (its liveness token).

@@ -82,13 +82,13 @@ fn chain(store: Store) {
 
 #[test]
 fn observer_chain_reaches_fixed_point_mem() {
-    chain(mem_store(StoreConfig::default()));
+    chain(mem_store(StoreConfig::default()).store);
 }
 
 #[test]
 fn observer_chain_reaches_fixed_point_redb() {
     let dir = TempDir::new("chain");
-    chain(redb_store(&dir, StoreConfig::default()));
+    chain(redb_store(&dir, StoreConfig::default()).store);
 }
 
 #[test]
