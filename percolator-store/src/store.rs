@@ -226,7 +226,9 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the embedded redb store at `path`.
+    /// Opens (or creates) the embedded redb store at `path`. Fails with
+    /// [`Error::AlreadyOpen`] if another process, or another open [`Store`] of this process,
+    /// has the file open.
     pub fn open(path: impl AsRef<Path>, config: StoreConfig, redb: RedbConfig) -> Result<Store> {
         Store::with_backend(Arc::new(RedbBigtable::open(path, redb)?), config)
     }
