@@ -355,7 +355,7 @@ fn bench_writes(plan: &Plan, store: &Store, raw: &Database, durability: Durabili
         let r = f()?;
         let m1 = store.metrics();
         acc.0 += m1.commits - m0.commits;
-        acc.1 += m1.backend.commits - m0.backend.commits;
+        acc.1 += m1.backend_commits - m0.backend_commits;
         Ok(r)
     };
     let (mut r1, mut r2, mut r3, mut r4) = (Rng(0x1234_5678_9ABC_DEF1), Rng(0x5555_AAAA_1234_4321), Rng(3), Rng(5));
@@ -455,8 +455,8 @@ fn bench_concurrent(plan: &Plan, store: &Store, threads: usize, rows_per_txn: us
 
 fn report_concurrent(name: &str, m0: &Metrics, m1: &Metrics, secs: f64) {
     let txns = m1.commits - m0.commits;
-    let commits = m1.backend.commits - m0.backend.commits;
-    let ops = m1.backend.ops - m0.backend.ops;
+    let commits = m1.backend_commits - m0.backend_commits;
+    let ops = m1.backend_ops - m0.backend_ops;
     print(&format!("{name}_txns_per_s"), txns as f64 / secs);
     print(&format!("{name}_fsyncs_per_s"), commits as f64 / secs);
     print(&format!("{name}_txns_per_fsync"), per(txns, commits));

@@ -40,6 +40,7 @@ mod group_commit;
 mod key;
 mod lock;
 mod mem_backend;
+mod metrics;
 mod notify;
 mod oracle;
 mod redb_backend;
@@ -70,6 +71,7 @@ pub use bigtable::CellRef;
 pub use error::{ConflictKind, Error, Result};
 pub use gc::GcStats;
 pub use key::{MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, validate_column, validate_row, validate_table};
+pub use metrics::{Counter, Metrics};
 pub use notify::{
     CellOutcome, DeadLetter, NOTIFY_EXISTING_PAGE, Notification, NotifyKind, ObserveError, Observer, ObserverSpec,
     UNBOUND, validate_observer_name,
@@ -77,6 +79,6 @@ pub use notify::{
 pub use oracle::Oracle;
 pub use redb_backend::{Durability, RedbConfig};
 pub use scanner::{Scanner, ScannerConfig};
-pub use store::{Metrics, RetryPolicy, Store, StoreConfig};
+pub use store::{RetryPolicy, Store, StoreConfig};
 pub use timestamp::Timestamp;
 pub use transaction::{ScanEntry, Transaction};

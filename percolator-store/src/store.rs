@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
-use crate::bigtable::{BackendStats, Bigtable};
+use crate::bigtable::Bigtable;
 use crate::error::{Error, Result};
 use crate::mem_backend::MemBigtable;
+use crate::metrics::Counters;
 use crate::notify::{FailState, Registry};
 use crate::oracle::Oracle;
 use crate::redb_backend::{RedbBigtable, RedbConfig};
@@ -66,55 +67,6 @@ impl Default for StoreConfig {
             retry: RetryPolicy::default(),
         }
     }
-}
-
-/// Counters of what the store has done since it was opened.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) commits: AtomicU64,
-    pub(crate) one_pc_commits: AtomicU64,
-    pub(crate) conflicts: AtomicU64,
-    pub(crate) rolled_forward: AtomicU64,
-    pub(crate) rolled_back: AtomicU64,
-    pub(crate) lock_waits: AtomicU64,
-    pub(crate) observer_runs: AtomicU64,
-    pub(crate) observer_skips: AtomicU64,
-    pub(crate) observer_failures: AtomicU64,
-    pub(crate) dead_letters: AtomicU64,
-    pub(crate) notifications_cleared: AtomicU64,
-    pub(crate) teleports: AtomicU64,
-}
-
-/// A snapshot of the store's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Metrics {
-    /// Committed read-write transactions.
-    pub commits: u64,
-    /// Of those, committed in one row operation.
-    pub one_pc_commits: u64,
-    /// Commits that failed with a conflict.
-    pub conflicts: u64,
-    /// Locks of committed transactions finished by someone else (roll forward).
-    pub rolled_forward: u64,
-    /// Locks of dead or expired transactions removed (roll back).
-    pub rolled_back: u64,
-    /// Times a read backed off on a live lock.
-    pub lock_waits: u64,
-    /// Observer runs that committed.
-    pub observer_runs: u64,
-    /// Notifications an observer skipped because its ack was already newer.
-    pub observer_skips: u64,
-    /// Observer runs that failed (trap, error) — conflicts not included.
-    pub observer_failures: u64,
-    /// Notifications moved to dead letters.
-    pub dead_letters: u64,
-    /// Notify cells cleared.
-    pub notifications_cleared: u64,
-    /// Scanner teleports (a scanner met a row another scanner held).
-    pub teleports: u64,
-    /// Backend commit counters.
-    pub backend: BackendStats,
 }
 
 /// Wakes idle scanners when a commit sets notify cells.
@@ -318,27 +270,6 @@ impl Store {
         match active.keys().next() {
             Some(ts) => Ok(*ts),
             None => self.inner.oracle.next(),
-        }
-    }
-
-    /// The store's counters.
-    pub fn metrics(&self) -> Metrics {
-        let c = &self.inner.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Metrics {
-            commits: l(&c.commits),
-            one_pc_commits: l(&c.one_pc_commits),
-            conflicts: l(&c.conflicts),
-            rolled_forward: l(&c.rolled_forward),
-            rolled_back: l(&c.rolled_back),
-            lock_waits: l(&c.lock_waits),
-            observer_runs: l(&c.observer_runs),
-            observer_skips: l(&c.observer_skips),
-            observer_failures: l(&c.observer_failures),
-            dead_letters: l(&c.dead_letters),
-            notifications_cleared: l(&c.notifications_cleared),
-            teleports: l(&c.teleports),
-            backend: self.inner.backend.stats(),
         }
     }
 }
