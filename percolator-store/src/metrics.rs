@@ -84,6 +84,8 @@ counters! {
         dead_letters: "Notifications moved to dead letters.",
         notifications_cleared: "Notify cells cleared.",
         teleports: "Scanner teleports (a scanner met a row another scanner held).",
+        scanner_errors:
+            "Errors a scanner met and retried later (reading pending notifications, processing one); no conflicts.",
     }
     backend {
         backend_commits = commits:
@@ -107,7 +109,7 @@ mod tests {
     fn counters_list_every_field_once_with_its_name() {
         let m = Metrics { commits: 1, teleports: 2, backend_ops: 3, ..Metrics::default() };
         let list: Vec<Counter> = m.counters().collect();
-        assert_eq!(list.len(), 14);
+        assert_eq!(list.len(), 15);
         let names: std::collections::BTreeSet<&str> = list.iter().map(|c| c.name).collect();
         assert_eq!(names.len(), list.len(), "names are unique");
         let value = |name: &str| list.iter().find(|c| c.name == name).unwrap().value;

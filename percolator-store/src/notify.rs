@@ -11,8 +11,8 @@
 //! a dead-letter record after `max_attempts` and can be retried from there.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bigtable::*;
@@ -268,7 +268,10 @@ impl Store {
 
     /// The registered observers.
     pub fn observers(&self) -> Vec<ObserverSpec> {
-        self.inner.registry.read().map(|r| r.by_name.values().map(|b| b.spec.clone()).collect()).unwrap_or_default()
+        // The registry is swapped whole, never changed in place: a poisoned lock still holds a
+        // consistent one (an empty answer would hide every binding).
+        let registry = self.inner.registry.read().unwrap_or_else(PoisonError::into_inner);
+        registry.by_name.values().map(|b| b.spec.clone()).collect()
     }
 
     /// Up to `limit` pending notifications, in key order.
@@ -311,9 +314,11 @@ impl Store {
         // Notify first, then forget the record: a crash in between leaves a duplicate, never a loss.
         self.inner.backend.apply(vec![notify])?;
         self.inner.backend.apply(vec![Op::MetaDelete { key: id.to_owned() }])?;
-        if let Ok(mut f) = self.inner.failures.lock() {
-            f.remove(&(notify_position(&dead.cell), dead.observer.clone()));
-        }
+        // One `remove`, and every other holder makes single calls too: a poisoned map is
+        // consistent, and skipping the removal would delay the retry by a stale backoff.
+        let mut failures = self.inner.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        failures.remove(&(notify_position(&dead.cell), dead.observer.clone()));
+        drop(failures);
         self.inner.signal.bump();
         Ok(())
     }
@@ -368,7 +373,8 @@ impl Store {
     pub fn wait_quiescent(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
-            let idle = self.inner.row_locks.lock().map(|l| l.is_empty()).unwrap_or(false);
+            // See the scanner's `RowLock` on a poisoned set (an error would mean "never idle").
+            let idle = self.inner.row_locks.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
             if idle && self.inner.backend.scan_notify(None, 1)?.is_empty() {
                 return Ok(true);
             }
@@ -465,6 +471,17 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                     inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
                 } else {
                     let backoff = Duration::from_millis(10u64 << attempts.min(9));
+                    tracing::warn!(
+                        observer = %b.spec.name,
+                        table = %cell.table,
+                        row = %String::from_utf8_lossy(&cell.row),
+                        column = %cell.column,
+                        attempt = attempts,
+                        max_attempts = b.spec.max_attempts,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        error = %e,
+                        "observer run failed; it runs again after a backoff"
+                    );
                     inner
                         .failures
                         .lock()

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::bigtable::Bigtable;
@@ -77,20 +77,22 @@ pub(crate) struct Signal {
 }
 
 impl Signal {
+    /// The generation is a plain counter no panic can leave half-updated: a poisoned mutex is
+    /// used as it is (an error here would make idle scanners spin instead of sleeping).
+    fn lock(&self) -> MutexGuard<'_, u64> {
+        self.generation.lock().unwrap_or_else(PoisonError::into_inner)
+    }
     pub(crate) fn bump(&self) {
-        if let Ok(mut g) = self.generation.lock() {
-            *g += 1;
-        }
+        *self.lock() += 1;
         self.cv.notify_all();
     }
     pub(crate) fn generation(&self) -> u64 {
-        self.generation.lock().map(|g| *g).unwrap_or(0)
+        *self.lock()
     }
     /// Waits until the generation differs from `seen`, or `timeout`.
     pub(crate) fn wait_change(&self, seen: u64, timeout: Duration) {
-        if let Ok(g) = self.generation.lock() {
-            let _ = self.cv.wait_timeout_while(g, timeout, |g| *g == seen);
-        }
+        // Woken or timed out, the caller looks again: the result says nothing it needs.
+        let _woken = self.cv.wait_timeout_while(self.lock(), timeout, |g| *g == seen);
     }
 }
 
