@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::bigtable::Bigtable;
 use crate::error::{Error, Result};
 use crate::mem_backend::MemBigtable;
-use crate::metrics::Counters;
+use crate::metrics::{Counters, Totals};
 use crate::notify::{FailState, Registry};
 use crate::oracle::Oracle;
 use crate::redb_backend::{RedbBigtable, RedbConfig};
@@ -162,12 +162,21 @@ pub(crate) struct Inner {
     /// Failed observer runs awaiting retry, keyed by (notified cell, observer name).
     pub(crate) failures: Mutex<HashMap<(Vec<u8>, String), FailState>>,
     pub(crate) counters: Counters,
+    /// The counters' saved totals (see `metrics.rs`).
+    pub(crate) totals: Totals,
     stop: Arc<Stop>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop.stop();
+        // A clean close keeps this store's counts in the totals.
+        if let Err(e) = self.persist_metrics() {
+            tracing::warn!(
+                error = %e,
+                "closing the store: saving the counters' totals failed (counts since the last save are lost)"
+            );
+        }
     }
 }
 
@@ -198,6 +207,7 @@ impl Store {
     /// at the same time. The store does not give the backend back out (see
     /// [`backends`](crate::backends)): a caller that needs it keeps its own `Arc`.
     pub fn with_backend(backend: Arc<dyn Bigtable>, config: StoreConfig) -> Result<Store> {
+        let totals = Totals::load(backend.as_ref())?;
         let oracle = Oracle::open(backend.clone())?;
         if backend.exclusive() {
             worker::clear_stale_leases(backend.as_ref())?;
@@ -218,6 +228,7 @@ impl Store {
             row_locks: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            totals,
             stop: stop.clone(),
         });
         worker::spawn_heartbeat(Arc::downgrade(&inner), stop, lease);
