@@ -108,6 +108,10 @@ pub(crate) enum Command {
         /// Which rows.
         #[command(flatten)]
         rows: RowRange,
+        /// Run the observers again even on rows they already processed (their acks are
+        /// removed): for a new version of an observer.
+        #[arg(long)]
+        rerun: bool,
     },
     /// Remove versions no reader can see.
     Gc,
@@ -356,15 +360,17 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                 }
             }
         }
-        Command::Notify { table, column, rows } => {
+        Command::Notify { table, column, rows, rerun } => {
             let r = route.call::<ep::Notify>(NotifyRequest {
                 table: table.clone(),
                 column: column.clone(),
                 start: rows.start.clone(),
                 end: rows.end.clone(),
                 prefix: rows.prefix.clone(),
+                rerun: *rerun,
             })?;
-            w(writeln!(out, "notified {} of {table}/{column}", plural(r.notified, "row", "rows")))?;
+            let again = if *rerun { " (acks removed: their observers run again)" } else { "" };
+            w(writeln!(out, "notified {} of {table}/{column}{again}", plural(r.notified, "row", "rows")))?;
         }
         Command::Gc => {
             let s = route.call::<ep::Gc>(Empty {})?;
@@ -695,8 +701,8 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
             out.push_str(&format!(
                 "store: {}: {}, {}, {}, {}\n",
                 st.path,
-                plural(h.metrics.commits, "commit", "commits"),
-                plural(h.metrics.conflicts, "conflict", "conflicts"),
+                plural(h.metrics.get("commits").copied().unwrap_or(0), "commit", "commits"),
+                plural(h.metrics.get("conflicts").copied().unwrap_or(0), "conflict", "conflicts"),
                 plural(
                     count(st.pending_notifications, st.pending_capped),
                     "pending notification",
@@ -800,11 +806,7 @@ mod tests {
 
     #[test]
     fn load_reports_the_records_this_run_wrote() {
-        let store = percolator_store::Store::with_backend(
-            std::sync::Arc::new(percolator_store::MemBigtable::new()),
-            Default::default(),
-        )
-        .unwrap();
+        let store = percolator_store::Store::in_memory(Default::default()).unwrap();
         let cx = percolator_server::ops::Context {
             store,
             store_path: std::sync::Arc::new(PathBuf::from("mem")),

@@ -388,8 +388,8 @@ fn every_verb_against_a_running_host() {
     let metrics = Remote::new(&host.url, None).metrics().unwrap();
     check_exposition(&metrics);
     for expected in [
-        "percolator_commits_total ",
-        "percolator_conflicts_total ",
+        "percolator_store_commits_total ",
+        "percolator_store_conflicts_total ",
         "percolator_observer_runs_total{observer=\"upper\"} ",
         "percolator_observer_failures_total{observer=\"denied\"} 3",
         "percolator_observer_run_seconds_count{observer=\"upper\"} ",
@@ -397,7 +397,7 @@ fn every_verb_against_a_running_host() {
         "percolator_backlog{observer=\"upper\"} 0",
         "percolator_dead_letters 1",
         "percolator_pipeline_generation 1",
-        "# TYPE percolator_commits_total counter",
+        "# TYPE percolator_store_commits_total counter",
     ] {
         assert!(metrics.contains(expected), "{expected:?} missing from\n{metrics}");
     }
@@ -591,6 +591,16 @@ fn notify_runs_a_binding_added_later_on_the_old_rows() {
     assert_eq!(sb.ok(&["get", "docs", "s1", "derived:upper"]), "THREE\n");
     let status = json(&sb.ok(&["status", "--json"]));
     assert_eq!(binding(&status, "upper")["runs"], 3, "{status}");
+    // A new version of the observer would not run on rows it acknowledged; --rerun runs it.
+    sb.ok(&["notify", "docs", "raw:text"]);
+    sb.wait();
+    assert_eq!(binding(&json(&sb.ok(&["status", "--json"])), "upper")["runs"], 3, "acks skip processed rows");
+    assert_eq!(
+        sb.ok(&["notify", "docs", "raw:text", "--prefix", "r", "--rerun"]),
+        "notified 2 rows of docs/raw:text (acks removed: their observers run again)\n"
+    );
+    sb.wait();
+    assert_eq!(binding(&json(&sb.ok(&["status", "--json"])), "upper")["runs"], 5, "rerun ignores the acks");
     assert_eq!(sb.ok(&["notify", "docs", "raw:text", "--start", "x"]), "notified 0 rows of docs/raw:text\n");
     let e = sb.fails(&["notify", "_loads", "raw:text"]);
     assert!(e.contains("load checkpoints"), "{e}");

@@ -2,6 +2,7 @@
 //! [`Error::is_retryable`] (or [`Error::Conflict`]) to decide whether to run the transaction again.
 
 use std::fmt;
+use std::path::PathBuf;
 
 /// Why a transaction lost a race. Every conflict is retryable with a new start timestamp.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +51,14 @@ pub enum Error {
     /// A named thing does not exist (a dead letter, an observer).
     #[error("not found: {0}")]
     NotFound(String),
+    /// The store file is already open, by another process or by another handle in this one
+    /// (redb locks the file while it is open). Nothing was opened or changed; a caller may wait
+    /// for the holder to close it, or reach the store through the holder instead.
+    #[error("{} is already open (by another process, or another handle in this process)", path.display())]
+    AlreadyOpen {
+        /// The file, as given to [`Store::open`](crate::Store::open).
+        path: PathBuf,
+    },
     /// The backend failed (I/O, redb). Whether a commit took effect is described on
     /// [`Transaction::commit`](crate::Transaction::commit).
     #[error("storage: {0}")]

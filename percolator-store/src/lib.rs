@@ -2,10 +2,9 @@
 //! notifications over a Bigtable-like seam, with an embedded redb backend.
 //!
 //! ```
-//! use percolator_store::{MemBigtable, Store, StoreConfig};
-//! use std::sync::Arc;
+//! use percolator_store::{Store, StoreConfig};
 //!
-//! let store = Store::with_backend(Arc::new(MemBigtable::new()), StoreConfig::default())?;
+//! let store = Store::in_memory(StoreConfig::default())?;
 //! // Figure 4's bank: Bob pays Joe $7.
 //! store.run(|t| {
 //!     t.set("bank", "Bob", "bal:data", 10u64.to_be_bytes())?;
@@ -24,10 +23,12 @@
 //! # Ok::<(), percolator_store::Error>(())
 //! ```
 //!
-//! Layers, bottom up: [`Bigtable`] (the seam: versioned cells, conditional single-row
-//! mutations, the notify locality group) with [`RedbBigtable`] and [`MemBigtable`]; the
-//! [`Oracle`]; [`Transaction`] (prewrite, commit primary, commit secondaries, lock resolution);
-//! notifications ([`Observer`], [`Store::start_scanner`]); and [`Store::gc`].
+//! Layers, bottom up: the seam ([`backends::Bigtable`]: versioned cells, conditional single-row
+//! mutations, the notify locality group) with [`backends::RedbBigtable`] (what [`Store::open`]
+//! uses) and [`backends::MemBigtable`] (what [`Store::in_memory`] uses); the [`Oracle`];
+//! [`Transaction`] (prewrite, commit primary, commit secondaries, lock resolution);
+//! notifications ([`Observer`], [`Store::start_scanner`]); and [`Store::gc`]. The root exports
+//! what a user of the store needs; [`backends`] holds what a backend author needs.
 //! `docs/design.md` in the repository describes the key encoding and protocol.
 
 mod bigtable;
@@ -39,6 +40,7 @@ mod group_commit;
 mod key;
 mod lock;
 mod mem_backend;
+mod metrics;
 mod notify;
 mod oracle;
 mod redb_backend;
@@ -48,21 +50,35 @@ mod timestamp;
 mod transaction;
 mod worker;
 
-pub use bigtable::{
-    BackendStats, Bigtable, CellRead, CellRef, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op,
-    Outcome, RowMutation, RowVersions, ScannedCell, Snapshot, WriteKind, WriteRecord, Writer, notify_position,
-};
+/// The seam below the protocol, for backend authors and tests: the [`Bigtable`](backends::Bigtable)
+/// trait, the row operations it applies and the records it stores, and the two backends.
+///
+/// A backend goes under a store with [`Store::with_backend`]. The store does not hand its
+/// backend back out: an operation applied through the backend bypasses the protocol (locks,
+/// notifications, the one-phase-commit fence) and can break snapshot isolation, so only the
+/// code that built the backend (a test inspecting stored versions, a benchmark) keeps an `Arc`
+/// of it.
+pub mod backends {
+    pub use crate::bigtable::{
+        BackendStats, Bigtable, CellRead, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op,
+        Outcome, RowMutation, RowVersions, ScannedCell, Snapshot, WriteKind, WriteRecord, Writer, notify_position,
+    };
+    pub use crate::mem_backend::MemBigtable;
+    pub use crate::redb_backend::RedbBigtable;
+}
+
+pub use bigtable::CellRef;
 pub use error::{ConflictKind, Error, Result};
 pub use gc::GcStats;
 pub use key::{MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, validate_column, validate_row, validate_table};
-pub use mem_backend::MemBigtable;
+pub use metrics::{Counter, Metrics};
 pub use notify::{
     CellOutcome, DeadLetter, NOTIFY_EXISTING_PAGE, Notification, NotifyKind, ObserveError, Observer, ObserverSpec,
     UNBOUND, validate_observer_name,
 };
 pub use oracle::Oracle;
-pub use redb_backend::{Durability, RedbBigtable, RedbConfig};
+pub use redb_backend::{Durability, RedbConfig};
 pub use scanner::{Scanner, ScannerConfig};
-pub use store::{Metrics, RetryPolicy, Store, StoreConfig};
+pub use store::{RetryPolicy, Store, StoreConfig};
 pub use timestamp::Timestamp;
 pub use transaction::{ScanEntry, Transaction};

@@ -11,8 +11,8 @@
 //! a dead-letter record after `max_attempts` and can be retried from there.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bigtable::*;
@@ -268,7 +268,10 @@ impl Store {
 
     /// The registered observers.
     pub fn observers(&self) -> Vec<ObserverSpec> {
-        self.inner.registry.read().map(|r| r.by_name.values().map(|b| b.spec.clone()).collect()).unwrap_or_default()
+        // The registry is swapped whole, never changed in place: a poisoned lock still holds a
+        // consistent one (an empty answer would hide every binding).
+        let registry = self.inner.registry.read().unwrap_or_else(PoisonError::into_inner);
+        registry.by_name.values().map(|b| b.spec.clone()).collect()
     }
 
     /// Up to `limit` pending notifications, in key order.
@@ -311,9 +314,11 @@ impl Store {
         // Notify first, then forget the record: a crash in between leaves a duplicate, never a loss.
         self.inner.backend.apply(vec![notify])?;
         self.inner.backend.apply(vec![Op::MetaDelete { key: id.to_owned() }])?;
-        if let Ok(mut f) = self.inner.failures.lock() {
-            f.remove(&(notify_position(&dead.cell), dead.observer.clone()));
-        }
+        // One `remove`, and every other holder makes single calls too: a poisoned map is
+        // consistent, and skipping the removal would delay the retry by a stale backoff.
+        let mut failures = self.inner.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        failures.remove(&(notify_position(&dead.cell), dead.observer.clone()));
+        drop(failures);
         self.inner.signal.bump();
         Ok(())
     }
@@ -328,16 +333,51 @@ impl Store {
     /// the column (the notifications would only become dead letters). Pages through the rows,
     /// [`NOTIFY_EXISTING_PAGE`] per snapshot; a row written meanwhile is notified by its write.
     pub fn notify_existing(&self, table: &str, column: &str, start: &[u8], end: Option<&[u8]>) -> Result<u64> {
+        self.notify_rows(table, column, start, end, false)
+    }
+
+    /// [`Store::notify_existing`], and every strong observer of `table/column` runs again on
+    /// those rows even where it has acknowledged their newest write: their acks are removed
+    /// first (in one transaction per page). For a new version of an observer, whose output
+    /// on the old rows should be recomputed. Weak observers have no acks: for them it is
+    /// [`Store::notify_existing`].
+    pub fn rerun_existing(&self, table: &str, column: &str, start: &[u8], end: Option<&[u8]>) -> Result<u64> {
+        self.notify_rows(table, column, start, end, true)
+    }
+
+    fn notify_rows(&self, table: &str, column: &str, start: &[u8], end: Option<&[u8]>, rerun: bool) -> Result<u64> {
         key::validate_table(table)?;
         key::validate_column(column)?;
-        if self.inner.registry.read().map_err(|_| Error::Closed)?.kind_of(table, column).is_none() {
-            return Err(Error::InvalidArgument(format!("no observer is bound to {table}/{column}")));
-        }
+        let acks: Vec<String> = {
+            let registry = self.inner.registry.read().map_err(|_| Error::Closed)?;
+            if registry.kind_of(table, column).is_none() {
+                return Err(Error::InvalidArgument(format!("no observer is bound to {table}/{column}")));
+            }
+            registry
+                .observers(table, column)
+                .iter()
+                .filter(|b| rerun && b.spec.kind == NotifyKind::Strong)
+                .map(|b| ack_column(&b.spec.name))
+                .collect()
+        };
         let mut from = start.to_vec();
         let mut notified = 0u64;
         loop {
             let page = self.begin()?.scan(table, &from, end, Some(&[column]), NOTIFY_EXISTING_PAGE)?;
             let Some(last) = page.last() else { break };
+            if !acks.is_empty() {
+                // Forget the acks before notifying: a run that starts after the notification
+                // then finds no ack and runs (one that committed an ack meanwhile ran on the
+                // rows' current data anyway).
+                self.run(|txn| {
+                    for e in &page {
+                        for ack in &acks {
+                            txn.set_reserved(CellRef::new(table, e.row.clone(), ack.clone()), None);
+                        }
+                    }
+                    Ok(())
+                })?;
+            }
             let ts = self.inner.oracle.next()?;
             let ops = page
                 .iter()
@@ -368,7 +408,8 @@ impl Store {
     pub fn wait_quiescent(&self, timeout: Duration) -> Result<bool> {
         let deadline = Instant::now() + timeout;
         loop {
-            let idle = self.inner.row_locks.lock().map(|l| l.is_empty()).unwrap_or(false);
+            // See the scanner's `RowLock` on a poisoned set (an error would mean "never idle").
+            let idle = self.inner.row_locks.lock().unwrap_or_else(PoisonError::into_inner).is_empty();
             if idle && self.inner.backend.scan_notify(None, 1)?.is_empty() {
                 return Ok(true);
             }
@@ -464,7 +505,23 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                     dead_letter(inner, b, cell, attempts, &e.to_string(), run_ts)?;
                     inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
                 } else {
-                    let backoff = Duration::from_millis(10u64 << attempts.min(9));
+                    // Doubling from `observer_backoff` (attempts ≥ 1 here), capped.
+                    let config = &inner.config;
+                    let backoff = config
+                        .observer_backoff
+                        .saturating_mul(1u32 << (attempts - 1).min(20))
+                        .min(config.observer_backoff_max);
+                    tracing::warn!(
+                        observer = %b.spec.name,
+                        table = %cell.table,
+                        row = %String::from_utf8_lossy(&cell.row),
+                        column = %cell.column,
+                        attempt = attempts,
+                        max_attempts = b.spec.max_attempts,
+                        retry_in_ms = backoff.as_millis() as u64,
+                        error = %e,
+                        "observer run failed; it runs again after a backoff"
+                    );
                     inner
                         .failures
                         .lock()

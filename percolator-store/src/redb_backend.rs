@@ -56,13 +56,14 @@ pub struct RedbBigtable {
 }
 
 impl RedbBigtable {
-    /// Opens or creates the store file at `path`.
+    /// Opens or creates the store file at `path`. Fails with [`Error::AlreadyOpen`] if another
+    /// process, or another handle in this process, has the file open.
     pub fn open(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbBigtable> {
         let path = path.as_ref();
-        let db = Database::builder()
-            .set_cache_size(config.cache_bytes)
-            .create(path)
-            .map_err(|e| Error::Storage(format!("opening {}: {e}", path.display())))?;
+        let db = Database::builder().set_cache_size(config.cache_bytes).create(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
+            e => Error::Storage(format!("opening {}: {e}", path.display())),
+        })?;
         let tx = db.begin_write()?;
         tx.open_table(CELLS)?;
         tx.open_table(NOTIFY)?;

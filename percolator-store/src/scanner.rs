@@ -6,14 +6,15 @@
 //! trailing it. A thread that completes a full lap without clearing anything sleeps until a
 //! commit sets a notify cell (or a short timeout, for retries after failures).
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rand::RngExt;
 
-use crate::bigtable::NotifyEntry;
+use crate::bigtable::{CellRef, NotifyEntry};
+use crate::error::Error;
 use crate::key;
 use crate::notify::CellOutcome;
 use crate::store::{Inner, Store};
@@ -70,7 +71,15 @@ impl Scanner {
         self.stop.store(true, Ordering::SeqCst);
         self.inner.signal.bump();
         for t in self.threads.drain(..) {
-            let _ = t.join();
+            if let Err(panic) = t.join() {
+                // An observer that panics unwinds through the scanner thread that ran it.
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .copied()
+                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+                    .unwrap_or("(no message)");
+                tracing::warn!(panic = message, "a scanner thread had stopped: it panicked");
+            }
         }
     }
 }
@@ -88,20 +97,22 @@ fn random_position() -> Vec<u8> {
 }
 
 /// Releases an advisory row lock even if an observer panics.
+///
+/// The set of held rows is changed only by single `insert`/`remove` calls, so a panic while the
+/// mutex was held cannot leave it half-updated: a poisoned mutex is used as it is (treating it
+/// as an error would make every row look held, or never released, for good).
 struct RowLock<'a>(&'a Inner, Vec<u8>);
 
 impl<'a> RowLock<'a> {
     fn try_take(inner: &'a Inner, row: Vec<u8>) -> Option<RowLock<'a>> {
-        let mut locks = inner.row_locks.lock().ok()?;
+        let mut locks = inner.row_locks.lock().unwrap_or_else(PoisonError::into_inner);
         locks.insert(row.clone()).then(|| RowLock(inner, row))
     }
 }
 
 impl Drop for RowLock<'_> {
     fn drop(&mut self) {
-        if let Ok(mut l) = self.0.row_locks.lock() {
-            l.remove(&self.1);
-        }
+        self.0.row_locks.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.1);
     }
 }
 
@@ -115,14 +126,28 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
     // Teleports since this thread last ran a row: when every pending row is held by others,
     // teleporting again at once would only spin.
     let mut idle_teleports = 0u32;
+    // Whether the last read of the notify group failed: a failure that lasts is logged at warn
+    // once, then at debug on every retry (they come every `idle_wait`).
+    let mut failing = false;
     while !stop.load(Ordering::SeqCst) {
         if idle_teleports >= 4 {
             inner.signal.wait_change(generation, Duration::from_millis(5));
             idle_teleports = 0;
         }
         let batch = match inner.backend.scan_notify(pos.as_deref(), config.batch) {
-            Ok(b) => b,
-            Err(_) => {
+            Ok(b) => {
+                if std::mem::take(&mut failing) {
+                    tracing::info!("scanner: reading pending notifications works again");
+                }
+                b
+            }
+            Err(e) => {
+                inner.counters.scanner_errors.fetch_add(1, Ordering::Relaxed);
+                if std::mem::replace(&mut failing, true) {
+                    tracing::debug!(error = %e, "scanner: reading pending notifications failed again");
+                } else {
+                    tracing::warn!(error = %e, "scanner: reading pending notifications failed; retrying");
+                }
                 inner.signal.wait_change(generation, config.idle_wait);
                 continue;
             }
@@ -151,8 +176,10 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
             };
             idle_teleports = 0;
             for entry in row.iter() {
-                if let Ok(CellOutcome::Cleared) = store.process_notification(entry) {
-                    progressed = true;
+                match store.process_notification(entry) {
+                    Ok(CellOutcome::Cleared) => progressed = true,
+                    Ok(CellOutcome::Pending) => {}
+                    Err(e) => log_failed(inner, &entry.cell, &e),
                 }
             }
             let mut next = row_key;
@@ -170,6 +197,30 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
         generation = inner.signal.generation();
         progressed = false;
         pos = None;
+    }
+}
+
+/// Logs an error of processing a notify cell, which stays pending and is processed again on a
+/// later pass: at debug for a conflict (a race with a writer or another run), else at warn.
+fn log_failed(inner: &Inner, cell: &CellRef, e: &Error) {
+    let row = String::from_utf8_lossy(&cell.row);
+    if e.is_retryable() {
+        tracing::debug!(
+            table = %cell.table,
+            %row,
+            column = %cell.column,
+            error = %e,
+            "scanner: processing a notification conflicted; it stays pending"
+        );
+    } else {
+        inner.counters.scanner_errors.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(
+            table = %cell.table,
+            %row,
+            column = %cell.column,
+            error = %e,
+            "scanner: processing a notification failed; it stays pending and is retried"
+        );
     }
 }
 

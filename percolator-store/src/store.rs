@@ -4,11 +4,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::bigtable::{BackendStats, Bigtable};
+use crate::bigtable::Bigtable;
 use crate::error::{Error, Result};
+use crate::mem_backend::MemBigtable;
+use crate::metrics::{Counters, Totals};
 use crate::notify::{FailState, Registry};
 use crate::oracle::Oracle;
 use crate::redb_backend::{RedbBigtable, RedbConfig};
@@ -53,6 +55,12 @@ pub struct StoreConfig {
     pub one_phase_commit: bool,
     /// Conflict retries of [`Store::run`].
     pub retry: RetryPolicy,
+    /// How long a notification whose observer failed (trap, error, deadline) waits before
+    /// its next run; doubled after each further failure, up to [`StoreConfig::observer_backoff_max`].
+    /// A failure that is likely to fail again (a bad input) is not retried in a tight loop.
+    pub observer_backoff: Duration,
+    /// Ceiling of [`StoreConfig::observer_backoff`].
+    pub observer_backoff_max: Duration,
 }
 
 impl Default for StoreConfig {
@@ -63,57 +71,10 @@ impl Default for StoreConfig {
             worker_lease: Duration::from_secs(10),
             one_phase_commit: true,
             retry: RetryPolicy::default(),
+            observer_backoff: Duration::from_millis(500),
+            observer_backoff_max: Duration::from_secs(60),
         }
     }
-}
-
-/// Counters of what the store has done since it was opened.
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) commits: AtomicU64,
-    pub(crate) one_pc_commits: AtomicU64,
-    pub(crate) conflicts: AtomicU64,
-    pub(crate) rolled_forward: AtomicU64,
-    pub(crate) rolled_back: AtomicU64,
-    pub(crate) lock_waits: AtomicU64,
-    pub(crate) observer_runs: AtomicU64,
-    pub(crate) observer_skips: AtomicU64,
-    pub(crate) observer_failures: AtomicU64,
-    pub(crate) dead_letters: AtomicU64,
-    pub(crate) notifications_cleared: AtomicU64,
-    pub(crate) teleports: AtomicU64,
-}
-
-/// A snapshot of the store's counters.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Metrics {
-    /// Committed read-write transactions.
-    pub commits: u64,
-    /// Of those, committed in one row operation.
-    pub one_pc_commits: u64,
-    /// Commits that failed with a conflict.
-    pub conflicts: u64,
-    /// Locks of committed transactions finished by someone else (roll forward).
-    pub rolled_forward: u64,
-    /// Locks of dead or expired transactions removed (roll back).
-    pub rolled_back: u64,
-    /// Times a read backed off on a live lock.
-    pub lock_waits: u64,
-    /// Observer runs that committed.
-    pub observer_runs: u64,
-    /// Notifications an observer skipped because its ack was already newer.
-    pub observer_skips: u64,
-    /// Observer runs that failed (trap, error) — conflicts not included.
-    pub observer_failures: u64,
-    /// Notifications moved to dead letters.
-    pub dead_letters: u64,
-    /// Notify cells cleared.
-    pub notifications_cleared: u64,
-    /// Scanner teleports (a scanner met a row another scanner held).
-    pub teleports: u64,
-    /// Backend commit counters.
-    pub backend: BackendStats,
 }
 
 /// Wakes idle scanners when a commit sets notify cells.
@@ -124,20 +85,22 @@ pub(crate) struct Signal {
 }
 
 impl Signal {
+    /// The generation is a plain counter no panic can leave half-updated: a poisoned mutex is
+    /// used as it is (an error here would make idle scanners spin instead of sleeping).
+    fn lock(&self) -> MutexGuard<'_, u64> {
+        self.generation.lock().unwrap_or_else(PoisonError::into_inner)
+    }
     pub(crate) fn bump(&self) {
-        if let Ok(mut g) = self.generation.lock() {
-            *g += 1;
-        }
+        *self.lock() += 1;
         self.cv.notify_all();
     }
     pub(crate) fn generation(&self) -> u64 {
-        self.generation.lock().map(|g| *g).unwrap_or(0)
+        *self.lock()
     }
     /// Waits until the generation differs from `seen`, or `timeout`.
     pub(crate) fn wait_change(&self, seen: u64, timeout: Duration) {
-        if let Ok(g) = self.generation.lock() {
-            let _ = self.cv.wait_timeout_while(g, timeout, |g| *g == seen);
-        }
+        // Woken or timed out, the caller looks again: the result says nothing it needs.
+        let _woken = self.cv.wait_timeout_while(self.lock(), timeout, |g| *g == seen);
     }
 }
 
@@ -207,12 +170,21 @@ pub(crate) struct Inner {
     /// Failed observer runs awaiting retry, keyed by (notified cell, observer name).
     pub(crate) failures: Mutex<HashMap<(Vec<u8>, String), FailState>>,
     pub(crate) counters: Counters,
+    /// The counters' saved totals (see `metrics.rs`).
+    pub(crate) totals: Totals,
     stop: Arc<Stop>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop.stop();
+        // A clean close keeps this store's counts in the totals.
+        if let Err(e) = self.persist_metrics() {
+            tracing::warn!(
+                error = %e,
+                "closing the store: saving the counters' totals failed (counts since the last save are lost)"
+            );
+        }
     }
 }
 
@@ -225,15 +197,25 @@ pub struct Store {
 }
 
 impl Store {
-    /// Opens (or creates) the embedded redb store at `path`.
+    /// Opens (or creates) the embedded redb store at `path`. Fails with
+    /// [`Error::AlreadyOpen`] if another process, or another open [`Store`] of this process,
+    /// has the file open.
     pub fn open(path: impl AsRef<Path>, config: StoreConfig, redb: RedbConfig) -> Result<Store> {
         Store::with_backend(Arc::new(RedbBigtable::open(path, redb)?), config)
     }
 
+    /// A new, empty store in memory ([`MemBigtable`](crate::backends::MemBigtable)), gone when
+    /// the last clone is dropped. For tests and tools that need no file.
+    pub fn in_memory(config: StoreConfig) -> Result<Store> {
+        Store::with_backend(Arc::new(MemBigtable::new()), config)
+    }
+
     /// Runs Percolator over any backend. The store owns the backend's timestamp oracle and
     /// (on an exclusive backend) its worker leases: two stores must never share one backend
-    /// at the same time.
+    /// at the same time. The store does not give the backend back out (see
+    /// [`backends`](crate::backends)): a caller that needs it keeps its own `Arc`.
     pub fn with_backend(backend: Arc<dyn Bigtable>, config: StoreConfig) -> Result<Store> {
+        let totals = Totals::load(backend.as_ref())?;
         let oracle = Oracle::open(backend.clone())?;
         if backend.exclusive() {
             worker::clear_stale_leases(backend.as_ref())?;
@@ -254,6 +236,7 @@ impl Store {
             row_locks: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            totals,
             stop: stop.clone(),
         });
         worker::spawn_heartbeat(Arc::downgrade(&inner), stop, lease);
@@ -296,11 +279,6 @@ impl Store {
         &self.inner.oracle
     }
 
-    /// The backend below the protocol.
-    pub fn backend(&self) -> &Arc<dyn Bigtable> {
-        &self.inner.backend
-    }
-
     /// This store's worker id (its liveness token).
     pub fn worker_id(&self) -> u64 {
         self.inner.worker
@@ -313,27 +291,6 @@ impl Store {
         match active.keys().next() {
             Some(ts) => Ok(*ts),
             None => self.inner.oracle.next(),
-        }
-    }
-
-    /// The store's counters.
-    pub fn metrics(&self) -> Metrics {
-        let c = &self.inner.counters;
-        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        Metrics {
-            commits: l(&c.commits),
-            one_pc_commits: l(&c.one_pc_commits),
-            conflicts: l(&c.conflicts),
-            rolled_forward: l(&c.rolled_forward),
-            rolled_back: l(&c.rolled_back),
-            lock_waits: l(&c.lock_waits),
-            observer_runs: l(&c.observer_runs),
-            observer_skips: l(&c.observer_skips),
-            observer_failures: l(&c.observer_failures),
-            dead_letters: l(&c.dead_letters),
-            notifications_cleared: l(&c.notifications_cleared),
-            teleports: l(&c.teleports),
-            backend: self.inner.backend.stats(),
         }
     }
 }

@@ -61,7 +61,7 @@ fn figure_4_bob_pays_joe() {
     assert_eq!(store.metrics().one_pc_commits, 0, "two rows: two-phase commit");
 }
 
-fn concurrent_transfers(store: Store) {
+fn concurrent_transfers(store: TestStore) {
     seed(&store);
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
@@ -108,7 +108,7 @@ fn concurrent_transfers(store: Store) {
     assert!(conflicts.load(Ordering::Relaxed) > 0, "8 accounts and 6 writers must conflict sometimes");
     assert!(audits > 0);
     // No lock is left behind.
-    let versions = store.backend().scan_versions(None, usize::MAX).unwrap();
+    let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
     assert!(versions.iter().all(|r| r.cells.iter().all(|c| c.locks.is_empty() && c.data.is_empty())));
 }
 

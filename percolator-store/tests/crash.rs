@@ -12,15 +12,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::*;
-use percolator_store::{Durability, RedbConfig, Store, StoreConfig};
+use percolator_store::{Durability, StoreConfig};
 
 const ACCOUNTS: u64 = 6;
 const INITIAL: u64 = 1000;
 const ENV: &str = "PERCOLATOR_CRASH_STORE";
 
-fn open(path: &Path) -> Store {
+fn open(path: &Path) -> TestStore {
     let config = StoreConfig { lock_ttl: Duration::from_millis(300), ..StoreConfig::default() };
-    Store::open(path, config, RedbConfig { durability: Durability::Fsync, ..RedbConfig::default() }).unwrap()
+    TestStore::open(path, config, Durability::Fsync)
 }
 
 /// The child: transfers from several threads forever, printing what committed.
@@ -133,7 +133,7 @@ fn crash_recovery_after_sigkill() {
         // Whatever the child left locked is cleaned by GC below the safepoint.
         let gc = store.gc().unwrap();
         assert!(!gc.deferred);
-        let versions = store.backend().scan_versions(None, usize::MAX).unwrap();
+        let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
         assert!(
             versions.iter().all(|r| r.cells.iter().all(|c| c.locks.is_empty())),
             "round {round}: locks left after GC"

@@ -18,7 +18,7 @@ use percolator_store::{Notification, NotifyKind, ObserveError, Observer, Observe
 
 const ROWS: [&str; 4] = ["a", "b", "c", "d"];
 
-fn seeded() -> Store {
+fn seeded() -> TestStore {
     let store = mem_store(fast_locks());
     store
         .run(|t| {
@@ -50,8 +50,8 @@ fn balances(store: &Store) -> Vec<u64> {
     ROWS.iter().map(|r| get_u64(&t, "bank", r, "bal:data").unwrap()).collect()
 }
 
-fn assert_clean(store: &Store) {
-    let versions = store.backend().scan_versions(None, usize::MAX).unwrap();
+fn assert_clean(store: &TestStore) {
+    let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
     for row in versions {
         for c in row.cells {
             assert!(c.locks.is_empty() && c.data.is_empty(), "leftover lock/data in {:?}/{}", row.row, c.column);

@@ -3,7 +3,8 @@
 mod common;
 
 use common::*;
-use percolator_store::{StoreConfig, WriteKind};
+use percolator_store::StoreConfig;
+use percolator_store::backends::WriteKind;
 
 #[test]
 fn gc_keeps_pinned_snapshot_and_newest_version() {
@@ -26,7 +27,7 @@ fn gc_keeps_pinned_snapshot_and_newest_version() {
     assert_eq!(stats.versions_removed, 4 + 2);
     assert_eq!(get_u64(&pinned, "t", "r", "c:x").unwrap(), 5, "the pinned snapshot still reads its version");
     drop(pinned);
-    let versions = store.backend().scan_versions(None, 100).unwrap();
+    let versions = store.backend.scan_versions(None, 100).unwrap();
     let r = versions.iter().find(|r| r.row == b"r").unwrap();
     let kept: Vec<u64> = r.cells[0]
         .writes

@@ -16,8 +16,8 @@ mod common;
 
 use std::collections::BTreeMap;
 
-use common::TempDir;
-use percolator_store::{CellRef, ConflictKind, Error, ScanEntry, Store, StoreConfig, Timestamp, Transaction};
+use common::{TempDir, TestStore};
+use percolator_store::{CellRef, ConflictKind, Error, ScanEntry, StoreConfig, Timestamp, Transaction};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -188,7 +188,7 @@ impl Model {
 // ---- running a case --------------------------------------------------------------------------------
 
 /// Runs one case.
-fn run_case(store: &Store, (initial, actions): &Case) {
+fn run_case(store: &TestStore, (initial, actions): &Case) {
     let mut model = Model::new();
     store
         .run(|t| {
@@ -285,7 +285,7 @@ fn run_case(store: &Store, (initial, actions): &Case) {
     // The committed state, seen by a fresh transaction, is the model's; no lock is left.
     let t = store.begin().unwrap();
     assert_eq!(t.scan(TABLE, b"", None, None, usize::MAX).unwrap(), model.latest(), "final state");
-    for r in store.backend().scan_versions(None, usize::MAX).unwrap() {
+    for r in store.backend.scan_versions(None, usize::MAX).unwrap() {
         for c in &r.cells {
             assert!(c.locks.is_empty() && c.data.is_empty(), "leftover lock or data on {:?}/{}", r.row, c.column);
         }
@@ -307,7 +307,7 @@ impl Action {
     }
 }
 
-fn redb(dir: &TempDir) -> Store {
+fn redb(dir: &TempDir) -> TestStore {
     common::redb_store(dir, StoreConfig::default())
 }
 

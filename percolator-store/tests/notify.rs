@@ -1,15 +1,21 @@
 //! Notifications: observer chains reach a fixed point, racing runs commit once, writes
-//! collapse into one run, failing observers land in dead letters, weak notifications.
+//! collapse into one run, failing observers land in dead letters, weak notifications, and a
+//! scanner that meets backend errors counts them and carries on.
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use common::*;
+use percolator_store::backends::{
+    BackendStats, Bigtable, CellRead, MemBigtable, Mutation, NotifyEntry, Op, Outcome, RowVersions, ScannedCell,
+    Snapshot, WriteRecord,
+};
 use percolator_store::{
-    Error, NotifyKind, ObserveError, Observer, ObserverSpec, ScannerConfig, Store, StoreConfig, Transaction,
+    CellRef, Error, NotifyKind, ObserveError, Observer, ObserverSpec, ScannerConfig, Store, StoreConfig, Timestamp,
+    Transaction,
 };
 
 /// An observer built from a closure, counting its invocations.
@@ -82,13 +88,13 @@ fn chain(store: Store) {
 
 #[test]
 fn observer_chain_reaches_fixed_point_mem() {
-    chain(mem_store(StoreConfig::default()));
+    chain(mem_store(StoreConfig::default()).store);
 }
 
 #[test]
 fn observer_chain_reaches_fixed_point_redb() {
     let dir = TempDir::new("chain");
-    chain(redb_store(&dir, StoreConfig::default()));
+    chain(redb_store(&dir, StoreConfig::default()).store);
 }
 
 #[test]
@@ -260,7 +266,37 @@ fn notify_existing_runs_a_new_binding_on_old_data_once() {
     assert!(done.iter().all(|e| e.value == b"X"));
     assert_eq!(upper.calls.load(Ordering::SeqCst), rows, "one run per row");
     assert_eq!(store.begin().unwrap().get("docs", "other", "derived:upper").unwrap(), None);
+    // Notifying again runs nothing (every row is acknowledged); a rerun runs each row again.
+    assert_eq!(store.notify_existing("docs", "raw:text", b"r00010", Some(b"r00015")).unwrap(), 5);
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    assert_eq!(upper.calls.load(Ordering::SeqCst), rows, "acknowledged rows are skipped");
+    assert_eq!(store.rerun_existing("docs", "raw:text", b"r00010", Some(b"r00015")).unwrap(), 5);
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    assert_eq!(upper.calls.load(Ordering::SeqCst), rows + 5, "a rerun ignores the acks");
     scanner.stop();
+}
+
+#[test]
+fn failed_runs_back_off_doubling() {
+    let backoff = Duration::from_millis(200);
+    let store = mem_store(StoreConfig { observer_backoff: backoff, ..StoreConfig::default() });
+    let times = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = times.clone();
+    let failing = observer(move |_, _| {
+        seen.lock().unwrap().push(std::time::Instant::now());
+        Err(ObserveError::Failed("always".into()))
+    });
+    store.register_observer(spec("fails", "t", "in:v", NotifyKind::Strong), failing).unwrap();
+    let scanner = store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() });
+    store.run(|t| t.set("t", "row", "in:v", "x")).unwrap();
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    scanner.stop();
+    let times = times.lock().unwrap();
+    assert_eq!(times.len(), 3, "max_attempts runs");
+    // Attempt 2 waits the backoff, attempt 3 twice that.
+    assert!(times[1] - times[0] >= backoff, "{:?}", times[1] - times[0]);
+    assert!(times[2] - times[1] >= backoff * 2, "{:?}", times[2] - times[1]);
+    assert_eq!(store.dead_letters().unwrap().len(), 1);
 }
 
 #[test]
@@ -368,4 +404,125 @@ fn scanners_meeting_a_busy_row_teleport() {
     scanner.stop();
     assert_eq!(slow.calls.load(Ordering::SeqCst), 1, "the advisory row lock kept the others out");
     assert!(store.metrics().teleports > 0, "threads that met the held row teleported");
+}
+
+/// A [`MemBigtable`] whose reads of the notify group, or whose clears of notify cells, fail on
+/// demand: errors the scanner can only retry.
+#[derive(Default)]
+struct Flaky {
+    mem: MemBigtable,
+    fail_scans: AtomicBool,
+    fail_clears: AtomicBool,
+}
+
+impl Flaky {
+    fn refuse(&self, ops: &[Op]) -> bool {
+        self.fail_clears.load(Ordering::SeqCst)
+            && ops.iter().any(
+                |op| matches!(op, Op::Row(r) if r.mutations.iter().any(|m| matches!(m, Mutation::ClearNotify { .. }))),
+            )
+    }
+}
+
+impl Bigtable for Flaky {
+    fn snapshot(&self) -> percolator_store::Result<Option<Box<dyn Snapshot>>> {
+        self.mem.snapshot()
+    }
+    fn apply(&self, ops: Vec<Op>) -> percolator_store::Result<Vec<Outcome>> {
+        if self.refuse(&ops) {
+            return Err(Error::Storage("injected: clearing a notify cell failed".into()));
+        }
+        self.mem.apply(ops)
+    }
+    fn read_row(
+        &self,
+        table: &str,
+        row: &[u8],
+        columns: &[&str],
+        ts: Timestamp,
+    ) -> percolator_store::Result<Vec<CellRead>> {
+        self.mem.read_row(table, row, columns, ts)
+    }
+    fn find_write(
+        &self,
+        cell: &CellRef,
+        start_ts: Timestamp,
+    ) -> percolator_store::Result<Option<(Timestamp, WriteRecord)>> {
+        self.mem.find_write(cell, start_ts)
+    }
+    fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> percolator_store::Result<Option<Vec<u8>>> {
+        self.mem.read_data(cell, start_ts)
+    }
+    fn scan(
+        &self,
+        table: &str,
+        start: &[u8],
+        after_column: Option<&str>,
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        ts: Timestamp,
+        limit: usize,
+    ) -> percolator_store::Result<Vec<ScannedCell>> {
+        self.mem.scan(table, start, after_column, end, columns, ts, limit)
+    }
+    fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> percolator_store::Result<Vec<RowVersions>> {
+        self.mem.scan_versions(from, limit)
+    }
+    fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> percolator_store::Result<Vec<NotifyEntry>> {
+        if self.fail_scans.load(Ordering::SeqCst) {
+            return Err(Error::Storage("injected: reading the notify group failed".into()));
+        }
+        self.mem.scan_notify(from, limit)
+    }
+    fn meta_get(&self, key: &str) -> percolator_store::Result<Option<Vec<u8>>> {
+        self.mem.meta_get(key)
+    }
+    fn meta_scan(&self, prefix: &str) -> percolator_store::Result<Vec<(String, Vec<u8>)>> {
+        self.mem.meta_scan(prefix)
+    }
+    fn exclusive(&self) -> bool {
+        self.mem.exclusive()
+    }
+    fn stats(&self) -> BackendStats {
+        self.mem.stats()
+    }
+}
+
+/// Waits up to 10 s for `f`.
+fn eventually(what: &str, f: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The scanner swallows nothing silently: each error it can only retry is logged and counted
+/// (`scanner_errors`), and the notification is processed once the backend works again.
+#[test]
+fn scanner_counts_the_errors_it_retries_and_carries_on() {
+    let flaky = Arc::new(Flaky::default());
+    let store = TestStore::new(flaky.clone(), StoreConfig::default());
+    let obs = observer(|_, _| Ok(()));
+    store.register_observer(spec("o", "t", "in:v", NotifyKind::Strong), obs.clone()).unwrap();
+    store.run(|t| t.set("t", "r", "in:v", "x")).unwrap();
+
+    flaky.fail_scans.store(true, Ordering::SeqCst);
+    let scanner =
+        store.start_scanner(ScannerConfig { threads: 1, idle_wait: Duration::from_millis(5), ..Default::default() });
+    eventually("failed reads of the notify group", || store.metrics().scanner_errors >= 2);
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 0, "nothing was read, nothing ran");
+
+    // Reads work again; clearing the processed cell fails.
+    let before = store.metrics().scanner_errors;
+    flaky.fail_clears.store(true, Ordering::SeqCst);
+    flaky.fail_scans.store(false, Ordering::SeqCst);
+    eventually("failed clears", || store.metrics().scanner_errors >= before + 2);
+    assert_eq!(store.pending_notifications(10).unwrap().len(), 1, "a cell whose clear failed stays pending");
+
+    flaky.fail_clears.store(false, Ordering::SeqCst);
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    scanner.stop();
+    let m = store.metrics();
+    assert_eq!((m.observer_runs, m.observer_failures, m.notifications_cleared), (1, 0, 1));
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use common::*;
 use percolator_store::{
-    MemBigtable, Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, StoreConfig, Transaction,
+    Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, StoreConfig, Transaction,
 };
 
 /// Records what each run saw in the notified column.
@@ -45,7 +45,7 @@ fn drain(s: &Store) {
 }
 
 fn unbound_delete_scenario(run_gc: bool) -> (Arc<Rec>, Store) {
-    let s = Store::with_backend(Arc::new(MemBigtable::new()), StoreConfig::default()).unwrap();
+    let s = Store::in_memory(StoreConfig::default()).unwrap();
     let obs = rec();
     s.register_observer(spec("o", "c:v", NotifyKind::Strong), obs.clone()).unwrap();
     s.run(|t| t.set("t", "r", "c:v", b"x".to_vec())).unwrap();
@@ -97,7 +97,7 @@ fn unbound_dead_letter_of_a_delete_survives_gc() {
 /// unobserved column: no notify cell, no `(unbound)` dead letter.
 #[test]
 fn weak_notify_of_a_never_bound_column_notifies_nobody() {
-    let s = Store::with_backend(Arc::new(MemBigtable::new()), StoreConfig::default()).unwrap();
+    let s = Store::in_memory(StoreConfig::default()).unwrap();
     s.run(|t| t.notify_weak("t", "r", "nobody:listens")).unwrap();
     assert!(s.pending_notifications(10).unwrap().is_empty());
     drain(&s);
@@ -110,7 +110,7 @@ fn weak_notify_of_a_never_bound_column_notifies_nobody() {
 fn notify_existing_pages_exactly() {
     let page = percolator_store::NOTIFY_EXISTING_PAGE;
     for n in [page - 1, page, page + 1, 2 * page] {
-        let s = Store::with_backend(Arc::new(MemBigtable::new()), StoreConfig::default()).unwrap();
+        let s = Store::in_memory(StoreConfig::default()).unwrap();
         let mut want = Vec::new();
         s.run(|t| {
             for i in 0..n {
@@ -187,7 +187,7 @@ fn failed_dead_letter_of_a_delete_survives_gc() {
             Ok(())
         }
     }
-    let s = Store::with_backend(Arc::new(MemBigtable::new()), StoreConfig::default()).unwrap();
+    let s = Store::in_memory(StoreConfig::default()).unwrap();
     let obs = Arc::new(FailOnDelete(AtomicU64::new(0), AtomicBool::new(true)));
     let mut sp = spec("o", "c:v", NotifyKind::Strong);
     sp.max_attempts = 1;

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use percolator_store::{
-    MemBigtable, Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, StoreConfig, Transaction,
+    Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, StoreConfig, Transaction,
 };
 
 struct Rec {
@@ -25,7 +25,7 @@ impl Observer for Rec {
 }
 
 fn store() -> Store {
-    Store::with_backend(Arc::new(MemBigtable::new()), StoreConfig::default()).unwrap()
+    Store::in_memory(StoreConfig::default()).unwrap()
 }
 
 /// A committed delete of a strongly observed column must reach its observer even if GC runs
@@ -112,7 +112,8 @@ fn dead_letter_acks_later_unseen_write() {
 /// replacing them, a clear leaves a cell that names a writer, a drop forgets one writer.
 #[test]
 fn notify_cells_keep_every_writer_until_it_is_settled() {
-    use percolator_store::{Bigtable, CellRef, Mutation, Op, RedbBigtable, RedbConfig, RowMutation, Timestamp, Writer};
+    use percolator_store::backends::{Bigtable, MemBigtable, Mutation, Op, RedbBigtable, RowMutation, Writer};
+    use percolator_store::{CellRef, RedbConfig, Timestamp};
     let dir = std::env::temp_dir().join(format!("percolator-notify-writers-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();

@@ -9,9 +9,10 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use common::TestStore;
+use percolator_store::backends::{LockRecord, Mutation, Op, Outcome, RowMutation, WriteKind, WriteRecord};
 use percolator_store::{
-    CellRef, ConflictKind, Error, LockRecord, Mutation, Op, Outcome, RetryPolicy, RowMutation, ScanEntry, Store,
-    StoreConfig, Timestamp, Transaction, WriteKind, WriteRecord,
+    CellRef, ConflictKind, Error, RetryPolicy, ScanEntry, Store, StoreConfig, Timestamp, Transaction,
 };
 
 /// The table every scenario uses.
@@ -121,8 +122,8 @@ fn assert_invalid<T: std::fmt::Debug>(r: percolator_store::Result<T>) {
 
 /// No lock or staged value is left anywhere.
 #[track_caller]
-fn assert_no_locks(store: &Store) {
-    let versions = store.backend().scan_versions(None, usize::MAX).unwrap();
+fn assert_no_locks(store: &TestStore) {
+    let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
     for r in &versions {
         for c in &r.cells {
             assert!(
@@ -170,9 +171,9 @@ fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
-fn apply_row(store: &Store, row: &str, mutations: Vec<Mutation>) {
+fn apply_row(store: &TestStore, row: &str, mutations: Vec<Mutation>) {
     let op = Op::Row(RowMutation { table: T.into(), row: row.as_bytes().to_vec(), conditions: Vec::new(), mutations });
-    assert_eq!(store.backend().apply(vec![op]).unwrap(), vec![Outcome::Applied]);
+    assert_eq!(store.backend.apply(vec![op]).unwrap(), vec![Outcome::Applied]);
 }
 
 /// Leaves the state of a transaction that started at `start_ts`, locked `row/col` as a
@@ -180,7 +181,7 @@ fn apply_row(store: &Store, row: &str, mutations: Vec<Mutation>) {
 /// `commit` if given (the worker died after the commit point), else still locked by a dead
 /// worker (it died before the commit point).
 fn abandoned_secondary(
-    store: &Store,
+    store: &TestStore,
     start_ts: Timestamp,
     commit: Option<Timestamp>,
     prow: &str,
@@ -229,7 +230,7 @@ fn abandoned_secondary(
 
 /// Two read-modify-write transactions on one counter (one row: the one-phase commit path):
 /// the second committer loses, so the counter goes up by one, not two.
-fn lost_update_single_row(store: Store) {
+fn lost_update_single_row(store: TestStore) {
     seed(&store, &[("ctr", "n:v", 10)]);
     let mut a = store.begin().unwrap();
     let mut b = store.begin().unwrap();
@@ -257,7 +258,7 @@ fn lost_update_single_row(store: Store) {
 
 /// Lost update through the two-phase path: both transactions also write a row of their own, so
 /// the loser prewrites (and must roll back) a row the winner never touched.
-fn lost_update_multi_row(store: Store) {
+fn lost_update_multi_row(store: TestStore) {
     seed(&store, &[("ctr", "n:v", 10)]);
     let mut a = store.begin().unwrap();
     let mut b = store.begin().unwrap();
@@ -278,7 +279,7 @@ fn lost_update_multi_row(store: Store) {
 }
 
 /// Many threads increment one counter through `Store::run`: no increment is lost.
-fn lost_update_threads(store: Store) {
+fn lost_update_threads(store: TestStore) {
     const THREADS: u64 = 4;
     const EACH: u64 = 25;
     seed(&store, &[("ctr", "n:v", 0)]);
@@ -319,7 +320,7 @@ fn lost_update_threads(store: Store) {
 
 /// T1 reads x, T2 moves value from x to y and commits, T1 reads y: T1 sees y as of its snapshot,
 /// so the invariant x + y = 100 holds inside T1 (and on every later read of T1).
-fn read_skew_impossible(store: Store) {
+fn read_skew_impossible(store: TestStore) {
     seed(&store, &[("x", "v:v", 50), ("y", "v:v", 50)]);
     let t1 = store.begin().unwrap();
     let x = get_u64(&t1, "x", "v:v");
@@ -361,7 +362,7 @@ fn read_skew_impossible(store: Store) {
 /// themselves off. Their write sets are disjoint (each writes only their own row), so
 /// first-committer-wins sees no conflict: both commit and nobody is on call. This test pins that
 /// behaviour down; if it ever fails, the store has become stricter than SI (e.g. serializable).
-fn write_skew_allowed(store: Store) {
+fn write_skew_allowed(store: TestStore) {
     seed(&store, &[("alice", "oncall:v", 1), ("bob", "oncall:v", 1)]);
     let mut t1 = store.begin().unwrap();
     let mut t2 = store.begin().unwrap();
@@ -378,7 +379,7 @@ fn write_skew_allowed(store: Store) {
 
 /// The usual remedy for write skew under SI: materialize the conflict by writing a shared cell
 /// (here the shift's count). Now the two transactions' write sets overlap and one aborts.
-fn write_skew_prevented_by_materialized_conflict(store: Store) {
+fn write_skew_prevented_by_materialized_conflict(store: TestStore) {
     seed(&store, &[("alice", "oncall:v", 1), ("bob", "oncall:v", 1), ("shift", "oncall:count", 2)]);
     let mut t1 = store.begin().unwrap();
     let mut t2 = store.begin().unwrap();
@@ -397,7 +398,7 @@ fn write_skew_prevented_by_materialized_conflict(store: Store) {
 
 // ---- visibility --------------------------------------------------------------------------------
 
-fn read_your_own_writes(store: Store) {
+fn read_your_own_writes(store: TestStore) {
     store.run(|t| t.set(T, "r", "c:a", b"committed".to_vec())).unwrap();
     let mut t = store.begin().unwrap();
     assert_eq!(get(&t, "r", "c:a"), Some(b"committed".to_vec()));
@@ -431,7 +432,7 @@ fn read_your_own_writes(store: Store) {
     assert_eq!(get(&after, "r", "c:new"), None);
 }
 
-fn delete_visibility(store: Store) {
+fn delete_visibility(store: TestStore) {
     store
         .run(|t| {
             t.set(T, "r1", "c:a", b"one".to_vec())?;
@@ -463,7 +464,7 @@ fn delete_visibility(store: Store) {
     assert_eq!(entries(&last.scan(T, b"", None, None, 10).unwrap()).len(), 2);
 }
 
-fn snapshot_ignores_later_commits(store: Store) {
+fn snapshot_ignores_later_commits(store: TestStore) {
     store.run(|t| t.set(T, "r", "c:a", b"v1".to_vec())).unwrap();
     let old = store.begin().unwrap();
     store
@@ -487,7 +488,7 @@ fn snapshot_ignores_later_commits(store: Store) {
     );
 }
 
-fn get_many_reads_the_snapshot(store: Store) {
+fn get_many_reads_the_snapshot(store: TestStore) {
     store
         .run(|t| {
             t.set(T, "a", "c:1", b"a1".to_vec())?;
@@ -532,7 +533,7 @@ fn get_many_reads_the_snapshot(store: Store) {
 }
 
 /// Many scans over a fixed snapshot, compared with a reference filter of the same data.
-fn scan_matches_reference(store: Store) {
+fn scan_matches_reference(store: TestStore) {
     let rows: [&[u8]; 6] = [b"", b"r0", b"r0\0", b"r1", b"r2", b"r3\xff"];
     let cols = ["a:x", "b:y", "c:z"];
     let mut model = Model::new();
@@ -590,7 +591,7 @@ fn scan_matches_reference(store: Store) {
 
 /// Buffered writes and deletes overlay the snapshot in scans, including deletes of cells the
 /// limit would otherwise have counted.
-fn scan_overlays_buffered_writes(store: Store) {
+fn scan_overlays_buffered_writes(store: TestStore) {
     store
         .run(|t| {
             for r in ["r1", "r2", "r3", "r4"] {
@@ -661,7 +662,7 @@ fn scan_overlays_buffered_writes(store: Store) {
 }
 
 /// A row with many columns, scanned with limits that cut inside it.
-fn scan_limit_inside_wide_row(store: Store) {
+fn scan_limit_inside_wide_row(store: TestStore) {
     const WIDE: usize = 20;
     let col = |i: usize| format!("c:{i:02}");
     store
@@ -726,7 +727,7 @@ fn scan_limit_inside_wide_row(store: Store) {
 
 /// Scans that meet abandoned locks in the middle of a wide row resolve them and resume from the
 /// last cell they consumed (the scan's paging cursor), without skipping or repeating cells.
-fn scan_repages_after_resolving_locks(store: Store) {
+fn scan_repages_after_resolving_locks(store: TestStore) {
     const WIDE: usize = 20;
     let col = |i: usize| format!("c:{i:02}");
     store
@@ -803,7 +804,7 @@ fn scan_repages_after_resolving_locks(store: Store) {
 /// A scan whose `start` is above its `end` returns nothing (or rejects the arguments); it must
 /// not panic. (Regression: `MemBigtable` once handed the inverted key range to
 /// `BTreeMap::range`, which panics while the backend's mutex is held, poisoning the store.)
-fn scan_inverted_range_is_empty(store: Store) {
+fn scan_inverted_range_is_empty(store: TestStore) {
     store.run(|t| t.set(T, "m", "c:a", b"m".to_vec())).unwrap();
     let mut t = store.begin().unwrap();
     t.set(T, "n", "c:a", b"mine".to_vec()).unwrap();
@@ -822,7 +823,7 @@ fn scan_inverted_range_is_empty(store: Store) {
 
 // ---- validation --------------------------------------------------------------------------------
 
-fn reserved_and_empty_names_rejected(store: Store) {
+fn reserved_and_empty_names_rejected(store: TestStore) {
     let mut t = store.begin().unwrap();
     for col in ["__ack:x", "__", ""] {
         assert_invalid(t.set(T, "r", col, b"v".to_vec()));
@@ -877,7 +878,7 @@ fn reserved_and_empty_names_rejected(store: Store) {
 /// `p`, where nothing was ever committed — first-committer-wins says it commits. (The prewrite
 /// condition `NoWriteSince` skips other transactions' rollback records; only one at exactly
 /// `since`, the checker's own, guarding a delayed prewrite, counts.)
-fn aborted_commit_aborts_older_writer(store: Store) {
+fn aborted_commit_aborts_older_writer(store: TestStore) {
     let mut older = store.begin().unwrap();
     let mut failed = store.begin().unwrap();
     set_u64(&mut failed, "p", "c:v", 1);

@@ -126,7 +126,7 @@ endpoints! {
         timeout = wait_timeout;
     /// Run observers on existing rows.
     Notify: Post "/v1/notify", "notify", NotifyRequest => NotifyResponse,
-        "Notifies a column's observers of the rows that already have a value.";
+        "Notifies a column's observers of the rows that already have a value (rerun: even rows they processed).";
 }
 
 /// `GET`: Prometheus text exposition format 0.0.4 (not JSON, so not an [`Endpoint`]).

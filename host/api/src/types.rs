@@ -140,6 +140,11 @@ pub struct NotifyRequest {
     /// Only rows starting with this.
     #[serde(default)]
     pub prefix: Option<String>,
+    /// Run the observers again even on rows whose latest change they already processed (their
+    /// acks are ignored): for a new version of an observer. Without it, a row the observer has
+    /// acknowledged is skipped.
+    #[serde(default)]
+    pub rerun: bool,
 }
 
 /// The answer to [`NotifyRequest`].
@@ -362,8 +367,9 @@ pub struct HostReport {
     pub bindings: Vec<BindingReport>,
     /// Rates over the last seconds.
     pub throughput: Throughput,
-    /// The store's counters since the host started.
-    pub metrics: MetricsReport,
+    /// The store's counters by name (`percolator_store::Metrics::counters`): totals over the
+    /// store's life, except `backend_*` (since the store was opened).
+    pub metrics: std::collections::BTreeMap<String, u64>,
 }
 
 /// One loaded binding.
@@ -406,24 +412,6 @@ pub struct Throughput {
     pub commits_per_sec: f64,
     /// Conflicts per second.
     pub conflicts_per_sec: f64,
-}
-
-/// The store's counters (`percolator_store::Metrics`).
-#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
-#[allow(missing_docs)]
-pub struct MetricsReport {
-    pub commits: u64,
-    pub one_pc_commits: u64,
-    pub conflicts: u64,
-    pub rolled_forward: u64,
-    pub rolled_back: u64,
-    pub lock_waits: u64,
-    pub observer_runs: u64,
-    pub observer_skips: u64,
-    pub observer_failures: u64,
-    pub dead_letters: u64,
-    pub notifications_cleared: u64,
-    pub teleports: u64,
 }
 
 /// One dead letter (`GET /v1/dead-letters` answers a list of them).

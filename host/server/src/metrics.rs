@@ -58,28 +58,10 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
     let backlog = ops::backlog(store)?;
     let dead = store.dead_letters()?.len();
     let mut e = Exposition(String::new());
-    let counters: [(&str, &str, u64); 14] = [
-        ("percolator_commits_total", "Committed read-write transactions.", m.commits),
-        ("percolator_one_pc_commits_total", "Transactions committed in one row operation.", m.one_pc_commits),
-        ("percolator_conflicts_total", "Commits that failed with a conflict.", m.conflicts),
-        ("percolator_rolled_forward_total", "Locks of committed transactions rolled forward.", m.rolled_forward),
-        ("percolator_rolled_back_total", "Locks of dead or expired transactions rolled back.", m.rolled_back),
-        ("percolator_lock_waits_total", "Times a read backed off on a live lock.", m.lock_waits),
-        ("percolator_store_observer_runs_total", "Observer runs that committed, all observers.", m.observer_runs),
-        ("percolator_observer_skips_total", "Notifications skipped because the ack was newer.", m.observer_skips),
-        (
-            "percolator_store_observer_failures_total",
-            "Observer runs that failed, all observers (conflicts excluded).",
-            m.observer_failures,
-        ),
-        ("percolator_dead_lettered_total", "Notifications moved to dead letters.", m.dead_letters),
-        ("percolator_notifications_cleared_total", "Notify cells cleared.", m.notifications_cleared),
-        ("percolator_teleports_total", "Scanner teleports.", m.teleports),
-        ("percolator_backend_commits_total", "Underlying backend commits.", m.backend.commits),
-        ("percolator_backend_ops_total", "Row operations applied by the backend.", m.backend.ops),
-    ];
-    for (name, help, value) in counters {
-        e.single(name, "counter", help, value);
+    // The store's counters, named after the store's own list: `percolator_store_<name>_total`.
+    for c in m.counters() {
+        let name = format!("percolator_store_{}_total", c.name);
+        e.single(&name, "counter", c.help, c.value);
     }
     let b = &status.bindings;
     e.family("percolator_observer_runs_total", "counter", "Runs of the observer's component.");

@@ -250,7 +250,7 @@ pub fn connect(config: &Path, url: Option<&str>, creates: bool) -> Result<Route,
         RedbConfig { durability: target.durability, ..RedbConfig::default() },
     )
     .map_err(|e| {
-        target.explain(if matches!(e, percolator_store::Error::Storage(ref m) if m.contains("already open")) {
+        target.explain(if matches!(e, percolator_store::Error::AlreadyOpen { .. }) {
             format!("store {} is in use by another process and no host answers at {nobody}", path.display())
         } else {
             format!("{}: {e}", path.display())

@@ -1,14 +1,43 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
-use std::path::PathBuf;
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use percolator_store::{Durability, MemBigtable, RedbConfig, Store, StoreConfig, Transaction};
+use percolator_store::backends::{Bigtable, MemBigtable, RedbBigtable};
+use percolator_store::{Durability, RedbConfig, Store, StoreConfig, Transaction};
 
-pub fn mem_store(config: StoreConfig) -> Store {
-    Store::with_backend(Arc::new(MemBigtable::new()), config).unwrap()
+/// A store and the backend under it. The store does not hand its backend out; tests that look
+/// at stored versions (no lock left, GC removed what it should) keep it here.
+#[derive(Clone)]
+pub struct TestStore {
+    pub store: Store,
+    pub backend: Arc<dyn Bigtable>,
+}
+
+impl TestStore {
+    pub fn new(backend: Arc<dyn Bigtable>, config: StoreConfig) -> TestStore {
+        TestStore { store: Store::with_backend(backend.clone(), config).unwrap(), backend }
+    }
+
+    /// The redb store at `path`, with `durability`.
+    pub fn open(path: &Path, config: StoreConfig, durability: Durability) -> TestStore {
+        let redb = RedbBigtable::open(path, RedbConfig { durability, ..RedbConfig::default() }).unwrap();
+        TestStore::new(Arc::new(redb), config)
+    }
+}
+
+impl Deref for TestStore {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.store
+    }
+}
+
+pub fn mem_store(config: StoreConfig) -> TestStore {
+    TestStore::new(Arc::new(MemBigtable::new()), config)
 }
 
 pub struct TempDir(pub PathBuf);
@@ -35,9 +64,8 @@ fn rand_suffix() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap().subsec_nanos() as u64
 }
 
-pub fn redb_store(dir: &TempDir, config: StoreConfig) -> Store {
-    Store::open(dir.file("store.redb"), config, RedbConfig { durability: Durability::None, ..RedbConfig::default() })
-        .unwrap()
+pub fn redb_store(dir: &TempDir, config: StoreConfig) -> TestStore {
+    TestStore::open(&dir.file("store.redb"), config, Durability::None)
 }
 
 /// Short TTLs so abandoned locks are cleaned quickly in tests.

@@ -199,7 +199,9 @@ impl Op for Notify {
     const WRITES: bool = true;
 
     /// Notifies the observers of `table/column` of every row in the range that has a value
-    /// (`Store::notify_existing`): a binding added later runs on the data written before it.
+    /// (`Store::notify_existing`): a binding added later runs on the data written before it;
+    /// with `rerun`, a strong observer runs even where it acknowledged the row's newest write
+    /// (`Store::rerun_existing`): a new version of it recomputes its output on old rows.
     fn run(cx: &Context, r: NotifyRequest) -> ApiResult<NotifyResponse> {
         check_table(&r.table)?;
         check_column(&r.column)?;
@@ -212,7 +214,11 @@ impl Op for Notify {
         if end.as_ref().is_some_and(|e| *e <= start) {
             return Ok(NotifyResponse { notified: 0 });
         }
-        let notified = cx.store.notify_existing(&r.table, &r.column, &start, end.as_deref())?;
+        let notified = if r.rerun {
+            cx.store.rerun_existing(&r.table, &r.column, &start, end.as_deref())?
+        } else {
+            cx.store.notify_existing(&r.table, &r.column, &start, end.as_deref())?
+        };
         Ok(NotifyResponse { notified })
     }
 }

@@ -1,6 +1,6 @@
 //! The pipeline's state and upkeep: health, status, dead letters and their retry, gc, wait.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
@@ -8,7 +8,7 @@ use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
     ApiError, ApiResult, BindingReport, DeadLetterReport, Empty, GcReport, HealthReport, HostReport, MAX_WAIT_SECS,
-    MetricsReport, RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest, WaitResponse,
+    RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest, WaitResponse,
 };
 use percolator_store::Store;
 
@@ -111,21 +111,9 @@ fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> ApiRe
     })
 }
 
-fn metrics_report(m: &percolator_store::Metrics) -> MetricsReport {
-    MetricsReport {
-        commits: m.commits,
-        one_pc_commits: m.one_pc_commits,
-        conflicts: m.conflicts,
-        rolled_forward: m.rolled_forward,
-        rolled_back: m.rolled_back,
-        lock_waits: m.lock_waits,
-        observer_runs: m.observer_runs,
-        observer_skips: m.observer_skips,
-        observer_failures: m.observer_failures,
-        dead_letters: m.dead_letters,
-        notifications_cleared: m.notifications_cleared,
-        teleports: m.teleports,
-    }
+/// The store's counters by name (`Metrics::counters`).
+fn metrics_report(m: &percolator_store::Metrics) -> BTreeMap<String, u64> {
+    m.counters().map(|c| (c.name.to_owned(), c.value)).collect()
 }
 
 /// Lists the dead letters.

@@ -40,7 +40,7 @@ fn a_batch_counts_only_the_records_it_writes() {
 }
 
 fn mem_store() -> Context {
-    let store = Store::with_backend(Arc::new(percolator_store::MemBigtable::new()), Default::default()).unwrap();
+    let store = Store::in_memory(Default::default()).unwrap();
     Context { store, store_path: Arc::new(PathBuf::from("mem")), host: None, config_error: None }
 }
 
