@@ -128,7 +128,8 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
         forwarded.entry(dest).or_default().extend(sources.values().map(String::as_str));
     }
 
-    // Exporter: canonical pages only; terms of title, text and every forwarded anchor.
+    // Exporter: canonical pages only; terms of title, text and every forwarded anchor, and the
+    // document's length (all its term occurrences) in the row of the empty term.
     for (url, doc) in &docs {
         if canonical.get(url) != Some(url) {
             continue;
@@ -145,6 +146,7 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
         }
         let list: String = counts.iter().map(|(t, n)| format!("{t}\t{n}\n")).collect();
         out.set(PAGES, url, EXPORT_TERMS, list);
+        out.set_row(INDEX, length_row(url), HIT_COUNT, counts.values().sum::<u64>().to_string());
         for (term, n) in &counts {
             out.set_row(INDEX, join_row(term, url), HIT_COUNT, n.to_string());
         }
@@ -305,6 +307,9 @@ mod tests {
             Some("copy\t1\nhorses\t1\nmirror\t1\nstriped\t1\nwild\t1\nzebra\t2\n")
         );
         assert_eq!(get(&t, INDEX, &format!("zebra {A}"), HIT_COUNT), Some("2"));
+        assert_eq!(get(&t, INDEX, &format!(" {A}"), HIT_COUNT), Some("7"), "A's length");
+        assert_eq!(get(&t, INDEX, &format!(" {B}"), HIT_COUNT), None);
+        assert_eq!(get(&t, INDEX, &format!(" {C}"), HIT_COUNT), Some("6"), "links wild zebra mirror copy mail");
         assert_eq!(get(&t, PAGES, B, EXPORT_TERMS), None);
         assert_eq!(get(&t, INDEX, &format!("zebra {B}"), HIT_COUNT), None);
         assert_eq!(get(&t, INDEX, &format!("links {C}"), HIT_COUNT), Some("1"));

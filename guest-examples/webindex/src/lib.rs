@@ -15,6 +15,8 @@
 //! - [`crawl`]: a deterministic sample-crawl generator (duplicates, links, PageRank, re-crawls).
 //! - [`batch`]: the from-scratch batch computation of every derived table from the `raw:*`
 //!   inputs, which the incremental pipeline must equal at its fixed point.
+//! - [`rank`]: answering a query from the index — BM25 with a PageRank prior, every term
+//!   required; pure, plus the reads a client makes to feed it.
 
 pub mod batch;
 pub mod charset;
@@ -22,5 +24,6 @@ pub mod crawl;
 pub mod html;
 #[cfg(feature = "observers")]
 pub mod observers;
+pub mod rank;
 pub mod schema;
 pub mod text;

@@ -54,7 +54,7 @@ pub const CANON_URL: &str = "canon:url";
 pub const LINK_ANCHOR: &str = "link:anchor";
 /// Forwarded inlinks (in `fwd`).
 pub const FWD_ANCHORS: &str = "fwd:anchors";
-/// Occurrences of a term (in `index`).
+/// Occurrences of a term (in `index`); in a [`length_row`], the document's length.
 pub const HIT_COUNT: &str = "hit:count";
 
 /// The row key `"a b"`.
@@ -73,6 +73,27 @@ pub fn prefix_range(a: &str) -> (Vec<u8>, Vec<u8>) {
     start.push(b' ');
     end.push(b'!');
     (start, end)
+}
+
+/// The `index` row holding the length of the exported document `url` in `hit:count`: the
+/// number of its term occurrences, all terms together (the sum of its `export:terms` counts).
+///
+/// It is the row of the empty term, `" <url>"`. No term is empty (terms have at least
+/// [`MIN_TERM_CHARS`](crate::text::MIN_TERM_CHARS) characters), so these rows are never a
+/// term's and are exactly the rows of [`length_range`], which the term ranges
+/// ([`prefix_range`] of a term) never overlap: a term starts with an alphanumeric character,
+/// after `'!'`.
+///
+/// ```
+/// assert_eq!(webindex::schema::length_row("http://a.example/"), b" http://a.example/");
+/// ```
+pub fn length_row(url: &str) -> Vec<u8> {
+    join_row("", url)
+}
+
+/// The row range `[" ", "!")` of every [`length_row`]: one row per exported document.
+pub fn length_range() -> (Vec<u8>, Vec<u8>) {
+    prefix_range("")
 }
 
 /// Splits `"a b"` at its first space.
@@ -239,6 +260,13 @@ mod tests {
         let (start, end) = prefix_range("a");
         assert!(start.as_slice() <= join_row("a", "").as_slice() && join_row("a", "\u{10ffff}") < end);
         assert!(join_row("ab", "x") >= end);
+        let (start, end) = length_range();
+        let row = length_row("http://a/");
+        assert!(start <= row && row < end);
+        // The smallest character a term can start with is after every length row.
+        let (term_start, _) = prefix_range("0");
+        assert!(end <= term_start && end <= join_row("0", "x"));
+        assert_eq!(split_row(&row), Some(("", "http://a/")));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use percolator_guest::{Notification, Observer, Result, Txn};
 use super::{decode, get_page, notified_url, put, scan_prefix};
 use crate::schema::{
     CLUSTER_CANONICAL, DOC_TEXT, DOC_TITLE, EXPORT_TERMS, FWD, FWD_ANCHORS, HIT_COUNT, INDEX, PAGES, decode_fwd,
-    decode_term_counts, encode_count, encode_term_counts, join_row,
+    decode_term_counts, encode_count, encode_term_counts, join_row, length_row,
 };
 use crate::text::count_terms;
 
@@ -19,11 +19,17 @@ use crate::text::count_terms;
 /// recorded previous value, and `export:terms` is written on every run (deleted when there
 /// are no terms, as for a URL that is not exported).
 ///
+/// It also keeps the document's length, the sum of its term counts, in `index/" C"/hit:count`
+/// ([`length_row`]: the row of the empty term, which ranking reads for BM25; absent when there
+/// are no terms). It reads that cell and writes it only when it differs — not from the
+/// recorded `export:terms`, so that a store whose pages were exported before lengths were kept
+/// gets them from one more run of each (`percolator notify` of `pages/export:dirty`).
+///
 /// Bind to `pages/export:dirty` with `notify = "weak"`: the column is never written, only
 /// notified, so a run may repeat; it recomputes from the current state, and `export:terms`,
 /// written on every run, serializes runs on one URL. Reads `pages/cluster:canonical`, `pages/doc:title`,
-/// `pages/doc:text`, `pages/export:terms`, `fwd/fwd:anchors`; writes `index/hit:count`,
-/// `pages/export:terms`.
+/// `pages/doc:text`, `pages/export:terms`, `fwd/fwd:anchors`, `index/hit:count` (the length
+/// row); writes `index/hit:count`, `pages/export:terms`.
 pub struct Exporter;
 
 impl Observer for Exporter {
@@ -52,9 +58,22 @@ impl Observer for Exporter {
                 txn.set_str(INDEX, &join_row(term, url), HIT_COUNT, &encode_count(count))?;
             }
         }
+        // Only this URL's runs write its length row, and they serialize on `export:terms`: the
+        // value read is the last committed run's.
+        let length_row = length_row(url);
+        let new_length = (!new.is_empty()).then(|| encode_count(length(&new)));
+        if txn.get(INDEX, &length_row, HIT_COUNT)?.as_deref() != new_length.as_deref().map(str::as_bytes) {
+            put(txn, INDEX, &length_row, HIT_COUNT, new_length.as_deref())?;
+        }
         let terms = (!new.is_empty()).then(|| encode_term_counts(&new));
         put(txn, PAGES, row, EXPORT_TERMS, terms.as_deref())
     }
+}
+
+/// A document's length: its term occurrences, all terms together. (Saturates rather than
+/// overflow; counts of one page's terms are far from that.)
+fn length(counts: &BTreeMap<String, u64>) -> u64 {
+    counts.values().fold(0, |sum, &n| sum.saturating_add(n))
 }
 
 #[cfg(test)]
@@ -94,7 +113,7 @@ mod tests {
         store.put(FWD, join_row("c:x", "d:dup"), FWD_ANCHORS, "s:2\tdogs cats\ns:3\t\n");
         store.put(FWD, join_row("c:xy", "t"), FWD_ANCHORS, "s:4\tnot mine\n");
         export(&store, "c:x");
-        assert_eq!(index(&store), strs(&[("cats c:x", "3"), ("dogs c:x", "3")]));
+        assert_eq!(index(&store), strs(&[(" c:x", "6"), ("cats c:x", "3"), ("dogs c:x", "3")]));
         assert_eq!(store.get_str(PAGES, "c:x", EXPORT_TERMS).as_deref(), Some("cats\t3\ndogs\t3\n"));
         // A repeated notification (weak runs may repeat) writes the same values again.
         let mut txn = store.begin();
@@ -102,7 +121,7 @@ mod tests {
         let written: Vec<&str> = txn.buffered().keys().map(|c| c.column.as_str()).collect();
         assert_eq!(written, [EXPORT_TERMS]);
         txn.commit().unwrap();
-        assert_eq!(index(&store), strs(&[("cats c:x", "3"), ("dogs c:x", "3")]));
+        assert_eq!(index(&store), strs(&[(" c:x", "6"), ("cats c:x", "3"), ("dogs c:x", "3")]));
     }
 
     #[test]
@@ -119,14 +138,32 @@ mod tests {
             .iter()
             .map(|(c, v)| (format!("{}/{}", c.table, String::from_utf8_lossy(&c.row)), v.is_some()))
             .collect();
+        // Three terms before and after: the length row stays.
         let want = [("index/beta c:x", true), ("index/gamma c:x", true), ("pages/c:x", true)];
         assert_eq!(written, want.map(|(c, set)| (c.to_owned(), set)));
         txn.commit().unwrap();
-        assert_eq!(index(&store), strs(&[("alpha c:x", "1"), ("beta c:x", "1"), ("gamma c:x", "1")]));
+        let want = [(" c:x", "3"), ("alpha c:x", "1"), ("beta c:x", "1"), ("gamma c:x", "1")];
+        assert_eq!(index(&store), strs(&want));
 
         store.put(PAGES, "c:x", DOC_TEXT, "gamma");
         export(&store, "c:x");
-        assert_eq!(index(&store), strs(&[("gamma c:x", "1")]));
+        assert_eq!(index(&store), strs(&[(" c:x", "1"), ("gamma c:x", "1")]));
+    }
+
+    #[test]
+    fn a_missing_or_wrong_length_row_is_written_though_the_terms_are_unchanged() {
+        // As in a store exported before lengths were kept: terms recorded, no length row.
+        let store = store();
+        store.put(PAGES, "c:x", CLUSTER_CANONICAL, "c:x");
+        store.put(PAGES, "c:x", DOC_TEXT, "alpha beta beta");
+        store.put(PAGES, "c:x", EXPORT_TERMS, "alpha\t1\nbeta\t2\n");
+        store.put(INDEX, "alpha c:x", HIT_COUNT, "1");
+        store.put(INDEX, "beta c:x", HIT_COUNT, "2");
+        export(&store, "c:x");
+        assert_eq!(index(&store), strs(&[(" c:x", "3"), ("alpha c:x", "1"), ("beta c:x", "2")]));
+        store.put(INDEX, " c:x", HIT_COUNT, "junk");
+        export(&store, "c:x");
+        assert_eq!(store.get_str(INDEX, " c:x", HIT_COUNT).as_deref(), Some("3"));
     }
 
     #[test]
@@ -139,7 +176,7 @@ mod tests {
 
         store.put(PAGES, "u:a", CLUSTER_CANONICAL, "u:a");
         export(&store, "u:a");
-        assert_eq!(index(&store), strs(&[("here u:a", "1"), ("words u:a", "1")]));
+        assert_eq!(index(&store), strs(&[(" u:a", "2"), ("here u:a", "1"), ("words u:a", "1")]));
 
         // Another page becomes canonical: u:a's rows go.
         store.put(PAGES, "u:a", CLUSTER_CANONICAL, "u:b");

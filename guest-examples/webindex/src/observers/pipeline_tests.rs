@@ -202,6 +202,10 @@ fn sequential_pipeline_reaches_the_expected_index() {
     assert_eq!(
         index(&p),
         rows(&[
+            // Lengths: all term occurrences of each exported page (the empty term's rows).
+            (" http://a.org/", "6"),
+            (" http://b2.org/", "7"),
+            (" http://d.org/", "4"),
             ("apple http://a.org/", "3"),
             ("apple http://b2.org/", "1"),
             ("banana http://a.org/", "1"),
