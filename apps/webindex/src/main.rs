@@ -23,7 +23,7 @@ use percolator_api::endpoint as ep;
 use percolator_api::text::{escape, plural};
 use percolator_api::{ApiError, ApiResult, ErrorKind, GetRequest, MAX_SCAN_LIMIT, ScanRequest};
 use percolator_server::route::{self, Route};
-use webindex::schema;
+use webindex::{rank, schema};
 
 /// `webindex`: search the web index and generate sample crawls for it.
 #[derive(Debug, Parser)]
@@ -101,7 +101,7 @@ fn main() -> ExitCode {
 #[derive(Clone, Debug, PartialEq)]
 struct Hit {
     url: String,
-    score: u64,
+    score: f64,
     title: Option<String>,
 }
 
@@ -118,7 +118,7 @@ fn print_query(route: &Route, words: &[String], limit: usize) -> Result<ExitCode
     let mut out = out.lock();
     for (rank, h) in found.hits.iter().enumerate() {
         let title = h.title.as_deref().map(escape).unwrap_or_default();
-        writeln!(out, "{}\t{}\t{}\t{title}", rank + 1, h.url, h.score)
+        writeln!(out, "{}\t{}\t{:.3}\t{title}", rank + 1, h.url, h.score)
             .map_err(|e| format!("writing the output: {e}"))?;
     }
     if found.hits.is_empty() {
@@ -129,60 +129,96 @@ fn print_query(route: &Route, words: &[String], limit: usize) -> Result<ExitCode
     Ok(ExitCode::SUCCESS)
 }
 
-/// The postings of `term`: `index/"<term> <url>"` `hit:count` for every URL, read a page at a
-/// time (a prefix scan with a resume token).
-fn postings(route: &Route, term: &str) -> ApiResult<Vec<(String, u64)>> {
-    let prefix = format!("{term} ");
-    let mut found = Vec::new();
-    let mut after = None;
-    loop {
-        let page = route.call::<ep::Scan>(ScanRequest {
-            table: schema::INDEX.into(),
-            prefix: Some(prefix.clone()),
-            columns: Some(vec![schema::HIT_COUNT.into()]),
-            limit: MAX_SCAN_LIMIT,
-            after: after.take(),
-            ..Default::default()
-        })?;
-        for c in &page.cells {
-            let url = c.row.strip_prefix(&prefix).unwrap_or(&c.row).to_owned();
-            let count = schema::decode_count(&c.value)
-                .map_err(|e| ApiError::store(format!("{}/{}/{}: {e}", schema::INDEX, c.row, schema::HIT_COUNT)))?;
-            found.push((url, count));
+/// The store, as the ranking reads it (`webindex::rank::Source`): through the host's public API.
+struct ApiSource<'a>(&'a Route);
+
+/// A row bound as the API takes it (row keys of the web index are UTF-8).
+fn text(bytes: &[u8]) -> ApiResult<String> {
+    String::from_utf8(bytes.to_vec()).map_err(|_| ApiError::bad_input("a row bound of the web index is not UTF-8"))
+}
+
+/// The exact bytes of a cell's value or row (sent as hex too).
+fn bytes(hex: &str) -> ApiResult<Vec<u8>> {
+    percolator_api::text::unhex(hex).ok_or_else(|| ApiError::store(format!("the host sent bad hex {hex:?}")))
+}
+
+/// More rows than this are read with one scan of the table instead of a `get` each.
+const GETS_AT_MOST: usize = 64;
+
+impl rank::Source for ApiSource<'_> {
+    type Error = ApiError;
+
+    fn scan(&self, table: &str, start: &[u8], end: &[u8], column: &str) -> ApiResult<rank::Cells> {
+        self.scan_rows(table, Some(text(start)?), Some(text(end)?), column)
+    }
+
+    fn get_many(&self, table: &str, rows: &[Vec<u8>], column: &str) -> ApiResult<Vec<Option<Vec<u8>>>> {
+        if rows.len() > GETS_AT_MOST {
+            // One paged scan of the column instead of a request per row.
+            let all: std::collections::BTreeMap<Vec<u8>, Vec<u8>> =
+                self.scan_rows(table, None, None, column)?.into_iter().collect();
+            return Ok(rows.iter().map(|r| all.get(r).cloned()).collect());
         }
-        match page.next {
-            Some(next) => after = Some(next),
-            None => return Ok(found),
+        rows.iter()
+            .map(|row| {
+                let get = GetRequest { table: table.into(), row: text(row)?, column: column.into() };
+                match self.0.call::<ep::Get>(get) {
+                    Ok(v) => bytes(&v.value_hex).map(Some),
+                    Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(e),
+                }
+            })
+            .collect()
+    }
+}
+
+impl ApiSource<'_> {
+    /// `(row, value)` of `column` in the rows `[start, end)` (`None`: unbounded), every page.
+    fn scan_rows(
+        &self,
+        table: &str,
+        start: Option<String>,
+        end: Option<String>,
+        column: &str,
+    ) -> ApiResult<rank::Cells> {
+        let mut cells = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self.0.call::<ep::Scan>(ScanRequest {
+                table: table.into(),
+                start: start.clone(),
+                end: end.clone(),
+                columns: Some(vec![column.into()]),
+                limit: MAX_SCAN_LIMIT,
+                after: after.take(),
+                ..Default::default()
+            })?;
+            for c in &page.cells {
+                cells.push((bytes(&c.row_hex)?, bytes(&c.value_hex)?));
+            }
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(cells),
+            }
         }
     }
 }
 
-/// Pages having every term of `words`, ranked by the summed counts, then URL.
+/// Pages having every term of `words`, ranked by BM25 with a PageRank prior
+/// (`webindex::rank`, `docs/webindex.md`).
 fn query(route: &Route, words: &[String], limit: usize) -> Result<Found, String> {
-    let mut terms = webindex::text::terms(&words.join(" "));
-    terms.sort();
-    terms.dedup();
+    let terms = rank::query_terms(&words.join(" "));
     if terms.is_empty() {
         return Err(format!(
             "no searchable terms in {:?} (terms are runs of 2-32 letters or digits that are not stop words)",
             words.join(" ")
         ));
     }
-    let mut scores: Option<std::collections::BTreeMap<String, u64>> = None;
-    for term in &terms {
-        let found: std::collections::BTreeMap<String, u64> = postings(route, term)?.into_iter().collect();
-        scores = Some(match scores {
-            None => found,
-            Some(prev) => prev.into_iter().filter_map(|(u, s)| found.get(&u).map(|c| (u, s + c))).collect(),
-        });
-    }
-    let mut ranked: Vec<(String, u64)> = scores.unwrap_or_default().into_iter().collect();
-    ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let ranked = rank::search(&ApiSource(route), &terms, &rank::Params::DEFAULT).map_err(|e| e.to_string())?;
     let matched = ranked.len();
-    ranked.truncate(limit);
-    let mut hits = Vec::with_capacity(ranked.len());
-    for (url, score) in ranked {
-        hits.push(Hit { title: title(route, &url)?, url, score });
+    let mut hits = Vec::with_capacity(limit.min(matched));
+    for h in ranked.into_iter().take(limit) {
+        hits.push(Hit { title: title(route, &h.url)?, url: h.url, score: h.score });
     }
     Ok(Found { terms, hits, matched })
 }

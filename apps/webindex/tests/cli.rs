@@ -82,19 +82,31 @@ fn query_ranks_pages_of_a_hand_written_index() {
          {\"row\": \"snapshot http://c.example/\", \"count\": 2}\n\
          {\"row\": \"isolation http://a.example/\", \"count\": 1}\n\
          {\"row\": \"isolation http://b.example/\", \"count\": 4}\n\
-         {\"row\": \"isolationist http://c.example/\", \"count\": 9}\n",
+         {\"row\": \"isolationist http://c.example/\", \"count\": 9}\n\
+         {\"row\": \" http://a.example/\", \"count\": 100}\n\
+         {\"row\": \" http://b.example/\", \"count\": 10}\n\
+         {\"row\": \" http://c.example/\", \"count\": 1000}\n",
     );
     sb.percolator(&["load", "index", "index.jsonl", "--family", "hit"]);
     sb.write("titles.csv", "url,title\nhttp://a.example/,Alpha\nhttp://b.example/,\"Beta, the second\"\n");
     sb.percolator(&["load", "pages", "titles.csv", "--key", "url", "--family", "doc"]);
-    assert_eq!(
-        sb.webindex(&["query", "Snapshot", "isolation"]),
-        "1\thttp://b.example/\t5\tBeta, the second\n2\thttp://a.example/\t4\tAlpha\n"
-    );
-    assert_eq!(
-        sb.webindex(&["query", "snapshot", "--limit", "2"]),
-        "1\thttp://a.example/\t3\tAlpha\n2\thttp://c.example/\t2\t\n"
-    );
+    // BM25: b (short, mostly about isolation) above a; c (1000 terms) below both for
+    // "snapshot" although it has it twice. Lengths are the `index/" <url>"` rows.
+    let hits = |out: String| -> Vec<(String, String, f64, String)> {
+        out.lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (f[0].to_owned(), f[1].to_owned(), f[2].parse().unwrap(), f[3].to_owned())
+            })
+            .collect()
+    };
+    let both = hits(sb.webindex(&["query", "Snapshot", "isolation"]));
+    let urls: Vec<_> = both.iter().map(|h| (h.0.as_str(), h.1.as_str(), h.3.as_str())).collect();
+    assert_eq!(urls, [("1", "http://b.example/", "Beta, the second"), ("2", "http://a.example/", "Alpha")]);
+    assert!(both[0].2 > both[1].2 && both[1].2 > 0.0, "{both:?}");
+    let one = hits(sb.webindex(&["query", "snapshot", "--limit", "2"]));
+    let urls: Vec<_> = one.iter().map(|h| h.1.as_str()).collect();
+    assert_eq!(urls, ["http://a.example/", "http://b.example/"]);
     let out = sb.webindex_run(&["query", "nothing"]);
     assert!(out.status.success() && out.stdout.is_empty());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no page has every term (nothing)"));
