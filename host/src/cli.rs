@@ -631,6 +631,17 @@ fn count(n: u64, capped: bool) -> String {
     if capped { format!("≥{n}") } else { n.to_string() }
 }
 
+/// A percentile of the run time (an upper bucket bound, so a few significant digits).
+fn run_ms(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{ms:.2} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}
+
 /// `status` for people.
 pub(crate) fn render_status(s: &StatusReport) -> String {
     let mut out = String::new();
@@ -668,7 +679,7 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
             } else {
                 out.push_str("bindings:\n");
                 let mut rows = vec![
-                    ["NAME", "OBSERVES", "KIND", "WASM", "HASH", "LOADED", "RUNS", "FAILURES", "MEAN RUN", "BACKLOG"]
+                    ["NAME", "OBSERVES", "KIND", "WASM", "HASH", "LOADED", "RUNS", "FAILURES", "P50 / P99", "BACKLOG"]
                         .map(String::from)
                         .to_vec(),
                 ];
@@ -683,7 +694,10 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                         b.loaded_at.clone(),
                         b.runs.to_string(),
                         b.failures.to_string(),
-                        b.mean_run_ms.map(|m| format!("{m:.2} ms")).unwrap_or_else(|| "-".into()),
+                        match (b.p50_run_ms, b.p99_run_ms) {
+                            (Some(p50), Some(p99)) => format!("{} / {}", run_ms(p50), run_ms(p99)),
+                            _ => "-".into(),
+                        },
                         count(b.backlog, b.backlog_capped),
                     ]);
                 }

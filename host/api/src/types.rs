@@ -395,6 +395,14 @@ pub struct BindingReport {
     pub failures: u64,
     /// Mean wall-clock time of a run, milliseconds (none before the first run).
     pub mean_run_ms: Option<f64>,
+    /// Median run time, milliseconds: an estimate, the upper bound of its histogram bucket
+    /// (buckets 50 µs to 60 s, ratio ≤ 2.5), capped by the longest run (none before the first).
+    pub p50_run_ms: Option<f64>,
+    /// 90th percentile of the run time, milliseconds (estimated like `p50_run_ms`).
+    pub p90_run_ms: Option<f64>,
+    /// 99th percentile of the run time, milliseconds (estimated like `p50_run_ms`): the slow
+    /// runs a mean hides.
+    pub p99_run_ms: Option<f64>,
     /// Pending notifications of the observed column.
     pub backlog: u64,
     /// True if counting stopped at the cap (the backlog is at least `backlog`).

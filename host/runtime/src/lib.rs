@@ -31,6 +31,7 @@ mod access;
 mod bindings;
 mod host;
 mod runtime;
+mod world;
 
 pub use access::{Access, ColumnRule};
-pub use runtime::{Compiled, Limits, RunCounts, RunStats, Runtime, WasmObserver};
+pub use runtime::{Compiled, Limits, RUN_TIME_BUCKETS, RunCounts, RunStats, Runtime, WasmObserver};

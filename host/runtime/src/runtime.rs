@@ -12,12 +12,13 @@
 //! store). An instance that traps is discarded (wasmtime refuses further calls into it), and
 //! every instance is retired after [`MAX_RUNS_PER_INSTANCE`] runs, which bounds leaks.
 
-use std::cell::RefCell;
+use std::cell::{Cell as StdCell, RefCell};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Once};
 use std::time::{Duration, Instant};
 
 use percolator_store::{NotifyKind, ObserveError, Transaction};
@@ -29,6 +30,7 @@ use wasmtime::{Config, Engine, Result, Store, Trap};
 use crate::access::Access;
 use crate::bindings::{Cell, Notification, Observer as ObserverWorld, ObserverPre, WitError};
 use crate::host::{Budget, HostState};
+use crate::world::Provided;
 
 /// Epoch ticker period: deadlines are enforced to within one tick.
 const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -63,6 +65,8 @@ pub struct Runtime {
     /// Keeps the epoch ticker running: held by the runtime and by every observer it made, so
     /// deadlines keep firing as long as any of them can run.
     ticker: Arc<()>,
+    /// What the linker defines, to name every unsatisfied import of a component at once.
+    provided: Provided,
 }
 
 /// A validated, compiled observer component, ready to instantiate.
@@ -103,34 +107,64 @@ impl Runtime {
         if let Some(dir) = &cache_dir {
             std::fs::create_dir_all(dir).with_context(|| format!("creating the cache directory {}", dir.display()))?;
         }
-        Ok(Runtime { engine, linker, cache_dir, engine_hash: h.finish(), ticker })
+        let provided =
+            Provided::observer_world().map_err(|e| wasmtime::Error::msg(format!("reading the observer world: {e}")))?;
+        Ok(Runtime { engine, linker, cache_dir, engine_hash: h.finish(), ticker, provided })
     }
 
     /// Reads, validates and compiles the observer at `path`: a component of the
     /// `percolator:observer` world, or a core module carrying wit-bindgen's component type
-    /// (componentized here). Fails with the reason, on one line, if it is not a valid observer.
+    /// (componentized here). Fails with the reason, on one line, if it is not a valid observer:
+    /// a truncated or corrupt file, every import the world does not provide, a missing
+    /// `observe` export. Never panics: a panic inside the toolchain on malformed input (a
+    /// truncated core module made wit-component panic) is caught and becomes the error.
     pub fn compile_file(&self, path: &Path) -> Result<Compiled> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-        self.compile(&bytes)
-            .map_err(|e| wasmtime::Error::msg(one_line(&format!("{e:#}"))))
-            .with_context(|| format!("loading observer {}", path.display()))
+        self.compile(&bytes).with_context(|| format!("loading observer {}", path.display()))
     }
 
     /// Like [`Runtime::compile_file`] for bytes in memory.
     pub fn compile(&self, bytes: &[u8]) -> Result<Compiled> {
+        self.compile_bytes(bytes).map_err(|e| wasmtime::Error::msg(one_line(&format!("{e:#}"))))
+    }
+
+    fn compile_bytes(&self, bytes: &[u8]) -> Result<Compiled> {
         if bytes.len() < 8 || bytes[..4] != *b"\0asm" {
             // wasmparser would say so with a multi-line dump of the expected and actual bytes.
             wasmtime::bail!("not a WebAssembly module (bad magic number: it does not start with \"\\0asm\")");
         }
+        without_panics("parsing", || well_formed(bytes))?;
         let source_hash = hex(&Sha256::digest(bytes));
-        let component = self.component(bytes, &source_hash)?;
+        let component = without_panics("compiling", || self.component(bytes, &source_hash))?;
+        let pre = without_panics("linking", || self.link(&component))?;
+        Ok(Compiled { pre, source_hash })
+    }
+
+    /// Checks the component's imports against the world (naming all that are missing), then
+    /// links it and checks its export.
+    fn link(&self, component: &Component) -> Result<ObserverPre<HostState>> {
+        let missing = self.provided.unsatisfied(&self.engine, component);
+        if !missing.is_empty() {
+            wasmtime::bail!(
+                "the component's imports do not match the percolator:observer world: it imports {} that the \
+                 world does not provide: {}; the world `observer` provides {}",
+                if missing.len() == 1 { "one item".to_owned() } else { format!("{} items", missing.len()) },
+                missing.join(", "),
+                self.provided.describe()
+            );
+        }
         let pre = self
             .linker
-            .instantiate_pre(&component)
+            .instantiate_pre(component)
             .context("the component's imports do not match the percolator:observer world")?;
-        let pre = ObserverPre::new(pre)
-            .context("the component does not export `observe` of the percolator:observer world")?;
-        Ok(Compiled { pre, source_hash })
+        ObserverPre::new(pre).with_context(|| {
+            let exports: Vec<String> =
+                component.component_type().exports(&self.engine).map(|(name, _)| format!("`{name}`")).collect();
+            format!(
+                "the component does not export `observe` of the percolator:observer world (it exports {})",
+                if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
+            )
+        })
     }
 
     fn component(&self, bytes: &[u8], source_hash: &str) -> Result<Component> {
@@ -189,13 +223,46 @@ impl Runtime {
     }
 }
 
+/// Upper bounds of the run-time histogram's buckets (a 1-2.5-5 series from 50 µs to 60 s; a
+/// last, unbounded bucket holds the longer runs). Fixed, so that `/metrics` can export them as
+/// a Prometheus histogram and the buckets of all observers line up.
+pub const RUN_TIME_BUCKETS: [Duration; 19] = [
+    Duration::from_micros(50),
+    Duration::from_micros(100),
+    Duration::from_micros(250),
+    Duration::from_micros(500),
+    Duration::from_millis(1),
+    Duration::from_micros(2_500),
+    Duration::from_millis(5),
+    Duration::from_millis(10),
+    Duration::from_millis(25),
+    Duration::from_millis(50),
+    Duration::from_millis(100),
+    Duration::from_millis(250),
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_millis(2_500),
+    Duration::from_secs(5),
+    Duration::from_secs(10),
+    Duration::from_secs(25),
+    Duration::from_secs(60),
+];
+
+/// Buckets of the histogram: one per bound, plus the unbounded one.
+const BUCKETS: usize = RUN_TIME_BUCKETS.len() + 1;
+
 /// Counters of an observer's runs (for `status` and `/metrics`). Shared by the versions of one
 /// binding across hot reloads (see [`WasmObserver::continuing`]), so they count per binding.
+/// Lock-free: every scanner thread records into it after each run.
 #[derive(Debug, Default)]
 pub struct RunStats {
     runs: AtomicU64,
     failures: AtomicU64,
     run_nanos: AtomicU64,
+    /// The longest run, nanoseconds (caps a percentile estimate).
+    max_nanos: AtomicU64,
+    /// Runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative); the last is above 60 s.
+    buckets: [AtomicU64; BUCKETS],
 }
 
 /// A snapshot of [`RunStats`].
@@ -208,21 +275,72 @@ pub struct RunCounts {
     pub failures: u64,
     /// Wall-clock time spent in runs.
     pub run_time: Duration,
+    /// The longest run.
+    pub max_run_time: Duration,
+    /// Runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative); the last bucket holds the
+    /// runs longer than the last bound. Their sum can trail `runs` by the runs being recorded
+    /// while the snapshot was taken.
+    pub buckets: [u64; BUCKETS],
+    /// Median run time, estimated (see [`RunCounts::percentile`]); none before the first run.
+    pub p50: Option<Duration>,
+    /// 90th percentile of the run time, estimated.
+    pub p90: Option<Duration>,
+    /// 99th percentile of the run time, estimated.
+    pub p99: Option<Duration>,
+}
+
+impl RunCounts {
+    /// The `q`-quantile (0 < q ≤ 1) of the run time, **estimated** from the histogram: the
+    /// upper bound of the bucket holding it, capped by the longest run, so it is at least the
+    /// true value and at most 2.5 times it (the buckets' ratio), or the longest run past the
+    /// last bound. None before the first run.
+    pub fn percentile(&self, q: f64) -> Option<Duration> {
+        let total: u64 = self.buckets.iter().sum();
+        if total == 0 {
+            return None;
+        }
+        // The rank of the quantile among the runs, 1-based (nearest-rank method).
+        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
+        let mut seen = 0;
+        for (i, n) in self.buckets.iter().enumerate() {
+            seen += n;
+            if seen >= rank {
+                return Some(match RUN_TIME_BUCKETS.get(i) {
+                    Some(bound) => (*bound).min(self.max_run_time),
+                    None => self.max_run_time,
+                });
+            }
+        }
+        Some(self.max_run_time)
+    }
 }
 
 impl RunStats {
     /// The counters now.
     pub fn counts(&self) -> RunCounts {
-        RunCounts {
+        let mut counts = RunCounts {
             runs: self.runs.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
             run_time: Duration::from_nanos(self.run_nanos.load(Ordering::Relaxed)),
-        }
+            max_run_time: Duration::from_nanos(self.max_nanos.load(Ordering::Relaxed)),
+            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            ..RunCounts::default()
+        };
+        counts.p50 = counts.percentile(0.5);
+        counts.p90 = counts.percentile(0.9);
+        counts.p99 = counts.percentile(0.99);
+        counts
     }
 
     fn record(&self, elapsed: Duration, failed: bool) {
+        let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        let bucket = RUN_TIME_BUCKETS.iter().position(|bound| elapsed <= *bound).unwrap_or(BUCKETS - 1);
+        // The maximum first: a percentile read between the two is capped by a maximum that
+        // already covers the run.
+        self.max_nanos.fetch_max(nanos, Ordering::Relaxed);
+        self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.runs.fetch_add(1, Ordering::Relaxed);
-        self.run_nanos.fetch_add(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.run_nanos.fetch_add(nanos, Ordering::Relaxed);
         if failed {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
@@ -322,6 +440,60 @@ fn panic_message(logged: &str) -> String {
     format!("{}… ({} bytes)", &text[..text.floor_char_boundary(MAX_PANIC_MESSAGE)], text.len())
 }
 
+/// Parses every section (without validating): a truncated or corrupt file fails here with
+/// wasmparser's reason and offset, before wit-component or cranelift see it.
+fn well_formed(bytes: &[u8]) -> Result<()> {
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        if let Err(e) = payload {
+            wasmtime::bail!("the file is truncated or corrupt: {e}");
+        }
+    }
+    Ok(())
+}
+
+thread_local! {
+    /// Set while [`without_panics`] runs a step on this thread: the panic hook stays quiet
+    /// (the panic becomes the step's error) and leaves the panic's location here.
+    static CATCHING: StdCell<bool> = const { StdCell::new(false) };
+    static PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Runs one step of loading a component and turns a panic inside it into an error, so that a
+/// malformed file can never take down the thread that loads it (the reload watcher, or `up`
+/// at start-up). wit-component has panicked on a truncated core module, and nothing promises
+/// that the decoders and the compiler cannot panic on other input.
+fn without_panics<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    static QUIET_HOOK: Once = Once::new();
+    QUIET_HOOK.call_once(|| {
+        // Chains to the hook in place (the default one prints the panic), except for a panic
+        // that is caught here: that one is reported once, as the error.
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if CATCHING.with(StdCell::get) {
+                let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+                PANIC_LOCATION.with(|p| *p.borrow_mut() = location);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+    let was = CATCHING.with(|c| c.replace(true));
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    CATCHING.with(|c| c.set(was));
+    outcome.unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "no message".to_owned());
+        let location = PANIC_LOCATION.with(|p| p.borrow_mut().take()).map(|l| format!(" at {l}")).unwrap_or_default();
+        Err(wasmtime::Error::msg(format!(
+            "{step} the file failed inside the toolchain (a panic{location}: {}); it is probably truncated or corrupt",
+            one_line(&message)
+        )))
+    })
+}
+
 fn wasmparser_is_core(bytes: &[u8]) -> bool {
     // A core module's preamble is `\0asm` + version 1; a component's has layer 1.
     bytes.len() >= 8 && bytes[..4] == *b"\0asm" && bytes[4..8] == [1, 0, 0, 0]
@@ -376,7 +548,7 @@ impl WasmObserver {
     /// initial memory above the cap, fails here with the reason instead of dead-lettering every
     /// notification later); the instance is kept warm.
     pub fn check_instantiates(&self) -> Result<()> {
-        let warm = self.instantiate()?;
+        let warm = without_panics("instantiating", || self.instantiate())?;
         if let Ok(mut pool) = self.pool.lock()
             && pool.len() < self.limits.pool
         {
@@ -500,6 +672,49 @@ mod tests {
         assert_eq!(panic_message("a message of another form"), "a message of another form");
         let long = panic_message(&format!("panicked at a.rs:1:1:\n{}", "é".repeat(1000)));
         assert!(long.len() < MAX_PANIC_MESSAGE + 32 && long.ends_with("bytes)"), "{long}");
+    }
+
+    #[test]
+    fn percentiles_are_the_upper_bound_of_their_bucket() {
+        let stats = RunStats::default();
+        assert_eq!(stats.counts().p50, None, "none before the first run");
+        // 80 runs of 300 µs (bucket ≤ 500 µs), 15 of 3 ms (≤ 5 ms), 4 of 40 ms (≤ 50 ms) and
+        // one slow hub run of 2 s (≤ 2.5 s): a mean of about 20.8 ms hides all of it.
+        for (n, t) in [(80, 300), (15, 3_000), (4, 40_000), (1, 2_000_000)] {
+            for _ in 0..n {
+                stats.record(Duration::from_micros(t), false);
+            }
+        }
+        let c = stats.counts();
+        assert_eq!(c.runs, 100);
+        assert_eq!(c.buckets.iter().sum::<u64>(), 100);
+        assert_eq!(c.p50, Some(Duration::from_micros(500)));
+        assert_eq!(c.p90, Some(Duration::from_millis(5)));
+        assert_eq!(c.p99, Some(Duration::from_millis(50)));
+        // The slowest run is capped by the maximum, not reported as its bucket's 2.5 s.
+        assert_eq!(c.percentile(1.0), Some(Duration::from_secs(2)));
+        assert_eq!(c.percentile(0.0), Some(Duration::from_micros(500)), "the first run's bucket");
+        // Past the last bound: the longest run.
+        stats.record(Duration::from_secs(90), true);
+        let c = stats.counts();
+        assert_eq!(c.buckets[BUCKETS - 1], 1);
+        assert_eq!(c.percentile(1.0), Some(Duration::from_secs(90)));
+        assert_eq!(c.failures, 1);
+        // A boundary value falls in the bucket it bounds.
+        let exact = RunStats::default();
+        exact.record(Duration::from_millis(1), false);
+        assert_eq!(exact.counts().buckets[4], 1);
+        assert_eq!(exact.counts().p99, Some(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn a_panic_in_a_loading_step_becomes_its_error() {
+        let e = without_panics("compiling", || -> Result<()> { panic!("index out of range") }).unwrap_err();
+        let e = format!("{e:#}");
+        assert!(e.starts_with("compiling the file failed inside the toolchain (a panic at "), "{e}");
+        assert!(e.contains("index out of range") && e.contains("truncated or corrupt"), "{e}");
+        assert!(!CATCHING.with(StdCell::get), "reset after the step");
+        assert_eq!(without_panics("compiling", || Ok(7)).unwrap(), 7);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use percolator_api::ApiResult;
+use percolator_runtime::{RUN_TIME_BUCKETS, RunCounts};
 use percolator_store::Store;
 
 use crate::ops::{self, HostContext};
@@ -51,6 +52,21 @@ impl Exposition {
     }
 }
 
+/// One observer's run times as the series of a Prometheus histogram: cumulative `_bucket`s
+/// at [`RUN_TIME_BUCKETS`] and `+Inf`, `_sum`, and `_count` (the `+Inf` bucket's value, so the
+/// series agree even while runs are being recorded).
+fn run_time_histogram(e: &mut Exposition, observer: &str, counts: &RunCounts) {
+    let name = "percolator_observer_run_seconds";
+    let mut cumulative = 0;
+    for (i, n) in counts.buckets.iter().enumerate() {
+        cumulative += n;
+        let le = RUN_TIME_BUCKETS.get(i).map(|b| b.as_secs_f64().to_string()).unwrap_or_else(|| "+Inf".into());
+        e.sample(&format!("{name}_bucket"), &[("observer", observer), ("le", &le)], cumulative);
+    }
+    e.sample(&format!("{name}_sum"), &[("observer", observer)], counts.run_time.as_secs_f64());
+    e.sample(&format!("{name}_count"), &[("observer", observer)], cumulative);
+}
+
 /// The host's metrics in the Prometheus text format.
 pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
     let m = store.metrics();
@@ -76,10 +92,9 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
     for x in b {
         e.sample("percolator_observer_failures_total", &[("observer", &x.name)], x.counts.failures);
     }
-    e.family("percolator_observer_run_seconds", "summary", "Wall-clock time of the observer's runs.");
+    e.family("percolator_observer_run_seconds", "histogram", "Wall-clock time of the observer's runs.");
     for x in b {
-        e.sample("percolator_observer_run_seconds_sum", &[("observer", &x.name)], x.counts.run_time.as_secs_f64());
-        e.sample("percolator_observer_run_seconds_count", &[("observer", &x.name)], x.counts.runs);
+        run_time_histogram(&mut e, &x.name, &x.counts);
     }
     e.family("percolator_backlog", "gauge", "Pending notifications of the observer's column.");
     for x in b {
@@ -110,6 +125,25 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn run_times_are_a_cumulative_histogram() {
+        let mut counts = RunCounts { run_time: std::time::Duration::from_millis(1500), ..RunCounts::default() };
+        counts.buckets[0] = 2; // ≤ 50 µs
+        counts.buckets[4] = 3; // ≤ 1 ms
+        counts.buckets[RUN_TIME_BUCKETS.len()] = 1; // over 60 s
+        let mut e = Exposition(String::new());
+        run_time_histogram(&mut e, "upper", &counts);
+        let lines: Vec<&str> = e.0.lines().collect();
+        assert_eq!(lines.len(), RUN_TIME_BUCKETS.len() + 3);
+        assert_eq!(lines[0], "percolator_observer_run_seconds_bucket{observer=\"upper\",le=\"0.00005\"} 2");
+        assert_eq!(lines[3], "percolator_observer_run_seconds_bucket{observer=\"upper\",le=\"0.0005\"} 2");
+        assert_eq!(lines[4], "percolator_observer_run_seconds_bucket{observer=\"upper\",le=\"0.001\"} 5");
+        assert_eq!(lines[18], "percolator_observer_run_seconds_bucket{observer=\"upper\",le=\"60\"} 5");
+        assert_eq!(lines[19], "percolator_observer_run_seconds_bucket{observer=\"upper\",le=\"+Inf\"} 6");
+        assert_eq!(lines[20], "percolator_observer_run_seconds_sum{observer=\"upper\"} 1.5");
+        assert_eq!(lines[21], "percolator_observer_run_seconds_count{observer=\"upper\"} 6");
+    }
 
     #[test]
     fn label_values_are_escaped() {

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use percolator_runtime::{RunCounts, Runtime, WasmObserver};
@@ -76,9 +76,25 @@ impl Pipeline {
     /// exactly these in one step (a configuration that changes nothing keeps the generation and
     /// swaps nothing, but clears the last error). On any error nothing changes: the previous bindings keep
     /// serving, and the error is returned and kept for [`Pipeline::status`]. Runs in flight
-    /// finish on the version they started with.
+    /// finish on the version they started with. A rejected reload is logged; when nothing was
+    /// loaded before (start-up) there is no previous version, and the error, returned but not
+    /// logged, says that the pipeline could not be loaded.
     pub fn apply(&self, config: &Config) -> Result<(), String> {
-        let mut state = self.state.lock().map_err(|_| "pipeline state poisoned".to_owned())?;
+        let mut state = self.lock();
+        let first = state.1.loaded_at.is_none();
+        let rejected = |state: &mut (BTreeMap<String, Loaded>, Status), msg: String| {
+            state.1.last_error = Some(msg.clone());
+            if first {
+                // Nothing serves, so there is no "previous version"; the caller (`up`) fails
+                // with this error and prints it once, so it is not logged as well.
+                let msg = format!("the pipeline could not be loaded: {msg}");
+                tracing::debug!("{msg}");
+                msg
+            } else {
+                tracing::error!("reload rejected, previous version keeps serving: {msg}");
+                msg
+            }
+        };
         match self.prepare(config, &state.0) {
             Ok(loaded) => {
                 let unchanged = loaded.len() == state.0.len()
@@ -94,9 +110,7 @@ impl Pipeline {
                 let observers: Vec<(ObserverSpec, Arc<dyn Observer>)> =
                     loaded.values().map(|l| (l.binding.spec(), l.observer.clone() as Arc<dyn Observer>)).collect();
                 if let Err(e) = self.store.set_observers(observers) {
-                    let msg = format!("{}: {e}", config.file.display());
-                    state.1.last_error = Some(msg.clone());
-                    return Err(msg);
+                    return Err(rejected(&mut state, format!("{}: {e}", config.file.display())));
                 }
                 state.1 = Status {
                     bindings: Vec::new(),
@@ -108,12 +122,14 @@ impl Pipeline {
                 tracing::info!(generation = state.1.generation, bindings = state.0.len(), "pipeline loaded");
                 Ok(())
             }
-            Err(msg) => {
-                tracing::error!("reload rejected, previous version keeps serving: {msg}");
-                state.1.last_error = Some(msg.clone());
-                Err(msg)
-            }
+            Err(msg) => Err(rejected(&mut state, msg)),
         }
+    }
+
+    /// The state, also after a panic while it was held (reload catches panics, and every
+    /// change of the state is a plain assignment, so it is never half-updated).
+    fn lock(&self) -> MutexGuard<'_, (BTreeMap<String, Loaded>, Status)> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     fn prepare(&self, config: &Config, current: &BTreeMap<String, Loaded>) -> Result<BTreeMap<String, Loaded>, String> {
@@ -144,14 +160,12 @@ impl Pipeline {
     /// Records a reload that failed before reaching [`Pipeline::apply`] (an invalid
     /// configuration file).
     pub fn record_error(&self, msg: String) {
-        if let Ok(mut s) = self.state.lock() {
-            s.1.last_error = Some(msg);
-        }
+        self.lock().1.last_error = Some(msg);
     }
 
     /// What is loaded (with each binding's run counters as of now), and the last reload error.
     pub fn status(&self) -> Status {
-        let Ok(state) = self.state.lock() else { return Status::default() };
+        let state = self.lock();
         let mut status = state.1.clone();
         status.bindings = state
             .0

@@ -89,25 +89,46 @@ pub fn watch(
                 changed.sort();
                 changed.dedup();
                 tracing::info!(?changed, "reloading");
-                match Config::load(&config_file) {
-                    Ok(config) if !config.same_host_settings(&initial) => {
-                        let msg = format!(
-                            "{}: [store], [scanner], [observers] and [http] changes need a restart; reload rejected, previous version keeps serving",
-                            config_file.display()
-                        );
-                        tracing::error!("{msg}");
-                        pipeline.record_error(msg);
-                    }
-                    Ok(config) => {
-                        let _ = pipeline.apply(&config);
-                    }
-                    Err(e) => {
-                        tracing::error!("reload rejected, previous version keeps serving: {e}");
-                        pipeline.record_error(e.to_string());
-                    }
+                // Whatever a reload runs into, the watcher lives on: a panic (the runtime
+                // already turns one in the toolchain into an error) is reported as the
+                // rejected reload's error, and the next change is picked up as usual.
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    reload(&pipeline, &config_file, &initial)
+                }));
+                if let Err(payload) = outcome {
+                    let what = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| (*s).to_owned())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "no message".to_owned());
+                    let msg =
+                        format!("reload of {changed:?} failed with a panic ({what}); previous version keeps serving");
+                    tracing::error!("{msg}");
+                    pipeline.record_error(msg);
                 }
             }
         })
         .expect("spawning the reload thread");
     Ok(Reloader { _watcher: watcher, thread: Some(thread), stop })
+}
+
+/// One reload: read the configuration, check what may not change, apply.
+fn reload(pipeline: &Pipeline, config_file: &Path, initial: &Config) {
+    match Config::load(config_file) {
+        Ok(config) if !config.same_host_settings(initial) => {
+            let msg = format!(
+                "{}: [store], [scanner], [observers] and [http] changes need a restart; reload rejected, previous version keeps serving",
+                config_file.display()
+            );
+            tracing::error!("{msg}");
+            pipeline.record_error(msg);
+        }
+        Ok(config) => {
+            let _ = pipeline.apply(&config);
+        }
+        Err(e) => {
+            tracing::error!("reload rejected, previous version keeps serving: {e}");
+            pipeline.record_error(e.to_string());
+        }
+    }
 }

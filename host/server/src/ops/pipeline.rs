@@ -83,6 +83,9 @@ fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> ApiRe
                 failures: b.counts.failures,
                 mean_run_ms: (b.counts.runs > 0)
                     .then(|| b.counts.run_time.as_secs_f64() * 1000.0 / b.counts.runs as f64),
+                p50_run_ms: b.counts.p50.map(|d| d.as_secs_f64() * 1000.0),
+                p90_run_ms: b.counts.p90.map(|d| d.as_secs_f64() * 1000.0),
+                p99_run_ms: b.counts.p99.map(|d| d.as_secs_f64() * 1000.0),
                 backlog: backlog.of(&b.table, &b.column),
                 backlog_capped: backlog.capped,
             })

@@ -1,0 +1,138 @@
+//! What the `observer` world provides to a component, and the check of a component's imports
+//! against it before linking: wasmtime's linker stops at the first import it cannot satisfy,
+//! while a guest author needs all of them and what is there instead.
+
+use wasmtime::Engine;
+use wasmtime::component::Component;
+use wasmtime::component::types::ComponentItem;
+
+/// The WIT the bindings are generated from (`bindings.rs`), so the list cannot drift from what
+/// the linker defines.
+const OBSERVER_WIT: &str = include_str!("../../../wit/observer.wit");
+
+/// The interfaces the world imports (what the host's linker defines), with their functions.
+pub(crate) struct Provided {
+    /// Full interface name (`percolator:observer/txn@0.1.0`) and its function names.
+    interfaces: Vec<(String, Vec<String>)>,
+}
+
+impl Provided {
+    /// Reads the `observer` world of `wit/observer.wit`.
+    pub(crate) fn observer_world() -> Result<Provided, String> {
+        let mut resolve = wit_parser::Resolve::default();
+        let package = resolve.push_str("observer.wit", OBSERVER_WIT).map_err(|e| format!("{e:#}"))?;
+        let world = resolve.select_world(&[package], Some("observer")).map_err(|e| format!("{e:#}"))?;
+        let mut interfaces = Vec::new();
+        for (key, item) in &resolve.worlds[world].imports {
+            if let wit_parser::WorldItem::Interface { id, .. } = item {
+                let functions = resolve.interfaces[*id].functions.keys().cloned().collect();
+                interfaces.push((resolve.name_world_key(key), functions));
+            }
+        }
+        Ok(Provided { interfaces })
+    }
+
+    /// Every import of `component` the world does not provide: whole interfaces (or other
+    /// items) and single functions of a provided interface, in the component's order. Type
+    /// imports are left to the linker's type check (they need no definition).
+    pub(crate) fn unsatisfied(&self, engine: &Engine, component: &Component) -> Vec<String> {
+        let mut missing = Vec::new();
+        for (name, import) in component.component_type().imports(engine) {
+            match (self.interface(name), import.ty) {
+                (_, ComponentItem::Type(_)) => {}
+                (Some(functions), ComponentItem::ComponentInstance(instance)) => {
+                    for (export, item) in instance.exports(engine).map(|(n, e)| (n, e.ty)) {
+                        let provided =
+                            matches!(item, ComponentItem::ComponentFunc(_)) && functions.iter().any(|f| f == export);
+                        if !provided && !matches!(item, ComponentItem::Type(_)) {
+                            missing.push(format!("{} `{export}` of `{name}`", kind(&item)));
+                        }
+                    }
+                }
+                (_, item) => missing.push(format!("{} `{name}`", kind(&item))),
+            }
+        }
+        missing
+    }
+
+    /// `name (f, g), …` of every provided interface.
+    pub(crate) fn describe(&self) -> String {
+        let one = |(name, functions): &(String, Vec<String>)| {
+            if functions.is_empty() {
+                format!("{name} (types only)")
+            } else {
+                format!("{name} ({})", functions.join(", "))
+            }
+        };
+        self.interfaces.iter().map(one).collect::<Vec<_>>().join(", ")
+    }
+
+    fn interface(&self, name: &str) -> Option<&[String]> {
+        self.interfaces.iter().find(|(provided, _)| compatible(name, provided)).map(|(_, f)| f.as_slice())
+    }
+}
+
+/// The linker's rule for versioned names: the same `package/interface`, and versions that are
+/// semver-compatible (same major, or for `0.x` the same minor; `0.0.x` exactly).
+fn compatible(import: &str, provided: &str) -> bool {
+    let split = |n: &str| match n.split_once('@') {
+        Some((base, version)) => (base.to_owned(), Some(version.to_owned())),
+        None => (n.to_owned(), None),
+    };
+    let ((a, va), (b, vb)) = (split(import), split(provided));
+    if a != b {
+        return false;
+    }
+    match (va, vb) {
+        (None, None) => true,
+        (Some(x), Some(y)) => {
+            let parts = |v: &str| v.split(['.', '-', '+']).take(3).map(str::to_owned).collect::<Vec<_>>();
+            let (x, y) = (parts(&x), parts(&y));
+            match (x.first().map(String::as_str), x.get(1).map(String::as_str)) {
+                (Some("0"), Some("0")) => x == y,
+                (Some("0"), _) => x.get(..2) == y.get(..2),
+                _ => x.first() == y.first(),
+            }
+        }
+        _ => false,
+    }
+}
+
+fn kind(item: &ComponentItem) -> &'static str {
+    match item {
+        ComponentItem::ComponentFunc(_) => "function",
+        ComponentItem::CoreFunc(_) => "core function",
+        ComponentItem::Module(_) => "core module",
+        ComponentItem::Component(_) => "component",
+        ComponentItem::ComponentInstance(_) => "interface",
+        ComponentItem::Type(_) => "type",
+        ComponentItem::Resource(_) => "resource",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_world_provides_its_three_interfaces() {
+        let p = Provided::observer_world().unwrap();
+        assert_eq!(
+            p.describe(),
+            "percolator:observer/types@0.1.0 (types only), \
+             percolator:observer/txn@0.1.0 (get, get-many, scan, set, delete, notify-weak, start-ts), \
+             percolator:observer/log@0.1.0 (log)"
+        );
+    }
+
+    #[test]
+    fn versions_match_like_the_linker() {
+        assert!(compatible("a:b/c@0.1.0", "a:b/c@0.1.0"));
+        assert!(compatible("a:b/c@0.1.3", "a:b/c@0.1.0"));
+        assert!(!compatible("a:b/c@0.2.0", "a:b/c@0.1.0"));
+        assert!(!compatible("a:b/d@0.1.0", "a:b/c@0.1.0"));
+        assert!(compatible("a:b/c@1.4.0", "a:b/c@1.0.0"));
+        assert!(!compatible("a:b/c", "a:b/c@0.1.0"));
+        assert!(!compatible("a:b/c@0.0.2", "a:b/c@0.0.1"));
+    }
+}
