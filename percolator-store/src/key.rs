@@ -145,8 +145,9 @@ pub(crate) fn version_key(cell: &[u8], kind: Kind, ts: Timestamp) -> Vec<u8> {
     k
 }
 
-/// The first key after every key that starts with `prefix`, or `None` if there is none.
-pub(crate) fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
+/// The first key after every key that starts with `prefix`, or `None` if there is none (a row
+/// range `[prefix, prefix_end(prefix))` holds exactly the rows starting with `prefix`).
+pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut end = prefix.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xFF {

@@ -70,7 +70,9 @@ pub mod backends {
 pub use bigtable::CellRef;
 pub use error::{ConflictKind, Error, Result};
 pub use gc::GcStats;
-pub use key::{MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, validate_column, validate_row, validate_table};
+pub use key::{
+    MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, prefix_end, validate_column, validate_row, validate_table,
+};
 pub use metrics::{Counter, Metrics};
 pub use notify::{
     CellOutcome, DeadLetter, NOTIFY_EXISTING_PAGE, Notification, NotifyKind, ObserveError, Observer, ObserverSpec,

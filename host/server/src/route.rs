@@ -143,10 +143,11 @@ fn lenient(file: &Path) -> Option<(PathBuf, Durability, HttpConfig)> {
     let src = std::fs::read_to_string(file).ok()?;
     let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
     let rel = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
+    let doc = toml::from_str::<toml::Table>(&src).ok();
     let field = |table: &str, key: &str| -> Option<String> {
-        match toml::from_str::<toml::Table>(&src) {
-            Ok(doc) => doc.get(table)?.as_table()?.get(key)?.as_str().map(str::to_owned),
-            Err(_) => line_field(&src, table, key),
+        match &doc {
+            Some(doc) => doc.get(table)?.as_table()?.get(key)?.as_str().map(str::to_owned),
+            None => line_field(&src, table, key),
         }
     };
     let path = field("store", "path").filter(|p| !p.is_empty())?;

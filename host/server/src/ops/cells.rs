@@ -6,7 +6,7 @@ use percolator_api::{
     ApiError, ApiResult, GetRequest, LOADS_TABLE, MAX_SCAN_LIMIT, NotifyRequest, NotifyResponse, ScanCell, ScanRequest,
     ScanResponse, Value,
 };
-use percolator_store::{ScanEntry, Transaction};
+use percolator_store::{ScanEntry, Transaction, prefix_end};
 
 use super::{Context, Op};
 
@@ -75,18 +75,6 @@ fn no_family(txn: &Transaction, r: &GetRequest) -> ApiResult<String> {
         }
     }
     Ok(m)
-}
-
-/// The first row key after every key starting with `prefix` (`None`: no such key).
-pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < 0xff {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
 }
 
 /// A scan's resume token: the last cell of a page, `hex(row).hex(column)`.
@@ -236,14 +224,6 @@ fn scan_cell(e: &ScanEntry) -> ScanCell {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn prefix_end_is_the_first_key_after_the_prefix() {
-        assert_eq!(prefix_end(b"ab"), Some(b"ac".to_vec()));
-        assert_eq!(prefix_end(b"a\xff"), Some(b"b".to_vec()));
-        assert_eq!(prefix_end(b"\xff\xff"), None);
-        assert_eq!(prefix_end(b""), None);
-    }
 
     #[test]
     fn tokens_round_trip_and_bad_ones_are_refused() {

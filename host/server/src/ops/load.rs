@@ -8,9 +8,9 @@ use percolator_api::{
     self as api, ApiError, ApiResult, LOAD_FILE, LOAD_LINES, LOAD_OPTIONS, LOAD_TOTAL, LOADS_TABLE, LoadBatch,
     LoadPlan, LoadProgress, LoadState,
 };
-use percolator_store::{NotifyKind, ScanEntry, Store, Transaction};
+use percolator_store::{NotifyKind, ScanEntry, Store, Transaction, prefix_end};
 
-use super::cells::{check_column, check_row, check_table, prefix_end};
+use super::cells::{check_column, check_row, check_table};
 use super::{Context, Op};
 
 /// One generation of a load, as its checkpoint row says.
