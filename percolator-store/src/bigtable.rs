@@ -495,11 +495,17 @@ pub(crate) mod codec {
     pub(crate) fn encode_notify(ts: Timestamp, writers: &[Writer]) -> Vec<u8> {
         let mut out = ts.raw().to_be_bytes().to_vec();
         for w in writers {
-            out.extend_from_slice(&w.start_ts.raw().to_le_bytes());
-            put_bytes(&mut out, w.primary.table.as_bytes());
-            put_bytes(&mut out, &w.primary.row);
-            put_bytes(&mut out, w.primary.column.as_bytes());
+            out.extend_from_slice(&encode_writer(w));
         }
+        out
+    }
+
+    /// One writer of a notify value.
+    pub(crate) fn encode_writer(w: &Writer) -> Vec<u8> {
+        let mut out = w.start_ts.raw().to_le_bytes().to_vec();
+        put_bytes(&mut out, w.primary.table.as_bytes());
+        put_bytes(&mut out, &w.primary.row);
+        put_bytes(&mut out, w.primary.column.as_bytes());
         out
     }
 

@@ -63,6 +63,12 @@ pub enum Error {
     /// [`Transaction::commit`](crate::Transaction::commit).
     #[error("storage: {0}")]
     Storage(String),
+    /// A server the backend needs could not be reached or did not serve the request in time
+    /// (a Redis Cluster node down, a failover in progress). The message names the server; a
+    /// commit that fails so may or may not have taken effect, as described on
+    /// [`Transaction::commit`](crate::Transaction::commit).
+    #[error("unavailable: {0}")]
+    Unavailable(String),
     /// Stored bytes do not decode: the file is damaged or was written by an incompatible version.
     #[error("corrupt store: {0}")]
     Corrupt(String),

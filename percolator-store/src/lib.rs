@@ -44,6 +44,7 @@ mod metrics;
 mod notify;
 mod oracle;
 mod redb_backend;
+mod redis_backend;
 mod scanner;
 mod store;
 mod timestamp;
@@ -65,6 +66,7 @@ pub mod backends {
     };
     pub use crate::mem_backend::MemBigtable;
     pub use crate::redb_backend::RedbBigtable;
+    pub use crate::redis_backend::{RedisBigtable, RedisConfig};
 }
 
 pub use bigtable::CellRef;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
-use crate::bigtable::Bigtable;
+use crate::bigtable::{Bigtable, Op};
 use crate::error::{Error, Result};
 use crate::mem_backend::MemBigtable;
 use crate::metrics::{Counters, Totals};
@@ -178,6 +178,10 @@ pub(crate) struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop.stop();
+        // A clean close frees the shared backend for the next store at once.
+        if let Err(e) = self.backend.apply(vec![Op::MetaDelete { key: worker::lease_key(self.worker) }]) {
+            tracing::warn!(error = %e, "closing the store: removing its worker lease failed (it expires by itself)");
+        }
         // A clean close keeps this store's counts in the totals.
         if let Err(e) = self.persist_metrics() {
             tracing::warn!(
@@ -215,11 +219,15 @@ impl Store {
     /// at the same time. The store does not give the backend back out (see
     /// [`backends`](crate::backends)): a caller that needs it keeps its own `Arc`.
     pub fn with_backend(backend: Arc<dyn Bigtable>, config: StoreConfig) -> Result<Store> {
-        let totals = Totals::load(backend.as_ref())?;
-        let oracle = Oracle::open(backend.clone())?;
         if backend.exclusive() {
             worker::clear_stale_leases(backend.as_ref())?;
+        } else {
+            // Before the oracle opens: it reserves timestamp ranges, which is sound only for
+            // the one store using the backend (see `worker::wait_until_sole_worker`).
+            worker::wait_until_sole_worker(backend.as_ref(), config.worker_lease)?;
         }
+        let totals = Totals::load(backend.as_ref())?;
+        let oracle = Oracle::open(backend.clone())?;
         let worker = oracle.next()?.raw();
         worker::write_lease(backend.as_ref(), worker, config.worker_lease)?;
         let stop = Arc::new(Stop::default());

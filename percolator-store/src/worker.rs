@@ -11,7 +11,7 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::bigtable::{Bigtable, Op};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::Inner;
 
 pub(crate) const LEASE_PREFIX: &str = "worker/";
@@ -36,6 +36,40 @@ pub(crate) fn clear_stale_leases(backend: &dyn Bigtable) -> Result<()> {
     let ops: Vec<Op> = backend.meta_scan(LEASE_PREFIX)?.into_iter().map(|(key, _)| Op::MetaDelete { key }).collect();
     backend.apply(ops)?;
     Ok(())
+}
+
+/// On a shared (non-exclusive) backend, waits until no other worker holds a live lease, up to
+/// one lease period (a worker that crashed a moment ago still holds one), removing expired
+/// leases; fails if another worker is still alive then.
+///
+/// Until the timestamp oracle is a service of its own (docs/design.md, "Oracle"), each store
+/// runs its oracle over the backend's high-water mark and hands out timestamps from a reserved
+/// range: two stores at once would hand out overlapping, unordered timestamps and break
+/// snapshot isolation. So one store at a time uses a shared backend.
+pub(crate) fn wait_until_sole_worker(backend: &dyn Bigtable, lease: Duration) -> Result<()> {
+    let deadline = now_ms() + lease.as_millis() as u64 + 1000;
+    loop {
+        let now = now_ms();
+        let mut live = Vec::new();
+        let mut expired = Vec::new();
+        for (key, value) in backend.meta_scan(LEASE_PREFIX)? {
+            match <[u8; 8]>::try_from(value.as_slice()).map(u64::from_le_bytes) {
+                Ok(expiry) if expiry > now => live.push(key),
+                _ => expired.push(Op::MetaDelete { key }),
+            }
+        }
+        backend.apply(expired)?;
+        let Some(other) = live.first() else { return Ok(()) };
+        if now >= deadline {
+            return Err(Error::Unavailable(format!(
+                "another store (worker {}) is using this shared backend; one store at a time may use it \
+                 until the timestamp oracle runs as a service",
+                other.trim_start_matches(LEASE_PREFIX).trim_start_matches('0')
+            )));
+        }
+        tracing::info!(worker = %other, "waiting for another worker's lease on the shared backend to expire");
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }
 
 /// True if `worker`'s lease is unexpired.

@@ -36,7 +36,7 @@ fn total(store: &Store) -> u64 {
 
 #[test]
 fn figure_4_bob_pays_joe() {
-    let store = mem_store(StoreConfig::default());
+    let store = test_store(StoreConfig::default());
     store
         .run(|t| {
             set_u64(t, "bank", "Bob", "bal:data", 10)?;
@@ -113,8 +113,8 @@ fn concurrent_transfers(store: TestStore) {
 }
 
 #[test]
-fn concurrent_transfers_preserve_total_mem() {
-    concurrent_transfers(mem_store(StoreConfig::default()));
+fn concurrent_transfers_preserve_total() {
+    concurrent_transfers(test_store(StoreConfig::default()));
 }
 
 #[test]

@@ -19,7 +19,7 @@ use percolator_store::{Notification, NotifyKind, ObserveError, Observer, Observe
 const ROWS: [&str; 4] = ["a", "b", "c", "d"];
 
 fn seeded() -> TestStore {
-    let store = mem_store(fast_locks());
+    let store = test_store(fast_locks());
     store
         .run(|t| {
             for r in ROWS {
@@ -244,7 +244,7 @@ fn weak_spec() -> ObserverSpec {
 #[test]
 fn weak_notification_survives_a_crash_after_the_commit_point() {
     let scenario = FailScenario::setup();
-    let s = mem_store(fast_locks());
+    let s = test_store(fast_locks());
     let obs = Arc::new(ReadsA(Mutex::new(vec![])));
     s.register_observer(weak_spec(), obs.clone()).unwrap();
     let handle: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::new(Mutex::new(None));
@@ -296,7 +296,7 @@ impl Observer for RunStarts {
 #[test]
 fn a_second_weak_writer_does_not_erase_the_first_ones_name() {
     let scenario = FailScenario::setup();
-    let s = mem_store(fast_locks());
+    let s = test_store(fast_locks());
     let runs = Arc::new(RunStarts(Mutex::new(vec![])));
     let spec = weak_spec();
     s.register_observer(spec, runs.clone()).unwrap();
@@ -342,6 +342,7 @@ fn a_second_weak_writer_does_not_erase_the_first_ones_name() {
 #[test]
 fn a_one_phase_commit_s_weak_notification_survives_a_crash_after_the_write() {
     let scenario = FailScenario::setup();
+    // One-phase commit exists on exclusive backends only.
     let s = mem_store(fast_locks());
     let runs = Arc::new(RunStarts(Mutex::new(vec![])));
     let spec = weak_spec();

@@ -315,8 +315,8 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn model_mem(case in case(100)) {
-        run_case(&common::mem_store(StoreConfig::default()), &case);
+    fn model(case in case(100)) {
+        run_case(&common::test_store(StoreConfig::default()), &case);
     }
 }
 
@@ -336,8 +336,8 @@ proptest! {
     /// The two-phase path on its own: with one-phase commit off, single-row commits prewrite
     /// and commit like multi-row ones.
     #[test]
-    fn model_mem_two_phase_only(case in case(100)) {
-        let store = common::mem_store(StoreConfig { one_phase_commit: false, ..StoreConfig::default() });
+    fn model_two_phase_only(case in case(100)) {
+        let store = common::test_store(StoreConfig { one_phase_commit: false, ..StoreConfig::default() });
         run_case(&store, &case);
     }
 }

@@ -159,7 +159,7 @@ fn notify_existing_pages_exactly() {
 /// batch: its roll-back removes its name, and nothing stays pending.
 #[test]
 fn a_conflicting_weak_writer_s_name_is_settled() {
-    let s = mem_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
+    let s = test_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
     let obs = rec();
     s.register_observer(spec("w", "w:n", NotifyKind::Weak), obs.clone()).unwrap();
     let mut old = s.begin().unwrap();
@@ -210,7 +210,7 @@ fn failed_dead_letter_of_a_delete_survives_gc() {
 /// hot weak-only row (every SetNotify re-encodes the list).
 #[test]
 fn aborted_weak_writers_leave_no_names() {
-    let s = mem_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
+    let s = test_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
     s.register_observer(spec("w", "w:n", NotifyKind::Weak), rec()).unwrap();
     for i in 0..200u32 {
         let mut old = s.begin().unwrap();
@@ -235,7 +235,7 @@ mod fp {
     #[test]
     fn a_weak_hotspot_runs_while_writers_overlap() {
         let scenario = FailScenario::setup();
-        let s = mem_store(StoreConfig { one_phase_commit: false, ..StoreConfig::default() });
+        let s = test_store(StoreConfig { one_phase_commit: false, ..StoreConfig::default() });
         let obs = rec();
         s.register_observer(spec("w", "w:n", NotifyKind::Weak), obs.clone()).unwrap();
         // Each commit stays 30 ms between the prewrite of the hot (weak-only) row and its commit
@@ -296,7 +296,7 @@ mod fp {
     #[test]
     fn committed_weak_writer_whose_commit_record_was_gced() {
         let scenario = FailScenario::setup();
-        let s = mem_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
+        let s = test_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
         let obs = rec();
         s.register_observer(spec("w", "w:n", NotifyKind::Weak), obs.clone()).unwrap();
         fail::cfg("after-commit-primary", "return").unwrap();
@@ -323,7 +323,7 @@ mod fp {
     #[test]
     fn crashed_weak_writer_before_commit_point_is_settled_after_ttl() {
         let scenario = FailScenario::setup();
-        let s = mem_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
+        let s = test_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
         let obs = rec();
         s.register_observer(spec("w", "w:n", NotifyKind::Weak), obs.clone()).unwrap();
         fail::cfg("before-commit-primary", "return").unwrap();

@@ -1,5 +1,7 @@
 //! Regression tests for notification bugs found in review: a GC that swallowed a pending
 //! delete, and a dead letter that acknowledged a write no run had seen.
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -118,8 +120,11 @@ fn notify_cells_keep_every_writer_until_it_is_settled() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let redb = RedbBigtable::open(dir.join("s.redb"), RedbConfig::default()).unwrap();
-    let backends: Vec<(&str, Arc<dyn Bigtable>)> =
+    let mut backends: Vec<(&str, Arc<dyn Bigtable>)> =
         vec![("mem", Arc::new(MemBigtable::new())), ("redb", Arc::new(redb))];
+    if common::redis_nodes().is_some() {
+        backends.push(("redis", Arc::new(common::redis_backend())));
+    }
     for (name, b) in backends {
         let ts = Timestamp::from_raw;
         let writer = |start: u64| Writer { start_ts: ts(start), primary: CellRef::new("t", "p", "c:v") };

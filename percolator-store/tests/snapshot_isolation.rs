@@ -37,7 +37,7 @@ macro_rules! on_both_backends {
             $(
                 #[test]
                 fn $name() {
-                    super::$name(super::common::mem_store(super::config()));
+                    super::$name(super::common::test_store(super::config()));
                 }
             )*
         }
@@ -891,8 +891,8 @@ fn aborted_commit_aborts_older_writer(store: TestStore) {
 }
 
 #[test]
-fn aborted_commit_aborts_older_writer_mem() {
-    aborted_commit_aborts_older_writer(common::mem_store(config()));
+fn aborted_commit_aborts_older_writer_on_the_test_backend() {
+    aborted_commit_aborts_older_writer(common::test_store(config()));
 }
 
 #[test]

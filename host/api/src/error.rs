@@ -108,6 +108,7 @@ impl From<percolator_store::Error> for ApiError {
             E::InvalidArgument(m) => return ApiError::bad_input(m),
             E::NotFound(_) => ErrorKind::NotFound,
             E::Conflict { .. } => ErrorKind::Conflict,
+            E::Unavailable(_) => ErrorKind::Unavailable,
             _ => ErrorKind::Store,
         };
         ApiError { kind, message: e.to_string() }

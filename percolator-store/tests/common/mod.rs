@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use percolator_store::backends::{Bigtable, MemBigtable, RedbBigtable};
+use percolator_store::backends::{Bigtable, MemBigtable, RedbBigtable, RedisBigtable, RedisConfig};
 use percolator_store::{Durability, RedbConfig, Store, StoreConfig, Transaction};
 
 /// A store and the backend under it. The store does not hand its backend out; tests that look
@@ -36,8 +36,56 @@ impl Deref for TestStore {
     }
 }
 
+/// The store most tests run on: in memory, or with `PERCOLATOR_TEST_BACKEND=redis`, a fresh
+/// namespace on the Redis Cluster that `PERCOLATOR_REDIS` names (see `scripts/test`): the same
+/// tests prove both backends.
+pub fn test_store(config: StoreConfig) -> TestStore {
+    match test_backend().as_str() {
+        "mem" => TestStore::new(Arc::new(MemBigtable::new()), config),
+        "redis" => TestStore::new(Arc::new(redis_backend()), config),
+        other => panic!("PERCOLATOR_TEST_BACKEND={other:?}: expected mem or redis"),
+    }
+}
+
+/// An in-memory store whatever the test backend: for what only exclusive backends do
+/// (one-phase commit).
 pub fn mem_store(config: StoreConfig) -> TestStore {
     TestStore::new(Arc::new(MemBigtable::new()), config)
+}
+
+/// `PERCOLATOR_TEST_BACKEND`, `mem` by default.
+pub fn test_backend() -> String {
+    std::env::var("PERCOLATOR_TEST_BACKEND").unwrap_or_else(|_| "mem".into())
+}
+
+/// The Redis Cluster's seed nodes from `PERCOLATOR_REDIS` (`host:port,…`, as `scripts/dev-cluster`
+/// writes them), or `None`. With `PERCOLATOR_REQUIRE_REDIS=1` (the test command sets it), a
+/// missing cluster fails the test instead of skipping it.
+pub fn redis_nodes() -> Option<Vec<String>> {
+    match std::env::var("PERCOLATOR_REDIS") {
+        Ok(v) if !v.is_empty() => Some(v.split(',').map(|s| s.trim().to_string()).collect()),
+        _ => {
+            assert!(
+                std::env::var("PERCOLATOR_REQUIRE_REDIS").is_err(),
+                "PERCOLATOR_REQUIRE_REDIS is set but PERCOLATOR_REDIS names no cluster (run scripts/dev-cluster up)"
+            );
+            None
+        }
+    }
+}
+
+/// A fresh, empty Redis store (its own namespace) on the test cluster.
+pub fn redis_backend() -> RedisBigtable {
+    let nodes =
+        redis_nodes().expect("PERCOLATOR_TEST_BACKEND=redis needs PERCOLATOR_REDIS (run scripts/dev-cluster up)");
+    RedisBigtable::open(RedisConfig { nodes, namespace: unique_namespace(), ..RedisConfig::default() }).unwrap()
+}
+
+/// A namespace no other test (or earlier run) uses.
+pub fn unique_namespace() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("test-{}-{}-{n}", std::process::id(), rand_suffix())
 }
 
 pub struct TempDir(pub PathBuf);

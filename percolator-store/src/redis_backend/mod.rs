@@ -1,0 +1,595 @@
+//! The distributed backend: a Redis Cluster as the Bigtable.
+//!
+//! Rows are spread over a fixed number of **buckets** (FNV-1a of the row key, modulo the bucket
+//! count chosen when the store is created). Every key of a bucket carries the same hash tag
+//! `{<namespace>:<bucket>}`, so the bucket lives in one cluster slot, and a row operation (or a
+//! batch of them) is one atomic call of the `percolator_apply` function (`percolator.lua`) that
+//! checks the conditions and applies the mutations server-side: the paper's conditional row
+//! mutation in one round trip. A bucket holds, each as a sorted set of keys (score 0, ordered
+//! bytewise) beside a hash of values: the cells (the same version keys as redb's `cells`
+//! table, [`crate::key`]) and the notify cells. Metadata lives under `{<namespace>:meta}`.
+//!
+//! Reads run the same code as the embedded backends (`cells.rs`) over a view of one bucket, or,
+//! for scans, a merge of every bucket's ordered stream (a scan costs one round trip per bucket
+//! per page, the price of ordered scans over a hash-partitioned store; see `docs/design.md`,
+//! "The Redis backend"). Reads go to masters only: a replica may lag, and a snapshot must see
+//! every commit acknowledged before its start timestamp.
+//!
+//! A commit is answered after the master applied it (and, with `appendfsync always`, wrote it
+//! to its append-only file) and `WAIT` saw the configured number of replicas receive it.
+
+mod cluster;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use redis::{Cmd, Value};
+
+use self::cluster::{Cluster, Timeouts, describe, slot_of_tag};
+use crate::bigtable::codec::{decode_lock, encode_lock, encode_write, encode_writer};
+use crate::bigtable::*;
+use crate::cells::{self, KvRead, Visitor};
+use crate::error::{Error, Result};
+use crate::key::{Kind, cell_prefix, decode_version_key, row_prefix, version_key};
+use crate::timestamp::Timestamp;
+
+/// The server-side functions, loaded on every master when the backend opens.
+const LIBRARY: &str = include_str!("percolator.lua");
+
+/// Where the bucket count of a store is recorded (in its metadata hash).
+const BUCKETS_KEY: &str = "backend/redis/buckets";
+
+/// Settings of the Redis backend.
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// Seed nodes of the cluster, `host:port`; any one that answers is enough to find the rest.
+    pub nodes: Vec<String>,
+    /// Prefix of every key this store writes: several stores can share one cluster.
+    pub namespace: String,
+    /// Buckets rows are spread over, fixed when the store is created (an existing store keeps
+    /// its own count). More buckets spread a table over more slots (and so masters); every
+    /// ordered scan reads every bucket.
+    pub buckets: u32,
+    /// Replicas that must have each commit before it is answered (`WAIT`); 0 answers after
+    /// the master alone.
+    pub replicas: u32,
+    /// How long a commit waits for those replicas before failing (its outcome then unknown).
+    pub replica_timeout: Duration,
+    /// Connecting to one node.
+    pub connect_timeout: Duration,
+    /// One request on an open connection.
+    pub io_timeout: Duration,
+    /// How long requests the cluster refused (a failover in progress, a node down) are retried.
+    pub retry_for: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> RedisConfig {
+        RedisConfig {
+            nodes: Vec::new(),
+            namespace: "percolator".into(),
+            buckets: 16,
+            replicas: 1,
+            replica_timeout: Duration::from_secs(2),
+            connect_timeout: Duration::from_secs(2),
+            io_timeout: Duration::from_secs(10),
+            retry_for: Duration::from_secs(15),
+        }
+    }
+}
+
+/// The keys of one bucket (or of the metadata), all under one hash tag.
+struct Bucket {
+    slot: u16,
+    cells_z: String,
+    cells_h: String,
+    notify_z: String,
+    notify_h: String,
+}
+
+impl Bucket {
+    fn new(tag: &str) -> Bucket {
+        Bucket {
+            slot: slot_of_tag(tag),
+            cells_z: format!("{{{tag}}}c"),
+            cells_h: format!("{{{tag}}}cv"),
+            notify_z: format!("{{{tag}}}n"),
+            notify_h: format!("{{{tag}}}nv"),
+        }
+    }
+}
+
+/// [`Bigtable`] over a Redis Cluster. See the module docs.
+pub struct RedisBigtable {
+    cluster: Cluster,
+    config: RedisConfig,
+    buckets: Vec<Bucket>,
+    meta: Bucket,
+    commits: AtomicU64,
+    ops: AtomicU64,
+}
+
+impl RedisBigtable {
+    /// Connects to the cluster, loads the function library on every master, and opens the
+    /// store under `config.namespace` (creating it with `config.buckets` buckets if new).
+    pub fn open(config: RedisConfig) -> Result<RedisBigtable> {
+        if config.namespace.is_empty() || config.namespace.contains(['{', '}']) {
+            return Err(Error::InvalidArgument(format!(
+                "Redis namespace {:?} must be non-empty and contain no braces",
+                config.namespace
+            )));
+        }
+        if config.buckets == 0 || config.buckets > 4096 {
+            return Err(Error::InvalidArgument(format!(
+                "Redis bucket count {} is out of range (1 to 4096)",
+                config.buckets
+            )));
+        }
+        let timeouts = Timeouts { connect: config.connect_timeout, io: config.io_timeout, retry_for: config.retry_for };
+        let mut library = redis::cmd("FUNCTION");
+        library.arg("LOAD").arg("REPLACE").arg(LIBRARY);
+        let cluster = Cluster::connect(&config.nodes, timeouts, library)?;
+        let meta = Bucket::new(&format!("{}:meta", config.namespace));
+        let mut db = RedisBigtable {
+            cluster,
+            config,
+            buckets: Vec::new(),
+            meta,
+            commits: AtomicU64::new(0),
+            ops: AtomicU64::new(0),
+        };
+        // The first opener fixes the bucket count (HSETNX); everyone reads the winner's.
+        let mut set = redis::cmd("HSETNX");
+        set.arg(&db.meta.cells_h).arg(BUCKETS_KEY).arg(db.config.buckets.to_string());
+        db.cluster.call(db.meta.slot, set, true)?;
+        let count = match db.meta_get(BUCKETS_KEY)? {
+            Some(v) => String::from_utf8_lossy(&v).parse::<u32>().ok().filter(|&n| n > 0),
+            None => None,
+        }
+        .ok_or_else(|| {
+            Error::Corrupt(format!("{BUCKETS_KEY} of namespace {:?} is not a count", db.config.namespace))
+        })?;
+        db.buckets = (0..count).map(|b| Bucket::new(&format!("{}:{b}", db.config.namespace))).collect();
+        Ok(db)
+    }
+
+    /// The masters serving the store now.
+    pub fn masters(&self) -> Vec<String> {
+        self.cluster.masters()
+    }
+
+    /// The namespace of this store's keys.
+    pub fn namespace(&self) -> &str {
+        &self.config.namespace
+    }
+
+    /// The bucket count of this store.
+    pub fn bucket_count(&self) -> u32 {
+        self.buckets.len() as u32
+    }
+
+    fn bucket(&self, table: &str, row: &[u8]) -> &Bucket {
+        &self.buckets[(fnv1a(&row_prefix(table, row)) % self.buckets.len() as u64) as usize]
+    }
+
+    fn cells_view<'a>(&'a self, b: &'a Bucket) -> Zset<'a> {
+        Zset { db: self, slot: b.slot, z: &b.cells_z, h: &b.cells_h }
+    }
+
+    fn merged_cells(&self) -> Merged<'_> {
+        Merged(self.buckets.iter().map(|b| self.cells_view(b)).collect())
+    }
+
+    fn merged_notify(&self) -> Merged<'_> {
+        Merged(self.buckets.iter().map(|b| Zset { db: self, slot: b.slot, z: &b.notify_z, h: &b.notify_h }).collect())
+    }
+
+    fn apply_cmd(&self, b: &Bucket, rows: &[&RowArgs]) -> Cmd {
+        let mut c = redis::cmd("FCALL");
+        c.arg("percolator_apply").arg(4).arg(&b.cells_z).arg(&b.cells_h).arg(&b.notify_z).arg(&b.notify_h);
+        c.arg(rows.len());
+        for r in rows {
+            c.arg(r.conditions).arg(r.mutations);
+            for a in &r.args {
+                c.arg(a.as_slice());
+            }
+        }
+        c
+    }
+}
+
+/// FNV-1a, 64 bits: the bucket of a row. Stable across versions and platforms (the bucket of
+/// a stored row must never change).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x0000_0100_0000_01b3))
+}
+
+/// One row operation as `percolator_apply` arguments.
+struct RowArgs {
+    conditions: usize,
+    mutations: usize,
+    args: Vec<Vec<u8>>,
+}
+
+fn ts_be(ts: Timestamp) -> Vec<u8> {
+    ts.raw().to_be_bytes().to_vec()
+}
+
+fn row_args(m: &RowMutation) -> RowArgs {
+    let vk = |column: &str, kind: Kind, ts: Timestamp| version_key(&cell_prefix(&m.table, &m.row, column), kind, ts);
+    let mut args: Vec<Vec<u8>> = Vec::new();
+    for c in &m.conditions {
+        match c {
+            Condition::NoLock { column } => args.extend([
+                b"L".to_vec(),
+                vk(column, Kind::Lock, Timestamp::MAX),
+                vk(column, Kind::Lock, Timestamp::ZERO),
+            ]),
+            Condition::NoWriteSince { column, since } => {
+                args.extend([b"W".to_vec(), vk(column, Kind::Write, Timestamp::MAX), vk(column, Kind::Write, *since)])
+            }
+            Condition::LockAbsent { column, start_ts } => {
+                args.extend([b"A".to_vec(), vk(column, Kind::Lock, *start_ts)])
+            }
+            Condition::LockIs { column, start_ts } => args.extend([b"I".to_vec(), vk(column, Kind::Lock, *start_ts)]),
+        }
+    }
+    for mu in &m.mutations {
+        let put = |key: Vec<u8>, value: Vec<u8>| [b"P".to_vec(), key, value];
+        match mu {
+            Mutation::PutLock { column, start_ts, lock } => {
+                args.extend(put(vk(column, Kind::Lock, *start_ts), encode_lock(lock)))
+            }
+            Mutation::DeleteLock { column, start_ts } => {
+                args.extend([b"D".to_vec(), vk(column, Kind::Lock, *start_ts)])
+            }
+            Mutation::PutData { column, start_ts, value } => {
+                args.extend(put(vk(column, Kind::Data, *start_ts), value.clone()))
+            }
+            Mutation::DeleteData { column, start_ts } => {
+                args.extend([b"D".to_vec(), vk(column, Kind::Data, *start_ts)])
+            }
+            Mutation::PutWrite { column, commit_ts, write } => {
+                args.extend(put(vk(column, Kind::Write, *commit_ts), encode_write(write)))
+            }
+            Mutation::DeleteWrite { column, commit_ts } => {
+                args.extend([b"D".to_vec(), vk(column, Kind::Write, *commit_ts)])
+            }
+            Mutation::SetNotify { column, ts, writer } => {
+                let (start, blob) = match writer {
+                    Some(w) => (w.start_ts.raw().to_le_bytes().to_vec(), encode_writer(w)),
+                    None => (Vec::new(), Vec::new()),
+                };
+                args.extend([b"N".to_vec(), cell_prefix(&m.table, &m.row, column), ts_be(*ts), start, blob])
+            }
+            Mutation::DropNotifyWriter { column, start_ts } => args.extend([
+                b"X".to_vec(),
+                cell_prefix(&m.table, &m.row, column),
+                start_ts.raw().to_le_bytes().to_vec(),
+            ]),
+            Mutation::ClearNotify { column, max_ts } => {
+                args.extend([b"C".to_vec(), cell_prefix(&m.table, &m.row, column), ts_be(*max_ts)])
+            }
+        }
+    }
+    RowArgs { conditions: m.conditions.len(), mutations: m.mutations.len(), args }
+}
+
+/// A metadata operation as a row operation on the metadata bucket's cells.
+fn meta_args(op: &Op) -> Option<RowArgs> {
+    let args = match op {
+        Op::MetaPut { key, value } => vec![b"P".to_vec(), key.as_bytes().to_vec(), value.clone()],
+        Op::MetaDelete { key } => vec![b"D".to_vec(), key.as_bytes().to_vec()],
+        Op::Row(_) => return None,
+    };
+    Some(RowArgs { conditions: 0, mutations: 1, args })
+}
+
+fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+/// Decodes one row's answer from `percolator_apply`.
+fn outcome(v: &Value) -> Result<Outcome> {
+    let bad = || Error::Storage(format!("percolator_apply answered {}", describe(v)));
+    let items = match v {
+        Value::Int(0) => return Ok(Outcome::Applied),
+        Value::Array(items) => items,
+        _ => return Err(bad()),
+    };
+    let index = match items.first() {
+        Some(Value::Int(i)) if *i >= 0 => *i as usize,
+        _ => return Err(bad()),
+    };
+    let key_ts =
+        |k: Option<&Value>| -> Result<Timestamp> { Ok(decode_version_key(k.and_then(bytes).ok_or_else(bad)?)?.ts) };
+    let found = match items.get(1).and_then(bytes) {
+        Some(b"lock") => Found::Lock {
+            start_ts: key_ts(items.get(2))?,
+            lock: decode_lock(items.get(3).and_then(bytes).ok_or_else(bad)?)?,
+        },
+        Some(b"write") => Found::Write { commit_ts: key_ts(items.get(2))? },
+        Some(b"nolock") => Found::NoLock,
+        Some(b"lockpresent") => Found::LockPresent,
+        _ => return Err(bad()),
+    };
+    Ok(Outcome::ConditionFailed { index, found })
+}
+
+/// Row operations per atomic call: each call is one step on its master, so a bounded size
+/// keeps other clients' latency bounded.
+const ROWS_PER_CALL: usize = 256;
+
+impl Bigtable for RedisBigtable {
+    fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Group by bucket (None: the metadata), keeping each bucket's ops in order.
+        let mut groups: BTreeMap<Option<usize>, Vec<(usize, RowArgs)>> = BTreeMap::new();
+        for (i, op) in ops.iter().enumerate() {
+            let (bucket, args) = match op {
+                Op::Row(m) => {
+                    let b = (fnv1a(&row_prefix(&m.table, &m.row)) % self.buckets.len() as u64) as usize;
+                    (Some(b), row_args(m))
+                }
+                other => (None, meta_args(other).expect("metadata op")),
+            };
+            groups.entry(bucket).or_default().push((i, args));
+        }
+        let mut cmds = Vec::new();
+        let mut targets: Vec<Vec<usize>> = Vec::new();
+        for (bucket, rows) in &groups {
+            let b = match bucket {
+                Some(b) => &self.buckets[*b],
+                None => &self.meta,
+            };
+            for chunk in rows.chunks(ROWS_PER_CALL) {
+                let args: Vec<&RowArgs> = chunk.iter().map(|(_, a)| a).collect();
+                cmds.push((b.slot, self.apply_cmd(b, &args)));
+                targets.push(chunk.iter().map(|(i, _)| *i).collect());
+            }
+        }
+        let calls = cmds.len() as u64;
+        let wait = (self.config.replicas > 0).then_some((self.config.replicas, self.config.replica_timeout));
+        let answers = self.cluster.batch(cmds, false, wait)?;
+        self.commits.fetch_add(calls, Ordering::Relaxed);
+        self.ops.fetch_add(ops.len() as u64, Ordering::Relaxed);
+        let mut out: Vec<Option<Outcome>> = vec![None; ops.len()];
+        for (answer, indices) in answers.iter().zip(targets) {
+            let Value::Array(rows) = answer else {
+                return Err(Error::Storage(format!("percolator_apply failed: {}", describe(answer))));
+            };
+            if rows.len() != indices.len() {
+                return Err(Error::Storage(format!(
+                    "percolator_apply answered {} of {} row operations",
+                    rows.len(),
+                    indices.len()
+                )));
+            }
+            for (v, i) in rows.iter().zip(indices) {
+                out[i] = Some(outcome(v)?);
+            }
+        }
+        Ok(out.into_iter().map(|o| o.expect("every op has an answer")).collect())
+    }
+
+    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
+        cells::read_row(&self.cells_view(self.bucket(table, row)), table, row, columns, ts)
+    }
+
+    fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
+        cells::find_write(&self.cells_view(self.bucket(&cell.table, &cell.row)), cell, start_ts)
+    }
+
+    fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
+        cells::read_data(&self.cells_view(self.bucket(&cell.table, &cell.row)), cell, start_ts)
+    }
+
+    fn scan(
+        &self,
+        table: &str,
+        start: &[u8],
+        after_column: Option<&str>,
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        ts: Timestamp,
+        limit: usize,
+    ) -> Result<Vec<ScannedCell>> {
+        cells::scan(&self.merged_cells(), table, start, after_column, end, columns, ts, limit)
+    }
+
+    fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
+        cells::scan_versions(&self.merged_cells(), from, limit)
+    }
+
+    fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
+        cells::scan_notify(&self.merged_notify(), from, limit)
+    }
+
+    fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        self.cells_view(&self.meta).get(key.as_bytes())
+    }
+
+    fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        cells::meta_scan(&self.cells_view(&self.meta), prefix)
+    }
+
+    fn exclusive(&self) -> bool {
+        false
+    }
+
+    fn stats(&self) -> BackendStats {
+        BackendStats { commits: self.commits.load(Ordering::Relaxed), ops: self.ops.load(Ordering::Relaxed) }
+    }
+}
+
+// ---- reads: the ordered-map views `cells.rs` runs on ----------------------------------------
+
+/// One sorted set + hash pair of one bucket, read in pages.
+struct Zset<'a> {
+    db: &'a RedisBigtable,
+    slot: u16,
+    z: &'a str,
+    h: &'a str,
+}
+
+/// First page of a range read; later pages double up to [`MAX_PAGE`].
+const FIRST_PAGE: usize = 16;
+const MAX_PAGE: usize = 1024;
+
+impl Zset<'_> {
+    fn range_cmd(&self, from: &[u8], inclusive: bool, to: Option<&[u8]>, limit: usize) -> Cmd {
+        let mut lo = vec![if inclusive { b'[' } else { b'(' }];
+        lo.extend_from_slice(from);
+        let hi = match to {
+            Some(to) => {
+                let mut hi = vec![b'('];
+                hi.extend_from_slice(to);
+                hi
+            }
+            None => b"+".to_vec(),
+        };
+        let mut c = redis::cmd("FCALL_RO");
+        c.arg("percolator_range").arg(2).arg(self.z).arg(self.h).arg(lo).arg(hi).arg(limit);
+        c
+    }
+}
+
+/// Decodes a `percolator_range` answer into (key, value) pairs.
+fn entries(v: Value) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let Value::Array(items) = v else {
+        return Err(Error::Storage(format!("percolator_range answered {}", describe(&v))));
+    };
+    let mut out = Vec::with_capacity(items.len() / 2);
+    let mut it = items.into_iter();
+    while let (Some(k), Some(v)) = (it.next(), it.next()) {
+        match (k, v) {
+            (Value::BulkString(k), Value::BulkString(v)) => out.push((k, v)),
+            (Value::BulkString(k), _) => {
+                return Err(Error::Corrupt(format!("Redis key {k:02x?} is in a sorted set without a value")));
+            }
+            (k, _) => return Err(Error::Storage(format!("percolator_range answered a key {}", describe(&k)))),
+        }
+    }
+    Ok(out)
+}
+
+impl KvRead for Zset<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let mut c = redis::cmd("HGET");
+        c.arg(self.h).arg(key);
+        match self.db.cluster.call(self.slot, c, true)? {
+            Value::Nil => Ok(None),
+            Value::BulkString(v) => Ok(Some(v)),
+            other => Err(Error::Storage(format!("HGET answered {}", describe(&other)))),
+        }
+    }
+
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+        if to.is_some_and(|to| to <= from) {
+            return Ok(());
+        }
+        let (mut cursor, mut inclusive, mut page) = (from.to_vec(), true, FIRST_PAGE);
+        loop {
+            let got = entries(self.db.cluster.call(self.slot, self.range_cmd(&cursor, inclusive, to, page), true)?)?;
+            let full = got.len() == page;
+            for (k, v) in &got {
+                if !f(k, v)? {
+                    return Ok(());
+                }
+            }
+            match got.into_iter().last() {
+                Some((k, _)) if full => (cursor, inclusive) = (k, false),
+                _ => return Ok(()),
+            }
+            page = (page * 2).min(MAX_PAGE);
+        }
+    }
+}
+
+/// Every bucket's stream of one kind (cells or notify), merged into key order.
+struct Merged<'a>(Vec<Zset<'a>>);
+
+/// One bucket's buffered page in a merge.
+struct Stream {
+    buffer: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
+    /// The last key read, when more may follow.
+    more_after: Option<Vec<u8>>,
+    page: usize,
+    /// The value of this stream's key in the heap.
+    current: Option<Vec<u8>>,
+}
+
+impl Stream {
+    fn new(got: Vec<(Vec<u8>, Vec<u8>)>, page: usize) -> Stream {
+        let more_after = if got.len() == page { got.last().map(|(k, _)| k.clone()) } else { None };
+        Stream { buffer: got.into_iter(), more_after, page, current: None }
+    }
+}
+
+impl Merged<'_> {
+    /// Queues stream `i`'s next entry, reading its next page when the buffer is empty.
+    fn advance(
+        &self,
+        i: usize,
+        s: &mut Stream,
+        to: Option<&[u8]>,
+        heap: &mut BinaryHeap<Reverse<(Vec<u8>, usize)>>,
+    ) -> Result<()> {
+        if s.buffer.len() == 0
+            && let Some(after) = s.more_after.take()
+        {
+            let page = (s.page * 2).min(MAX_PAGE);
+            let z = &self.0[i];
+            let got = entries(z.db.cluster.call(z.slot, z.range_cmd(&after, false, to, page), true)?)?;
+            *s = Stream::new(got, page);
+        }
+        if let Some((k, v)) = s.buffer.next() {
+            s.current = Some(v);
+            heap.push(Reverse((k, i)));
+        }
+        Ok(())
+    }
+}
+
+impl KvRead for Merged<'_> {
+    fn get(&self, _key: &[u8]) -> Result<Option<Vec<u8>>> {
+        // A merged view is for scans: a point read knows its bucket.
+        Err(Error::Storage("point read on a merged Redis view".into()))
+    }
+
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+        if to.is_some_and(|to| to <= from) || self.0.is_empty() {
+            return Ok(());
+        }
+        let db = self.0[0].db;
+        // The first page of every bucket in one round (one pipeline per master).
+        let cmds = self.0.iter().map(|z| (z.slot, z.range_cmd(from, true, to, FIRST_PAGE))).collect();
+        let mut streams: Vec<Stream> = db
+            .cluster
+            .batch(cmds, true, None)?
+            .into_iter()
+            .map(|v| Ok(Stream::new(entries(v)?, FIRST_PAGE)))
+            .collect::<Result<_>>()?;
+        // The smallest unread key of each bucket; its value waits in `current`.
+        let mut heap: BinaryHeap<Reverse<(Vec<u8>, usize)>> = BinaryHeap::new();
+        for (i, s) in streams.iter_mut().enumerate() {
+            self.advance(i, s, to, &mut heap)?;
+        }
+        while let Some(Reverse((k, i))) = heap.pop() {
+            let v = streams[i].current.take().expect("a value per queued key");
+            if !f(&k, &v)? {
+                return Ok(());
+            }
+            self.advance(i, &mut streams[i], to, &mut heap)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,206 @@
+//! The Redis backend against the in-memory one: the same random row operations (conditions and
+//! mutations of every kind, several per call) give the same outcomes and leave the same stored
+//! versions and notify cells. `percolator.lua` re-implements `cells::apply_row` server-side;
+//! this is what keeps the two equal. Also: clear errors for a bad configuration or an
+//! unreachable cluster.
+//!
+//! Needs a Redis Cluster (`PERCOLATOR_REDIS`, see `scripts/dev-cluster`); skipped without one
+//! unless `PERCOLATOR_REQUIRE_REDIS` is set.
+
+mod common;
+
+use std::time::Duration;
+
+use percolator_store::backends::{
+    Bigtable, Condition, LockRecord, MemBigtable, Mutation, Op, RedisBigtable, RedisConfig, RowMutation, WriteKind,
+    WriteRecord, Writer,
+};
+use percolator_store::{CellRef, Error, Timestamp};
+use proptest::prelude::*;
+
+const ROWS: [&[u8]; 3] = [b"a", b"b\0x", b"\xffz"];
+const COLUMNS: [&str; 2] = ["c:v", "c:w"];
+
+fn ts(t: u64) -> Timestamp {
+    Timestamp::from_raw(t)
+}
+
+fn column() -> impl Strategy<Value = String> {
+    prop::sample::select(&COLUMNS[..]).prop_map(String::from)
+}
+
+fn condition() -> impl Strategy<Value = Condition> {
+    prop_oneof![
+        column().prop_map(|column| Condition::NoLock { column }),
+        (column(), 1..8u64).prop_map(|(column, t)| Condition::NoWriteSince { column, since: ts(t) }),
+        (column(), 1..8u64).prop_map(|(column, t)| Condition::LockAbsent { column, start_ts: ts(t) }),
+        (column(), 1..8u64).prop_map(|(column, t)| Condition::LockIs { column, start_ts: ts(t) }),
+    ]
+}
+
+fn writer() -> impl Strategy<Value = Writer> {
+    (1..8u64, 0..3usize).prop_map(|(t, r)| Writer { start_ts: ts(t), primary: CellRef::new("t", ROWS[r], "c:v") })
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    let lock = (0..3usize, 0..1000u64).prop_map(|(r, wall_ms)| LockRecord {
+        primary: CellRef::new("t", ROWS[r], "c:v"),
+        wall_ms,
+        ttl_ms: 5,
+        worker: 9,
+    });
+    let kind = prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..4).prop_map(WriteKind::Put),
+        Just(WriteKind::Delete),
+        Just(WriteKind::Rollback),
+    ];
+    prop_oneof![
+        (column(), 1..8u64, lock).prop_map(|(column, t, lock)| Mutation::PutLock { column, start_ts: ts(t), lock }),
+        (column(), 1..8u64).prop_map(|(column, t)| Mutation::DeleteLock { column, start_ts: ts(t) }),
+        (column(), 1..8u64, prop::collection::vec(any::<u8>(), 0..4))
+            .prop_map(|(column, t, value)| Mutation::PutData { column, start_ts: ts(t), value }),
+        (column(), 1..8u64).prop_map(|(column, t)| Mutation::DeleteData { column, start_ts: ts(t) }),
+        (column(), 1..8u64, 1..8u64, kind).prop_map(|(column, c, s, kind)| Mutation::PutWrite {
+            column,
+            commit_ts: ts(c),
+            write: WriteRecord { start_ts: ts(s), kind }
+        }),
+        (column(), 1..8u64).prop_map(|(column, t)| Mutation::DeleteWrite { column, commit_ts: ts(t) }),
+        (column(), 1..8u64, prop::option::of(writer())).prop_map(|(column, t, writer)| Mutation::SetNotify {
+            column,
+            ts: ts(t),
+            writer
+        }),
+        (column(), 1..8u64).prop_map(|(column, t)| Mutation::DropNotifyWriter { column, start_ts: ts(t) }),
+        (column(), 0..8u64).prop_map(|(column, t)| Mutation::ClearNotify { column, max_ts: ts(t) }),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0..3usize, prop::collection::vec(condition(), 0..3), prop::collection::vec(mutation(), 0..4)).prop_map(
+            |(r, conditions, mutations)| Op::Row(RowMutation {
+                table: "t".into(),
+                row: ROWS[r].to_vec(),
+                conditions,
+                mutations
+            })
+        ),
+        1 => (0..3u8, prop::collection::vec(any::<u8>(), 0..3))
+            .prop_map(|(k, value)| Op::MetaPut { key: format!("m/{k}"), value }),
+        1 => (0..3u8).prop_map(|k| Op::MetaDelete { key: format!("m/{k}") }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn redis_applies_row_operations_like_the_reference(calls in prop::collection::vec(prop::collection::vec(op(), 1..5), 1..12)) {
+        if common::redis_nodes().is_none() {
+            return Ok(());
+        }
+        let reference = MemBigtable::new();
+        let redis = common::redis_backend();
+        for ops in calls {
+            let want = reference.apply(ops.clone()).unwrap();
+            let got = redis.apply(ops.clone()).unwrap();
+            prop_assert_eq!(got, want, "outcomes of {:?}", ops);
+        }
+        prop_assert_eq!(redis.scan_versions(None, 100).unwrap(), reference.scan_versions(None, 100).unwrap());
+        prop_assert_eq!(redis.scan_notify(None, 100).unwrap(), reference.scan_notify(None, 100).unwrap());
+        prop_assert_eq!(redis.meta_scan("m/").unwrap(), reference.meta_scan("m/").unwrap());
+        for r in ROWS {
+            for t in [1, 4, 8] {
+                prop_assert_eq!(
+                    redis.read_row("t", r, &COLUMNS, ts(t)).unwrap(),
+                    reference.read_row("t", r, &COLUMNS, ts(t)).unwrap()
+                );
+                let cell = CellRef::new("t", r, "c:v");
+                prop_assert_eq!(redis.find_write(&cell, ts(t)).unwrap(), reference.find_write(&cell, ts(t)).unwrap());
+            }
+            prop_assert_eq!(
+                redis.scan("t", r, None, None, None, ts(8), 100).unwrap(),
+                reference.scan("t", r, None, None, None, ts(8), 100).unwrap()
+            );
+        }
+    }
+}
+
+/// Scans merge every bucket in key order, across pages of every size.
+#[test]
+fn scans_merge_buckets_in_key_order() {
+    let Some(nodes) = common::redis_nodes() else { return };
+    let redis = RedisBigtable::open(RedisConfig {
+        nodes,
+        namespace: common::unique_namespace(),
+        buckets: 7,
+        ..RedisConfig::default()
+    })
+    .unwrap();
+    let reference = MemBigtable::new();
+    let ops: Vec<Op> = (0..300u32)
+        .map(|i| {
+            let row = format!("r{:04}", (i * 7919) % 300).into_bytes();
+            Op::Row(RowMutation {
+                table: "t".into(),
+                row,
+                conditions: vec![],
+                mutations: vec![
+                    Mutation::PutWrite {
+                        column: "c:v".into(),
+                        commit_ts: ts(2),
+                        write: WriteRecord { start_ts: ts(1), kind: WriteKind::Put(i.to_be_bytes().to_vec()) },
+                    },
+                    Mutation::SetNotify { column: "c:v".into(), ts: ts(2), writer: None },
+                ],
+            })
+        })
+        .collect();
+    reference.apply(ops.clone()).unwrap();
+    redis.apply(ops).unwrap();
+    assert_eq!(redis.bucket_count(), 7);
+    for limit in [1, 5, 16, 17, 299, 300, 1000] {
+        assert_eq!(
+            redis.scan("t", b"r0100", None, Some(b"r0250"), None, ts(3), limit).unwrap(),
+            reference.scan("t", b"r0100", None, Some(b"r0250"), None, ts(3), limit).unwrap(),
+            "limit {limit}"
+        );
+        assert_eq!(redis.scan_notify(None, limit).unwrap(), reference.scan_notify(None, limit).unwrap());
+    }
+    let all = redis.scan("t", b"", None, None, None, ts(3), 1000).unwrap();
+    assert_eq!(all.len(), 300);
+    assert!(all.windows(2).all(|w| w[0].row < w[1].row));
+    // An existing store keeps its bucket count, whatever the opener asks for.
+    let again = RedisBigtable::open(RedisConfig {
+        nodes: common::redis_nodes().unwrap(),
+        namespace: redis_namespace_of(&redis),
+        buckets: 3,
+        ..RedisConfig::default()
+    })
+    .unwrap();
+    assert_eq!(again.bucket_count(), 7);
+}
+
+fn redis_namespace_of(db: &RedisBigtable) -> String {
+    db.namespace().to_string()
+}
+
+#[test]
+fn bad_configurations_and_unreachable_clusters_are_named() {
+    let err = |config: RedisConfig| match RedisBigtable::open(config) {
+        Err(e) => e,
+        Ok(_) => panic!("opened"),
+    };
+    let e = err(RedisConfig { nodes: vec![], ..RedisConfig::default() });
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("seed node")), "{e}");
+    let e = err(RedisConfig { nodes: vec!["127.0.0.1:1".into()], namespace: "a{b}".into(), ..RedisConfig::default() });
+    assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("braces")), "{e}");
+    // Port 1 on loopback: refused at once.
+    let e = err(RedisConfig {
+        nodes: vec!["127.0.0.1:1".into()],
+        connect_timeout: Duration::from_millis(500),
+        ..RedisConfig::default()
+    });
+    assert!(matches!(&e, Error::Unavailable(m) if m.contains("127.0.0.1:1")), "{e}");
+}
