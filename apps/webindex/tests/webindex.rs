@@ -15,7 +15,7 @@ use percolator_api::{Remote, ScanRequest};
 use percolator_runtime::Runtime;
 use percolator_server::config::Config;
 use percolator_server::pipeline::Pipeline;
-use percolator_store::{Durability, RedbConfig, ScannerConfig, Store, StoreConfig};
+use percolator_store::{ScannerConfig, Store, StoreConfig};
 use webindex::batch::{self, Tables};
 use webindex::crawl::{self, CrawlPage};
 use webindex::schema;
@@ -45,11 +45,18 @@ fn setup(name: &str, durability: &str, header_extra: &str) -> PathBuf {
     std::fs::write(
         dir.join("pipeline.toml"),
         format!(
-            "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n[observers]\ndir = \"observers\"\n{header_extra}\n{bindings}"
+            "{}[observers]\ndir = \"observers\"\n{header_extra}\n{bindings}",
+            common::store_section("store.redb", durability)
         ),
     )
     .unwrap();
     dir
+}
+
+/// Opens the store a test configuration names (redb, or the test's Redis namespace).
+fn open_store(dir: &Path) -> Store {
+    let config = Config::load(&dir.join("pipeline.toml")).unwrap();
+    config.backend.open(&config.store_path, StoreConfig::default()).unwrap()
 }
 
 /// The crawl's records in a random order in which every re-crawl of a URL comes after its
@@ -111,12 +118,7 @@ fn assert_equals_batch(store: &Store, inputs: &Inputs) {
 fn incremental_equals_batch_with_concurrent_writers_in_random_order() {
     let dir = setup("inproc", "none", "");
     let config = Config::load(&dir.join("pipeline.toml")).unwrap();
-    let store = Store::open(
-        &config.store_path,
-        StoreConfig::default(),
-        RedbConfig { durability: Durability::None, ..RedbConfig::default() },
-    )
-    .unwrap();
+    let store = open_store(&dir);
     let pipeline = Arc::new(Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone())).unwrap()));
     pipeline.apply(&config).unwrap();
     let scanner = store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() });
@@ -292,7 +294,7 @@ fn incremental_equals_batch_across_host_kills_mid_load() {
         }
     }
     // Reopen the store directly and compare.
-    let store = Store::open(dir.join("store.redb"), StoreConfig::default(), RedbConfig::default()).unwrap();
+    let store = open_store(&dir);
     assert!(store.dead_letters().unwrap().is_empty(), "dead letters: {:?}", store.dead_letters().unwrap());
     assert!(store.pending_notifications(1).unwrap().is_empty(), "notifications left pending");
     assert_equals_batch(&store, &final_inputs(&records));

@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use percolator_api::LOADS_TABLE;
 use percolator_runtime::{Access, ColumnRule, Limits};
-use percolator_store::{Durability, NotifyKind, ObserverSpec};
+use std::sync::Arc;
+
+use percolator_store::backends::{RedisBigtable, RedisConfig};
+use percolator_store::{Durability, NotifyKind, ObserverSpec, RedbConfig, Store, StoreConfig};
 
 /// A configuration error, located.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +77,23 @@ mod raw {
         pub(super) path: Spanned<String>,
         #[serde(default)]
         pub(super) durability: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) backend: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) redis: Option<Spanned<Redis>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Redis {
+        #[serde(default)]
+        pub(super) nodes: Option<Spanned<Vec<String>>>,
+        #[serde(default)]
+        pub(super) namespace: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) buckets: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) replicas: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -198,6 +218,65 @@ fn read_token(file: &Path) -> Result<String, String> {
     Ok(token.to_owned())
 }
 
+/// Where the store's cells live.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// The embedded redb file at [`Config::store_path`].
+    Redb {
+        /// fsync per group commit or not.
+        durability: Durability,
+    },
+    /// A Redis Cluster (`[store.redis]`); [`Config::store_path`] then only anchors this host's
+    /// local files (the endpoint file, the compiled-component cache).
+    Redis(RedisSettings),
+}
+
+/// `[store.redis]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RedisSettings {
+    /// Seed nodes, `host:port` (from `nodes`, else the `PERCOLATOR_REDIS` environment variable).
+    pub nodes: Vec<String>,
+    /// The store's key prefix on the cluster.
+    pub namespace: String,
+    /// Buckets, used when the namespace is created.
+    pub buckets: u32,
+    /// Replicas each commit waits for.
+    pub replicas: u32,
+}
+
+/// The environment variable naming the Redis seed nodes when `[store.redis] nodes` is absent
+/// (`scripts/dev-cluster` writes it).
+pub const REDIS_NODES_ENV: &str = "PERCOLATOR_REDIS";
+
+impl Backend {
+    /// Opens the store this backend describes, at `path` for redb.
+    pub fn open(&self, path: &Path, config: StoreConfig) -> percolator_store::Result<Store> {
+        match self {
+            Backend::Redb { durability } => {
+                Store::open(path, config, RedbConfig { durability: *durability, ..RedbConfig::default() })
+            }
+            Backend::Redis(r) => {
+                let backend = RedisBigtable::open(RedisConfig {
+                    nodes: r.nodes.clone(),
+                    namespace: r.namespace.clone(),
+                    buckets: r.buckets,
+                    replicas: r.replicas,
+                    ..RedisConfig::default()
+                })?;
+                Store::with_backend(Arc::new(backend), config)
+            }
+        }
+    }
+
+    /// How a user would name the store in a message: its file, or its namespace on the cluster.
+    pub fn describe(&self, path: &Path) -> String {
+        match self {
+            Backend::Redb { .. } => path.display().to_string(),
+            Backend::Redis(r) => format!("namespace {:?} on the Redis Cluster at {}", r.namespace, r.nodes.join(",")),
+        }
+    }
+}
+
 /// The validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -205,8 +284,8 @@ pub struct Config {
     pub file: PathBuf,
     /// The redb store file.
     pub store_path: PathBuf,
-    /// fsync per group commit or not.
-    pub durability: Durability,
+    /// Where the cells live (redb, with its durability, or Redis).
+    pub backend: Backend,
     /// Scanner threads.
     pub scanner_threads: usize,
     /// Folder of observer components (watched for hot reload).
@@ -235,10 +314,10 @@ impl Config {
     /// True if `self` and `other` agree on everything except the bindings (what a hot reload
     /// can apply).
     pub fn same_host_settings(&self, other: &Config) -> bool {
-        (&self.store_path, self.durability, self.scanner_threads, &self.observers_dir, &self.cache_dir, &self.http)
+        (&self.store_path, &self.backend, self.scanner_threads, &self.observers_dir, &self.cache_dir, &self.http)
             == (
                 &other.store_path,
-                other.durability,
+                &other.backend,
                 other.scanner_threads,
                 &other.observers_dir,
                 &other.cache_dir,
@@ -273,17 +352,7 @@ impl Config {
         let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
         let rel = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
 
-        let durability = match raw.store.durability.as_ref().map(|d| (d.get_ref().as_str(), d.span())) {
-            None | Some(("fsync", _)) => Durability::Fsync,
-            Some(("none", _)) => Durability::None,
-            Some((other, span)) => {
-                return Err(cx.err(
-                    Some(span),
-                    "store.durability",
-                    format!("{other:?} is not one of \"fsync\", \"none\""),
-                ));
-            }
-        };
+        let backend = parse_backend(&cx, &raw.store)?;
         let scanner_threads = match raw.scanner.and_then(|s| s.threads) {
             None => 2,
             Some(t) if (1..=64).contains(t.get_ref()) => *t.get_ref() as usize,
@@ -433,7 +502,7 @@ impl Config {
         Ok(Config {
             file: file.to_owned(),
             store_path,
-            durability,
+            backend,
             scanner_threads,
             observers_dir,
             cache_dir,
@@ -475,6 +544,90 @@ fn toml_error(cx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
         (None, _) => message.to_owned(),
     };
     cx.err(Some(span), field, message)
+}
+
+fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigError> {
+    let durability = match store.durability.as_ref().map(|d| (d.get_ref().as_str(), d.span())) {
+        None | Some(("fsync", _)) => Durability::Fsync,
+        Some(("none", _)) => Durability::None,
+        Some((other, span)) => {
+            return Err(cx.err(Some(span), "store.durability", format!("{other:?} is not one of \"fsync\", \"none\"")));
+        }
+    };
+    let kind = store.backend.as_ref().map(|b| (b.get_ref().as_str(), b.span()));
+    match kind {
+        None | Some(("redb", _)) => {
+            if let Some(r) = &store.redis {
+                return Err(cx.err(
+                    Some(r.span()),
+                    "store.redis",
+                    "is set but store.backend is not \"redis\" (add backend = \"redis\" to [store])",
+                ));
+            }
+            Ok(Backend::Redb { durability })
+        }
+        Some(("redis", _)) => {
+            if let Some(d) = &store.durability {
+                return Err(cx.err(
+                    Some(d.span()),
+                    "store.durability",
+                    "applies to the redb backend only (the Redis backend's durability is the cluster's: \
+                     appendfsync and [store.redis] replicas)",
+                ));
+            }
+            let r = store.redis.as_ref().map(|r| r.get_ref());
+            let nodes = match r.and_then(|r| r.nodes.as_ref()) {
+                Some(n) if n.get_ref().is_empty() => {
+                    return Err(cx.err(Some(n.span()), "store.redis.nodes", "names no node (host:port)"));
+                }
+                Some(n) => n.get_ref().clone(),
+                None => match std::env::var(REDIS_NODES_ENV) {
+                    Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_string()).collect(),
+                    _ => {
+                        return Err(cx.err(
+                            store.redis.as_ref().map(|r| r.span()).or(store.backend.as_ref().map(|b| b.span())),
+                            "store.redis.nodes",
+                            format!(
+                                "is not set and neither is {REDIS_NODES_ENV}: name the cluster's seed nodes \
+                                 (nodes = [\"127.0.0.1:7100\"]; scripts/dev-cluster up starts one)"
+                            ),
+                        ));
+                    }
+                },
+            };
+            for (i, n) in nodes.iter().enumerate() {
+                let ok =
+                    n.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
+                if !ok {
+                    let span = r.and_then(|r| r.nodes.as_ref()).map(|n| n.span());
+                    return Err(cx.err(span, format!("store.redis.nodes[{i}]"), format!("{n:?} is not host:port")));
+                }
+            }
+            let defaults = RedisConfig::default();
+            let namespace = match r.and_then(|r| r.namespace.as_ref()) {
+                Some(n) if n.get_ref().is_empty() || n.get_ref().contains(['{', '}']) => {
+                    return Err(cx.err(Some(n.span()), "store.redis.namespace", "must be non-empty, without braces"));
+                }
+                Some(n) => n.get_ref().clone(),
+                None => defaults.namespace.clone(),
+            };
+            let count = |field: Option<&toml::Spanned<i64>>, name: &str, min: i64, max: i64, default: u32| match field {
+                None => Ok(default),
+                Some(v) if (min..=max).contains(v.get_ref()) => Ok(*v.get_ref() as u32),
+                Some(v) => Err(cx.err(
+                    Some(v.span()),
+                    format!("store.redis.{name}"),
+                    format!("must be between {min} and {max}"),
+                )),
+            };
+            let buckets = count(r.and_then(|r| r.buckets.as_ref()), "buckets", 1, 4096, defaults.buckets)?;
+            let replicas = count(r.and_then(|r| r.replicas.as_ref()), "replicas", 0, 16, defaults.replicas)?;
+            Ok(Backend::Redis(RedisSettings { nodes, namespace, buckets, replicas }))
+        }
+        Some((other, span)) => {
+            Err(cx.err(Some(span), "store.backend", format!("{other:?} is not one of \"redb\", \"redis\"")))
+        }
+    }
 }
 
 /// The deepest value of `table` whose span holds `span`: its field path, its key (`None` for an
@@ -526,8 +679,8 @@ fn expected_type(key: &str) -> Option<&'static str> {
         "reads" | "writes" => "a list of strings",
         "binding" => "[[binding]] tables",
         "store" | "scanner" | "observers" | "http" => "a table",
-        "path" | "durability" | "dir" | "cache_dir" | "listen" | "token_file" | "name" | "wasm" | "table"
-        | "column" | "notify" => "a string",
+        "path" | "durability" | "backend" | "namespace" | "dir" | "cache_dir" | "listen" | "token_file" | "name"
+        | "wasm" | "table" | "column" | "notify" => "a string",
         _ => return None,
     })
 }

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use percolator_api::{ApiResult, ErrorKind, Remote};
-use percolator_store::{Durability, ObserveError, Observer, RedbConfig, Store, StoreConfig, Transaction};
+use percolator_store::backends::RedisConfig;
+use percolator_store::{Durability, ObserveError, Observer, Store, StoreConfig, Transaction};
 
-use crate::config::{Config, DEFAULT_LISTEN, HttpConfig};
+use crate::config::{Backend, Config, DEFAULT_LISTEN, HttpConfig, REDIS_NODES_ENV, RedisSettings};
 use crate::ops::{self, Context, Op};
 
 /// Where a client's commands go.
@@ -86,8 +87,8 @@ pub struct Target {
     pub file: PathBuf,
     /// The store file.
     pub store_path: PathBuf,
-    /// How the store commits.
-    pub durability: Durability,
+    /// Where the cells live.
+    pub backend: Backend,
     /// How to reach a host (its token).
     pub http: HttpConfig,
     /// The configuration, or why it does not load.
@@ -101,16 +102,16 @@ impl Target {
             Ok(c) => Ok(Target {
                 file: c.file.clone(),
                 store_path: c.store_path.clone(),
-                durability: c.durability,
+                backend: c.backend.clone(),
                 http: c.http.clone(),
                 config: Ok(c),
             }),
             Err(e) => {
                 let e = e.to_string();
                 match lenient(file) {
-                    Some((store_path, durability, http)) => {
+                    Some((store_path, backend, http)) => {
                         tracing::debug!("{e}; using [store] and [http] of the configuration only");
-                        Ok(Target { file: file.to_owned(), store_path, durability, http, config: Err(e) })
+                        Ok(Target { file: file.to_owned(), store_path, backend, http, config: Err(e) })
                     }
                     None => Err(e),
                 }
@@ -139,7 +140,7 @@ impl Target {
 /// TOML (a bad edit in progress) is read line by line: `key = "value"` lines under the
 /// `[store]` and `[http]` headers. Relative paths are relative to the file's folder, as in
 /// [`Config::load`].
-fn lenient(file: &Path) -> Option<(PathBuf, Durability, HttpConfig)> {
+fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
     let src = std::fs::read_to_string(file).ok()?;
     let base = file.parent().map(Path::to_path_buf).unwrap_or_default();
     let rel = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
@@ -155,8 +156,33 @@ fn lenient(file: &Path) -> Option<(PathBuf, Durability, HttpConfig)> {
         Some("none") => Durability::None,
         _ => Durability::Fsync,
     };
+    let backend = match field("store", "backend").as_deref() {
+        // The settings in full, or the defaults with the nodes from the environment (the line
+        // scan of a file that does not parse reads strings only).
+        Some("redis") => {
+            let r = doc.as_ref().and_then(|d| d.get("store")?.get("redis")?.as_table().cloned()).unwrap_or_default();
+            let defaults = RedisConfig::default();
+            let nodes = match r.get("nodes").and_then(|n| n.as_array()) {
+                Some(a) => a.iter().filter_map(|n| n.as_str().map(str::to_owned)).collect(),
+                None => std::env::var(REDIS_NODES_ENV).ok()?.split(',').map(|s| s.trim().to_string()).collect(),
+            };
+            let int = |k: &str, d: u32| r.get(k).and_then(|v| v.as_integer()).map_or(d, |v| v as u32);
+            Backend::Redis(RedisSettings {
+                nodes,
+                namespace: r
+                    .get("namespace")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_owned)
+                    .or_else(|| line_field(&src, "store.redis", "namespace"))
+                    .unwrap_or(defaults.namespace),
+                buckets: int("buckets", defaults.buckets),
+                replicas: int("replicas", defaults.replicas),
+            })
+        }
+        _ => Backend::Redb { durability },
+    };
     let token_file = field("http", "token_file").map(|p| rel(&p));
-    Some((rel(&path), durability, HttpConfig { listen: DEFAULT_LISTEN, token_file }))
+    Some((rel(&path), backend, HttpConfig { listen: DEFAULT_LISTEN, token_file }))
 }
 
 /// The string value of `key = "..."` under the header `[table]` of a file that is not valid
@@ -238,23 +264,18 @@ pub fn connect(config: &Path, url: Option<&str>, creates: bool) -> Result<Route,
     }
     let nobody = answered_at.unwrap_or_else(|| format!("{} (no such file)", endpoint.display()));
     let path = &target.store_path;
-    if !creates && !path.exists() {
+    if !creates && !path.exists() && matches!(target.backend, Backend::Redb { .. }) {
         return Err(target.explain(format!(
             "store {} does not exist and no host answers at {nobody}; start one with `percolator up {}`",
             path.display(),
             target.file.display()
         )));
     }
-    let store = Store::open(
-        path,
-        StoreConfig::default(),
-        RedbConfig { durability: target.durability, ..RedbConfig::default() },
-    )
-    .map_err(|e| {
+    let store = target.backend.open(path, StoreConfig::default()).map_err(|e| {
         target.explain(if matches!(e, percolator_store::Error::AlreadyOpen { .. }) {
             format!("store {} is in use by another process and no host answers at {nobody}", path.display())
         } else {
-            format!("{}: {e}", path.display())
+            format!("{}: {e}", target.backend.describe(path))
         })
     })?;
     let direct = match &target.config {
@@ -288,7 +309,8 @@ mod tests {
         );
         let t = Target::find(&file).unwrap();
         assert!(t.config.as_ref().is_err_and(|e| e.contains("p.toml")), "{:?}", t.config);
-        assert_eq!((t.store_path.as_path(), t.durability), (dir.join("s.redb").as_path(), Durability::None));
+        let redb = |durability| Backend::Redb { durability };
+        assert_eq!((t.store_path.as_path(), &t.backend), (dir.join("s.redb").as_path(), &redb(Durability::None)));
         assert_eq!(t.http.token_file, Some(dir.join("tok")));
         assert_eq!(t.endpoint_file(), dir.join("s.redb.endpoint"));
         assert!(t.explain("x".into()).starts_with("x\n(and the configuration does not load: "));
@@ -298,8 +320,17 @@ mod tests {
         );
         let t = Target::find(&file).unwrap();
         assert!(t.config.as_ref().is_err_and(|e| e.contains("p.toml")), "{:?}", t.config);
-        assert_eq!((t.store_path.as_path(), t.durability), (dir.join("s.redb").as_path(), Durability::Fsync));
+        assert_eq!((t.store_path.as_path(), &t.backend), (dir.join("s.redb").as_path(), &redb(Durability::Fsync)));
         assert_eq!(t.http.token_file, Some(dir.join("tok")));
+        // A Redis store in a configuration that does not load: its namespace and nodes are found.
+        write(
+            "[store]\npath = \"s.redb\"\nbackend = \"redis\"\n[store.redis]\nnamespace = \"ns\"\n\
+             nodes = [\"127.0.0.1:7100\", \"127.0.0.1:7101\"]\n[observers]\ndir = \"nowhere\"\n",
+        );
+        let t = Target::find(&file).unwrap();
+        assert!(t.config.is_err());
+        let Backend::Redis(r) = &t.backend else { panic!("{:?}", t.backend) };
+        assert_eq!((r.namespace.as_str(), r.nodes.len()), ("ns", 2));
         // A broken [store] header, or no store path: the configuration's own error.
         for text in ["[store\npath = \"s.redb\"\n", "[observers]\ndir = \"o\"\n", "[store]\npath = 3\n"] {
             write(text);

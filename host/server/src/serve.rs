@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use percolator_store::{RedbConfig, ScannerConfig, Store, StoreConfig};
+use percolator_store::{ScannerConfig, Store, StoreConfig};
 
 use percolator_runtime::Runtime;
 
@@ -44,12 +44,7 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
     let config = Config::load(config_path).map_err(|e| e.to_string())?;
     let token = config.http.token()?;
     create_store_dir(&config)?;
-    let store = Store::open(
-        &config.store_path,
-        StoreConfig::default(),
-        RedbConfig { durability: config.durability, ..RedbConfig::default() },
-    )
-    .map_err(|e| {
+    let store = config.backend.open(&config.store_path, StoreConfig::default()).map_err(|e| {
         if matches!(e, percolator_store::Error::AlreadyOpen { .. }) {
             format!(
                 "store {} is in use by another process (is a host already serving it? see {})",
@@ -57,7 +52,7 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
                 config.endpoint_file().display()
             )
         } else {
-            format!("{}: {e}", config.store_path.display())
+            format!("{}: {e}", config.backend.describe(&config.store_path))
         }
     })?;
     let runtime = Runtime::new(Some(config.cache_dir.clone())).map_err(|e| format!("{e:#}"))?;
@@ -172,12 +167,12 @@ async fn serve(
     let n = config.bindings.len();
     println!(
         "percolator: serving {url} (store {}, {n} binding{})",
-        config.store_path.display(),
+        config.backend.describe(&config.store_path),
         if n == 1 { "" } else { "s" }
     );
     tracing::info!(
         %url,
-        store = %config.store_path.display(),
+        store = %config.backend.describe(&config.store_path),
         observers = %config.observers_dir.display(),
         endpoint = %endpoint.display(),
         "serving"

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use percolator_server::config::Config;
+use percolator_server::config::{Backend, Config, RedisSettings};
 use percolator_store::{Durability, NotifyKind};
 
 struct Dir(PathBuf);
@@ -49,7 +49,7 @@ fn a_valid_config_is_parsed_into_domain_types() {
         binding("count", "b.wasm", "derived:upper", "notify = \"weak\"\nreads = [\"docs/raw:text\"]\n"),
     );
     let c = Config::load(&dir.config(&body)).unwrap();
-    assert_eq!(c.durability, Durability::Fsync);
+    assert_eq!(c.backend, Backend::Redb { durability: Durability::Fsync });
     assert_eq!(c.scanner_threads, 3);
     assert_eq!(c.store_path, dir.0.join("data/store.redb"));
     assert_eq!(c.cache_dir, dir.0.join("data/store.cache"));
@@ -190,4 +190,41 @@ fn bindings_that_could_never_fire_are_refused() {
         format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "")).replace("table = \"docs\"", "table = \"_loads\"");
     let e = err(&dir, &body);
     assert!(e.contains("pipeline.toml:10: binding[0].table") && e.contains("\"_loads\" is reserved"), "{e}");
+}
+
+#[test]
+fn the_redis_backend_is_configured_in_store_redis() {
+    let dir = Dir::new("redis");
+    let head = "[store]\npath = \"data/local.state\"\nbackend = \"redis\"\n";
+    let tail = "\n[observers]\ndir = \"observers\"\n";
+    let body = format!(
+        "{head}[store.redis]\nnodes = [\"127.0.0.1:7100\", \"127.0.0.1:7101\"]\nnamespace = \"web\"\nbuckets = 32\n{tail}"
+    );
+    let c = Config::load(&dir.config(&body)).unwrap();
+    assert_eq!(
+        c.backend,
+        Backend::Redis(RedisSettings {
+            nodes: vec!["127.0.0.1:7100".into(), "127.0.0.1:7101".into()],
+            namespace: "web".into(),
+            buckets: 32,
+            replicas: 1,
+        })
+    );
+    let bad = |redis: &str| err(&dir, &format!("{head}{redis}{tail}"));
+    let e = bad("[store.redis]\nnodes = [\"localhost\"]\n");
+    assert!(e.contains("store.redis.nodes[0]: \"localhost\" is not host:port"), "{e}");
+    let e = bad("[store.redis]\nnodes = []\n");
+    assert!(e.contains("store.redis.nodes: names no node"), "{e}");
+    let e = bad("[store.redis]\nnodes = [\"h:1\"]\nnamespace = \"a{b}\"\n");
+    assert!(e.contains("store.redis.namespace: must be non-empty, without braces"), "{e}");
+    let e = bad("[store.redis]\nnodes = [\"h:1\"]\nbuckets = 0\n");
+    assert!(e.contains("store.redis.buckets: must be between 1 and 4096"), "{e}");
+    let e = bad("[store.redis]\nnodes = [\"h:1\"]\nshards = 3\n");
+    assert!(e.contains("shards"), "{e}");
+    let e = err(&dir, &format!("[store]\npath = \"s\"\nbackend = \"cassandra\"{tail}"));
+    assert!(e.contains(":3: store.backend: \"cassandra\" is not one of \"redb\", \"redis\""), "{e}");
+    let e = err(&dir, &format!("[store]\npath = \"s\"\n[store.redis]\nnodes = [\"h:1\"]{tail}"));
+    assert!(e.contains("store.redis: is set but store.backend is not \"redis\""), "{e}");
+    let e = err(&dir, &format!("{head}durability = \"none\"\n[store.redis]\nnodes = [\"h:1\"]{tail}"));
+    assert!(e.contains("store.durability: applies to the redb backend only"), "{e}");
 }

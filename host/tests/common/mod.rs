@@ -34,6 +34,26 @@ pub fn guest(name: &str) -> PathBuf {
     panic!("guest {name} not found in {}: run scripts/build-guests first", dir.display());
 }
 
+/// The `[store]` section of a test configuration: the redb file `path` with `durability`, or,
+/// with `PERCOLATOR_TEST_BACKEND=redis`, a fresh namespace on the Redis Cluster that
+/// `PERCOLATOR_REDIS` names (`path` then only anchors the host's local files).
+pub fn store_section(path: &str, durability: &str) -> String {
+    match std::env::var("PERCOLATOR_TEST_BACKEND").as_deref() {
+        Ok("redis") => {
+            let nodes =
+                std::env::var("PERCOLATOR_REDIS").expect("PERCOLATOR_TEST_BACKEND=redis needs PERCOLATOR_REDIS");
+            let nodes: Vec<String> = nodes.split(',').map(|n| format!("{:?}", n.trim())).collect();
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+            format!(
+                "[store]\npath = \"{path}\"\nbackend = \"redis\"\n[store.redis]\nnodes = [{}]\nnamespace = \"test-{}-{nanos}\"\n",
+                nodes.join(", "),
+                std::process::id()
+            )
+        }
+        _ => format!("[store]\npath = \"{path}\"\ndurability = \"{durability}\"\n"),
+    }
+}
+
 /// A host running in this process; its temp dir is removed on drop.
 pub struct Host {
     pub dir: PathBuf,
