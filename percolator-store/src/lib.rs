@@ -35,6 +35,7 @@ mod bigtable;
 mod cells;
 mod commit;
 mod error;
+mod etcd;
 mod gc;
 mod group_commit;
 mod key;
@@ -43,6 +44,7 @@ mod mem_backend;
 mod metrics;
 mod notify;
 mod oracle;
+mod oracle_service;
 mod redb_backend;
 mod redis_backend;
 mod scanner;
@@ -81,6 +83,7 @@ pub use notify::{
     UNBOUND, validate_observer_name,
 };
 pub use oracle::Oracle;
+pub use oracle_service::{OracleServer, OracleServiceConfig};
 pub use redb_backend::{Durability, RedbConfig};
 pub use scanner::{Scanner, ScannerConfig};
 pub use store::{RetryPolicy, Store, StoreConfig};

@@ -5,6 +5,10 @@
 //! the persisted mark, so no timestamp is ever issued twice, at the cost of skipping the unused
 //! rest of the range. Allocation is one atomic add; callers that run past the range wait for one
 //! shared persist (the paper's batching: one pending request serves many transactions).
+//!
+//! That in-process oracle is right only while one process uses the store. Hosts that share a
+//! backend use the oracle service instead (`oracle_service.rs`): one elected leader hands out
+//! every timestamp.
 
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -12,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::bigtable::{Bigtable, Op};
 use crate::error::{Error, Result};
+use crate::oracle_service::RemoteOracle;
 use crate::timestamp::Timestamp;
 
 /// Metadata key of the persisted high-water mark.
@@ -20,8 +25,21 @@ pub(crate) const HWM_KEY: &str = "oracle/high_water_mark";
 /// Timestamps reserved per persist.
 const DEFAULT_RANGE: u64 = 1 << 20;
 
-/// The timestamp oracle. Cheap to share; all clones of a [`Store`](crate::Store) use one.
+/// The timestamp oracle: strictly increasing timestamps. Over an exclusive backend it runs in
+/// this process ([`Oracle::open`]); hosts sharing a backend ask one oracle service
+/// ([`Oracle::remote`], see [`OracleServer`](crate::OracleServer)). All clones of a
+/// [`Store`](crate::Store) use one.
 pub struct Oracle {
+    kind: Kind,
+}
+
+enum Kind {
+    Local(Local),
+    Remote(RemoteOracle),
+}
+
+/// The in-process oracle over a backend's high-water mark.
+struct Local {
     backend: Arc<dyn Bigtable>,
     /// The next timestamp to hand out (may run past `limit`; those callers wait for a persist).
     next: AtomicU64,
@@ -33,7 +51,7 @@ pub struct Oracle {
 }
 
 impl Oracle {
-    /// Opens the oracle over `backend`, resuming above its persisted high-water mark.
+    /// Opens the in-process oracle over `backend`, resuming above its persisted high-water mark.
     pub fn open(backend: Arc<dyn Bigtable>) -> Result<Oracle> {
         Self::with_range(backend, DEFAULT_RANGE)
     }
@@ -47,17 +65,48 @@ impl Oracle {
             None => 1,
         };
         Ok(Oracle {
-            backend,
-            next: AtomicU64::new(hwm.max(1)),
-            limit: AtomicU64::new(hwm.max(1)),
-            persist: Mutex::new(0),
-            range: range.max(1),
+            kind: Kind::Local(Local {
+                backend,
+                next: AtomicU64::new(hwm.max(1)),
+                limit: AtomicU64::new(hwm.max(1)),
+                persist: Mutex::new(0),
+                range: range.max(1),
+            }),
         })
     }
 
+    /// A client of the oracle service of `namespace`, found through etcd at `etcd`
+    /// (`http://host:port`): the oracle of hosts that share a backend. Each call of
+    /// [`Oracle::next`] waits for one request to the service; concurrent calls share one.
+    pub fn remote(etcd: &[String], namespace: &str) -> Result<Oracle> {
+        Ok(Oracle { kind: Kind::Remote(RemoteOracle::connect(etcd, namespace)?) })
+    }
+
+    /// Whether this oracle is a service shared by every host (not one process's own).
+    pub fn is_shared(&self) -> bool {
+        matches!(self.kind, Kind::Remote(_))
+    }
+
     /// Returns a timestamp greater than every timestamp this oracle (or any earlier incarnation
-    /// on the same store) has returned.
+    /// on the same store, or, for a shared oracle, any host) has returned before this call.
     pub fn next(&self) -> Result<Timestamp> {
+        match &self.kind {
+            Kind::Local(l) => l.next(),
+            Kind::Remote(r) => r.next(),
+        }
+    }
+
+    /// How many high-water-mark persists this process's oracle has done (0 for a shared one).
+    pub fn persists(&self) -> u64 {
+        match &self.kind {
+            Kind::Local(l) => l.persist.lock().map(|g| *g).unwrap_or(0),
+            Kind::Remote(_) => 0,
+        }
+    }
+}
+
+impl Local {
+    fn next(&self) -> Result<Timestamp> {
         let v = self.next.fetch_add(1, Ordering::SeqCst);
         if v < self.limit.load(Ordering::SeqCst) {
             return Ok(Timestamp::from_raw(v));
@@ -78,11 +127,6 @@ impl Oracle {
         self.limit.store(new_limit, Ordering::SeqCst);
         *persists += 1;
         Ok(())
-    }
-
-    /// How many high-water-mark persists this oracle has done.
-    pub fn persists(&self) -> u64 {
-        self.persist.lock().map(|g| *g).unwrap_or(0)
     }
 }
 

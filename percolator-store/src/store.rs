@@ -219,15 +219,24 @@ impl Store {
     /// at the same time. The store does not give the backend back out (see
     /// [`backends`](crate::backends)): a caller that needs it keeps its own `Arc`.
     pub fn with_backend(backend: Arc<dyn Bigtable>, config: StoreConfig) -> Result<Store> {
-        if backend.exclusive() {
-            worker::clear_stale_leases(backend.as_ref())?;
-        } else {
+        if !backend.exclusive() {
             // Before the oracle opens: it reserves timestamp ranges, which is sound only for
             // the one store using the backend (see `worker::wait_until_sole_worker`).
             worker::wait_until_sole_worker(backend.as_ref(), config.worker_lease)?;
         }
-        let totals = Totals::load(backend.as_ref())?;
         let oracle = Oracle::open(backend.clone())?;
+        Store::with_oracle(backend, oracle, config)
+    }
+
+    /// Runs Percolator over `backend` with timestamps from `oracle`: with a shared oracle
+    /// ([`Oracle::remote`]), any number of stores (hosts) may use one shared backend at once.
+    /// With an in-process oracle over a shared backend, use [`Store::with_backend`], which
+    /// makes sure no other store is using it.
+    pub fn with_oracle(backend: Arc<dyn Bigtable>, oracle: Oracle, config: StoreConfig) -> Result<Store> {
+        if backend.exclusive() {
+            worker::clear_stale_leases(backend.as_ref())?;
+        }
+        let totals = Totals::load(backend.as_ref())?;
         let worker = oracle.next()?.raw();
         worker::write_lease(backend.as_ref(), worker, config.worker_lease)?;
         let stop = Arc::new(Stop::default());

@@ -128,3 +128,18 @@ pub fn get_u64(t: &Transaction, table: &str, row: &str, col: &str) -> percolator
 pub fn set_u64(t: &mut Transaction, table: &str, row: &str, col: &str, v: u64) -> percolator_store::Result<()> {
     t.set(table, row, col, v.to_be_bytes())
 }
+
+/// The etcd client URLs from `PERCOLATOR_ETCD` (as `scripts/dev-cluster` writes them), or
+/// `None`; like [`redis_nodes`], required when `PERCOLATOR_REQUIRE_REDIS` is set.
+pub fn etcd_endpoints() -> Option<Vec<String>> {
+    match std::env::var("PERCOLATOR_ETCD") {
+        Ok(v) if !v.is_empty() => Some(v.split(',').map(|s| s.trim().to_string()).collect()),
+        _ => {
+            assert!(
+                std::env::var("PERCOLATOR_REQUIRE_REDIS").is_err(),
+                "PERCOLATOR_REQUIRE_REDIS is set but PERCOLATOR_ETCD names no etcd (run scripts/dev-cluster up)"
+            );
+            None
+        }
+    }
+}
