@@ -2,8 +2,9 @@
 //! temp dir, HTTP on 127.0.0.1 with port 0), and against the store file when no host runs:
 //! every verb, located errors for bad input with nothing written, resumable and idempotent
 //! loads (in batches bounded by size), the token, what the API refuses (browser-sendable POSTs,
-//! foreign `Host`s, unknown fields, oversized requests), a clean stop during a `wait`, and
-//! `/metrics`. Hosts are stopped with SIGTERM by a drop guard.
+//! foreign `Host`s, unknown fields, oversized requests, other methods, bodies that are no JSON
+//! object), a clean stop during a `wait`, and `/metrics`. Hosts are stopped with SIGTERM by a
+//! drop guard.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -883,6 +884,53 @@ fn the_api_refuses_what_a_browser_page_could_send() {
     assert_eq!(e.kind, ErrorKind::BadInput, "{e}");
     assert_eq!(e.message, "timeout 10000000000000000000 s is more than the limit of 3600 s");
     assert!(Remote::new(url, None).call::<Wait>(&WaitRequest { timeout_secs: 3600.0 }).unwrap().quiescent);
+}
+
+/// What `scripts/fuzz-http` (schemathesis against a running host) found: a POST to a GET route
+/// answered 415 (asking for a content type) instead of 405, and a body that is a JSON array
+/// was read as an object (serde takes a struct's fields in order from an array). And what the
+/// review that came with it found: a retry of a metadata key that is no dead letter's id.
+#[test]
+fn wrong_methods_and_bodies_that_are_not_objects_are_refused() {
+    let sb = Sandbox::new("fuzzfound", "listen = \"127.0.0.1:0\"", "");
+    let host = Host::start(&sb);
+    let url = host.url.as_str();
+    let authority = url.strip_prefix("http://").unwrap();
+    for path in ["/v1/status", "/v1/health", "/v1/dead-letters", "/metrics", "/v1/openapi.json"] {
+        let r = raw_http(url, "POST", path, &[("Host", authority)], "");
+        assert_eq!(r.status, 405, "POST {path}: {}", r.body);
+        assert!(r.head.contains("\r\nallow: get,head"), "POST {path}: {}", r.head);
+        let e = json(&r.body)["error"].as_str().unwrap().to_owned();
+        assert!(e.starts_with(&format!("POST is not allowed on {path}")), "{e}");
+    }
+    // A POST route still wants JSON, and says so.
+    let r = raw_http(url, "POST", "/v1/gc", &[("Host", authority)], "{}");
+    assert_eq!(r.status, 415, "{}", r.body);
+    let json_post = [("Host", authority), ("Content-Type", "application/json")];
+    for (body, found) in [
+        ("[]", "an array"),
+        (" [60]", "an array"),
+        ("\"x\"", "a string"),
+        ("true", "a boolean"),
+        ("null", "null"),
+        ("-1", "a number"),
+        ("", "nothing (the body is empty)"),
+    ] {
+        for path in ["/v1/gc", "/v1/wait"] {
+            let r = raw_http(url, "POST", path, &json_post, body);
+            assert_eq!(r.status, 400, "{path} {body:?}: {}", r.body);
+            let e = json(&r.body)["error"].as_str().unwrap().to_owned();
+            assert_eq!(e, format!("invalid request body: expected a JSON object, found {found}"), "{path} {body:?}");
+        }
+    }
+    let r = raw_http(url, "POST", "/v1/gc", &json_post, "{}");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = raw_http(url, "POST", "/v1/gc", &json_post, "{x");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("invalid request body: key must be a string"), "{}", r.body);
+    // A metadata key that is no dead letter's id: not found (it was a 500, "corrupt store").
+    let r = raw_http(url, "POST", "/v1/dead-letters/retry", &json_post, r#"{"id": "oracle/high_water_mark"}"#);
+    assert_eq!(r.status, 404, "{}", r.body);
 }
 
 #[test]
