@@ -3,8 +3,8 @@
 //! every verb, located errors for bad input with nothing written, resumable and idempotent
 //! loads (in batches bounded by size), the token, what the API refuses (browser-sendable POSTs,
 //! foreign `Host`s, unknown fields, oversized requests, other methods, bodies that are no JSON
-//! object), a clean stop during a `wait`, and `/metrics`. Hosts are stopped with SIGTERM by a
-//! drop guard.
+//! object), a clean stop during a `wait`, run counts across a restart, and `/metrics`. Hosts
+//! are stopped with SIGTERM by a drop guard.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -957,6 +957,52 @@ fn a_host_stopped_during_a_wait_keeps_its_commits() {
     assert_eq!(sb.ok(&["get", "docs", "r1", "raw:text"]), "kept\n");
     let status = json(&sb.ok(&["status", "--json"]));
     assert_eq!(status["store"]["pending_notifications"], 1);
+}
+
+/// `status` shows each binding's runs and failures over the store's life: a host saves them
+/// when it stops, and the next one on the store continues from there (the percentiles are the
+/// new process's: none before its first run).
+#[test]
+fn run_counts_survive_a_restart_of_the_host() {
+    let sb = Sandbox::new("restartcounts", "listen = \"127.0.0.1:0\"", &format!("{UPPER}{DENIED}"));
+    let mut host = Host::start(&sb);
+    sb.write(
+        "docs.jsonl",
+        "{\"row\": \"r1\", \"text\": \"a\"}\n{\"row\": \"r2\", \"text\": \"b\"}\n{\"row\": \"r3\", \"text\": \"c\"}\n",
+    );
+    sb.ok(&["load", "docs", "docs.jsonl"]);
+    sb.write("bad.jsonl", "{\"row\": \"x\", \"text\": \"denied\"}\n");
+    sb.ok(&["load", "bad", "bad.jsonl"]);
+    sb.wait();
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(
+        (binding(&status, "upper")["runs"].as_u64(), binding(&status, "upper")["failures"].as_u64()),
+        (Some(3), Some(0))
+    );
+    assert_eq!(binding(&status, "denied")["failures"], 1);
+    let mean = binding(&status, "upper")["mean_run_ms"].as_f64().unwrap();
+    assert!(host.stop().unwrap().success());
+
+    let mut host = Host::start(&sb);
+    let status = json(&sb.ok(&["status", "--json"]));
+    let upper = binding(&status, "upper");
+    assert_eq!((upper["runs"].as_u64(), upper["failures"].as_u64()), (Some(3), Some(0)), "{upper}");
+    assert_eq!(upper["mean_run_ms"].as_f64(), Some(mean), "{upper}");
+    assert!(upper["p50_run_ms"].is_null(), "no run in this process yet: {upper}");
+    assert_eq!(
+        (binding(&status, "denied")["runs"].as_u64(), binding(&status, "denied")["failures"].as_u64()),
+        (Some(1), Some(1))
+    );
+    sb.write("more.jsonl", "{\"row\": \"r4\", \"text\": \"d\"}\n");
+    sb.ok(&["load", "docs", "more.jsonl"]);
+    sb.wait();
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(binding(&status, "upper")["runs"], 4);
+    assert!(!binding(&status, "upper")["p50_run_ms"].is_null());
+    let metrics = Remote::new(&host.url, None).metrics().unwrap();
+    assert!(metrics.contains("percolator_observer_runs_total{observer=\"upper\"} 4\n"), "{metrics}");
+    assert!(metrics.contains("percolator_observer_run_seconds_count{observer=\"upper\"} 1\n"), "{metrics}");
+    assert!(host.stop().unwrap().success());
 }
 
 #[test]

@@ -412,14 +412,19 @@ pub struct BindingReport {
     pub source_hash: String,
     /// When this version was loaded (RFC 3339, UTC).
     pub loaded_at: String,
-    /// Runs since the host started.
+    /// Runs of the binding (all its versions) over the store's life: a host saves the counts
+    /// every 10 s and when it stops, and the next host on the store continues them (a host
+    /// killed without a clean stop loses the last seconds' counts).
     pub runs: u64,
-    /// Failed runs (trap, deadline, error, denied access; conflicts excluded).
+    /// Failed runs (trap, deadline, error, denied access; conflicts excluded), over the store's
+    /// life like `runs`.
     pub failures: u64,
-    /// Mean wall-clock time of a run, milliseconds (none before the first run).
+    /// Mean wall-clock time of a run, milliseconds, over the store's life like `runs` (none
+    /// before the first run).
     pub mean_run_ms: Option<f64>,
-    /// Median run time, milliseconds: an estimate, the upper bound of its histogram bucket
-    /// (buckets 50 µs to 60 s, ratio ≤ 2.5), capped by the longest run (none before the first).
+    /// Median run time, milliseconds, of the runs since the host started: an estimate, the
+    /// upper bound of its histogram bucket (buckets 50 µs to 60 s, ratio ≤ 2.5), capped by the
+    /// longest run (none before the host's first run).
     pub p50_run_ms: Option<f64>,
     /// 90th percentile of the run time, milliseconds (estimated like `p50_run_ms`).
     pub p90_run_ms: Option<f64>,
