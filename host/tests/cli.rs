@@ -2,8 +2,9 @@
 //! temp dir, HTTP on 127.0.0.1 with port 0), and against the store file when no host runs:
 //! every verb, located errors for bad input with nothing written, resumable and idempotent
 //! loads (in batches bounded by size), the token, what the API refuses (browser-sendable POSTs,
-//! foreign `Host`s, unknown fields, oversized requests), a clean stop during a `wait`, and
-//! `/metrics`. Hosts are stopped with SIGTERM by a drop guard.
+//! foreign `Host`s, unknown fields, oversized requests, other methods, bodies that are no JSON
+//! object), a clean stop during a `wait`, run counts across a restart, and `/metrics`. Hosts
+//! are stopped with SIGTERM by a drop guard.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -885,6 +886,53 @@ fn the_api_refuses_what_a_browser_page_could_send() {
     assert!(Remote::new(url, None).call::<Wait>(&WaitRequest { timeout_secs: 3600.0 }).unwrap().quiescent);
 }
 
+/// What `scripts/fuzz-http` (schemathesis against a running host) found: a POST to a GET route
+/// answered 415 (asking for a content type) instead of 405, and a body that is a JSON array
+/// was read as an object (serde takes a struct's fields in order from an array). And what the
+/// review that came with it found: a retry of a metadata key that is no dead letter's id.
+#[test]
+fn wrong_methods_and_bodies_that_are_not_objects_are_refused() {
+    let sb = Sandbox::new("fuzzfound", "listen = \"127.0.0.1:0\"", "");
+    let host = Host::start(&sb);
+    let url = host.url.as_str();
+    let authority = url.strip_prefix("http://").unwrap();
+    for path in ["/v1/status", "/v1/health", "/v1/dead-letters", "/metrics", "/v1/openapi.json"] {
+        let r = raw_http(url, "POST", path, &[("Host", authority)], "");
+        assert_eq!(r.status, 405, "POST {path}: {}", r.body);
+        assert!(r.head.contains("\r\nallow: get,head"), "POST {path}: {}", r.head);
+        let e = json(&r.body)["error"].as_str().unwrap().to_owned();
+        assert!(e.starts_with(&format!("POST is not allowed on {path}")), "{e}");
+    }
+    // A POST route still wants JSON, and says so.
+    let r = raw_http(url, "POST", "/v1/gc", &[("Host", authority)], "{}");
+    assert_eq!(r.status, 415, "{}", r.body);
+    let json_post = [("Host", authority), ("Content-Type", "application/json")];
+    for (body, found) in [
+        ("[]", "an array"),
+        (" [60]", "an array"),
+        ("\"x\"", "a string"),
+        ("true", "a boolean"),
+        ("null", "null"),
+        ("-1", "a number"),
+        ("", "nothing (the body is empty)"),
+    ] {
+        for path in ["/v1/gc", "/v1/wait"] {
+            let r = raw_http(url, "POST", path, &json_post, body);
+            assert_eq!(r.status, 400, "{path} {body:?}: {}", r.body);
+            let e = json(&r.body)["error"].as_str().unwrap().to_owned();
+            assert_eq!(e, format!("invalid request body: expected a JSON object, found {found}"), "{path} {body:?}");
+        }
+    }
+    let r = raw_http(url, "POST", "/v1/gc", &json_post, "{}");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let r = raw_http(url, "POST", "/v1/gc", &json_post, "{x");
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(r.body.contains("invalid request body: key must be a string"), "{}", r.body);
+    // A metadata key that is no dead letter's id: not found (it was a 500, "corrupt store").
+    let r = raw_http(url, "POST", "/v1/dead-letters/retry", &json_post, r#"{"id": "oracle/high_water_mark"}"#);
+    assert_eq!(r.status, 404, "{}", r.body);
+}
+
 #[test]
 fn a_host_stopped_during_a_wait_keeps_its_commits() {
     // Durability "none": only the clean close makes the commits durable, and it happens only
@@ -909,6 +957,52 @@ fn a_host_stopped_during_a_wait_keeps_its_commits() {
     assert_eq!(sb.ok(&["get", "docs", "r1", "raw:text"]), "kept\n");
     let status = json(&sb.ok(&["status", "--json"]));
     assert_eq!(status["store"]["pending_notifications"], 1);
+}
+
+/// `status` shows each binding's runs and failures over the store's life: a host saves them
+/// when it stops, and the next one on the store continues from there (the percentiles are the
+/// new process's: none before its first run).
+#[test]
+fn run_counts_survive_a_restart_of_the_host() {
+    let sb = Sandbox::new("restartcounts", "listen = \"127.0.0.1:0\"", &format!("{UPPER}{DENIED}"));
+    let mut host = Host::start(&sb);
+    sb.write(
+        "docs.jsonl",
+        "{\"row\": \"r1\", \"text\": \"a\"}\n{\"row\": \"r2\", \"text\": \"b\"}\n{\"row\": \"r3\", \"text\": \"c\"}\n",
+    );
+    sb.ok(&["load", "docs", "docs.jsonl"]);
+    sb.write("bad.jsonl", "{\"row\": \"x\", \"text\": \"denied\"}\n");
+    sb.ok(&["load", "bad", "bad.jsonl"]);
+    sb.wait();
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(
+        (binding(&status, "upper")["runs"].as_u64(), binding(&status, "upper")["failures"].as_u64()),
+        (Some(3), Some(0))
+    );
+    assert_eq!(binding(&status, "denied")["failures"], 1);
+    let mean = binding(&status, "upper")["mean_run_ms"].as_f64().unwrap();
+    assert!(host.stop().unwrap().success());
+
+    let mut host = Host::start(&sb);
+    let status = json(&sb.ok(&["status", "--json"]));
+    let upper = binding(&status, "upper");
+    assert_eq!((upper["runs"].as_u64(), upper["failures"].as_u64()), (Some(3), Some(0)), "{upper}");
+    assert_eq!(upper["mean_run_ms"].as_f64(), Some(mean), "{upper}");
+    assert!(upper["p50_run_ms"].is_null(), "no run in this process yet: {upper}");
+    assert_eq!(
+        (binding(&status, "denied")["runs"].as_u64(), binding(&status, "denied")["failures"].as_u64()),
+        (Some(1), Some(1))
+    );
+    sb.write("more.jsonl", "{\"row\": \"r4\", \"text\": \"d\"}\n");
+    sb.ok(&["load", "docs", "more.jsonl"]);
+    sb.wait();
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(binding(&status, "upper")["runs"], 4);
+    assert!(!binding(&status, "upper")["p50_run_ms"].is_null());
+    let metrics = Remote::new(&host.url, None).metrics().unwrap();
+    assert!(metrics.contains("percolator_observer_runs_total{observer=\"upper\"} 4\n"), "{metrics}");
+    assert!(metrics.contains("percolator_observer_run_seconds_count{observer=\"upper\"} 1\n"), "{metrics}");
+    assert!(host.stop().unwrap().success());
 }
 
 #[test]

@@ -8,7 +8,13 @@
 //! The protocol's counters are totals over the store's life: each is saved under the metadata
 //! key `metrics/<name>` (8 bytes, little-endian) when the store closes and on
 //! [`Store::persist_metrics`], and the next open starts from what it finds there.
+//!
+//! A user of the store keeps its own counts as totals the same way: [`Store::save_totals`]
+//! saves a set of named counts under a key of its choosing (`totals/<key>`), and
+//! [`Store::saved_totals`] reads them back after the next open (the host keeps each binding's
+//! observer runs so).
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -18,6 +24,13 @@ use crate::store::{Inner, Store};
 
 /// Metadata key prefix of the saved totals: `metrics/<counter name>` → u64 little-endian.
 const TOTALS_PREFIX: &str = "metrics/";
+
+/// Metadata key prefix of the totals users of the store save ([`Store::save_totals`]):
+/// `totals/<key>` → [`encode_named`] of the named counts.
+const USER_TOTALS_PREFIX: &str = "totals/";
+
+/// Version byte of [`encode_named`]'s format.
+const NAMED_FORMAT: u8 = 1;
 
 /// One counter of [`Metrics`], as [`Metrics::counters`] lists it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,6 +206,71 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Saves `totals`, named counts of the caller's (an observer's runs and failures, say),
+    /// under `key`, replacing whatever was saved there; [`Store::saved_totals`] reads them
+    /// back, also after the store is closed and opened again. This is how a user of the store
+    /// keeps its own counters as totals across restarts, the way the store keeps its own (see
+    /// [`Metrics`]): it starts from the saved counts when it opens and saves its counts now and
+    /// then, and when it stops. `key` is any non-empty text; names may repeat (the last one
+    /// wins when read).
+    ///
+    /// # After a failure
+    /// Nothing was saved under `key` or everything was: the counts are one metadata value,
+    /// written in one operation. What was saved before stays until a save succeeds.
+    pub fn save_totals(&self, key: &str, totals: &[(&str, u64)]) -> Result<()> {
+        let key = user_totals_key(key)?;
+        self.inner.backend.apply(vec![Op::MetaPut { key, value: encode_named(totals) }])?;
+        Ok(())
+    }
+
+    /// The counts [`Store::save_totals`] last saved under `key`, by name; empty if nothing
+    /// was saved there. Fails with [`Error::Corrupt`] if the saved value does not decode.
+    pub fn saved_totals(&self, key: &str) -> Result<BTreeMap<String, u64>> {
+        let key = user_totals_key(key)?;
+        match self.inner.backend.meta_get(&key)? {
+            None => Ok(BTreeMap::new()),
+            Some(value) => {
+                decode_named(&value).ok_or_else(|| Error::Corrupt(format!("saved totals {key:?} do not decode")))
+            }
+        }
+    }
+}
+
+fn user_totals_key(key: &str) -> Result<String> {
+    if key.is_empty() {
+        return Err(Error::InvalidArgument("the key of saved totals is empty".into()));
+    }
+    Ok(format!("{USER_TOTALS_PREFIX}{key}"))
+}
+
+/// Named counts as bytes: [`NAMED_FORMAT`], then per count its name's length (u32), the name
+/// (UTF-8) and the count (u64), integers little-endian.
+fn encode_named(totals: &[(&str, u64)]) -> Vec<u8> {
+    let mut out = vec![NAMED_FORMAT];
+    for (name, value) in totals {
+        out.extend_from_slice(&(name.len() as u32).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(&value.to_le_bytes());
+    }
+    out
+}
+
+/// The counts of [`encode_named`]'s bytes, or None if they are not such bytes.
+fn decode_named(bytes: &[u8]) -> Option<BTreeMap<String, u64>> {
+    let mut rest = bytes.strip_prefix(&[NAMED_FORMAT])?;
+    let mut out = BTreeMap::new();
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_first_chunk::<4>()?;
+        let len = usize::try_from(u32::from_le_bytes(*len)).ok()?;
+        let name = std::str::from_utf8(tail.get(..len)?).ok()?;
+        let (value, tail) = tail[len..].split_first_chunk::<8>()?;
+        out.insert(name.to_owned(), u64::from_le_bytes(*value));
+        rest = tail;
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -207,5 +285,34 @@ mod tests {
         let value = |name: &str| list.iter().find(|c| c.name == name).unwrap().value;
         assert_eq!((value("commits"), value("teleports"), value("backend_ops")), (1, 2, 3));
         assert!(list.iter().all(|c| c.help.ends_with('.') && !c.help.contains('\n')), "one-line help texts");
+    }
+
+    #[test]
+    fn saved_totals_come_back_by_name() {
+        let store = Store::in_memory(Default::default()).unwrap();
+        assert!(store.saved_totals("observer/upper").unwrap().is_empty(), "nothing saved yet");
+        store.save_totals("observer/upper", &[("runs", 7), ("failures", 1), ("ünïcode", u64::MAX)]).unwrap();
+        store.save_totals("observer/other", &[]).unwrap();
+        let saved = store.saved_totals("observer/upper").unwrap();
+        let expected = [("failures", 1), ("runs", 7), ("ünïcode", u64::MAX)].map(|(k, v)| (k.to_owned(), v));
+        assert_eq!(saved, BTreeMap::from(expected));
+        assert!(store.saved_totals("observer/other").unwrap().is_empty());
+        // A save replaces the whole set.
+        store.save_totals("observer/upper", &[("runs", 8)]).unwrap();
+        assert_eq!(store.saved_totals("observer/upper").unwrap(), BTreeMap::from([("runs".to_owned(), 8)]));
+        // They are not the store's counters, nor dead letters.
+        assert_eq!(store.metrics().observer_runs, 0);
+        assert!(store.dead_letters().unwrap().is_empty());
+        assert!(matches!(store.save_totals("", &[]), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn named_counts_that_do_not_decode_are_refused() {
+        let good = encode_named(&[("runs", 3)]);
+        assert_eq!(decode_named(&good), Some(BTreeMap::from([("runs".to_owned(), 3)])));
+        assert_eq!(decode_named(&[NAMED_FORMAT]), Some(BTreeMap::new()));
+        for bad in [&[][..], &[2], &good[..good.len() - 1], &[1, 9, 0, 0, 0, b'r']] {
+            assert_eq!(decode_named(bad), None, "{bad:?}");
+        }
     }
 }

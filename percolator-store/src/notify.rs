@@ -291,9 +291,16 @@ impl Store {
         self.inner.backend.meta_scan(DEAD_PREFIX)?.into_iter().map(|(id, v)| decode_dead(id, &v)).collect()
     }
 
-    /// Moves a dead letter back to pending: its observer runs again from attempt 1.
+    /// Moves a dead letter back to pending: its observer runs again from attempt 1. An `id`
+    /// that [`Store::dead_letters`] does not list is [`Error::NotFound`].
     pub fn retry_dead_letter(&self, id: &str) -> Result<()> {
-        let raw = self.inner.backend.meta_get(id)?.ok_or_else(|| Error::NotFound(format!("dead letter {id:?}")))?;
+        let not_found = || Error::NotFound(format!("dead letter {id:?}"));
+        // Only a dead letter's key: another metadata key (the oracle's, a counter's) is not a
+        // dead letter, and would otherwise be read as a corrupt one, or deleted.
+        if !id.starts_with(DEAD_PREFIX) {
+            return Err(not_found());
+        }
+        let raw = self.inner.backend.meta_get(id)?.ok_or_else(not_found)?;
         let dead = decode_dead(id.to_owned(), &raw)?;
         // Forget the ack so the observer runs even though it "acknowledged" the change when it
         // was dead-lettered.

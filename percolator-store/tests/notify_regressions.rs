@@ -1,5 +1,6 @@
 //! Regression tests for notification bugs found in review: a GC that swallowed a pending
-//! delete, and a dead letter that acknowledged a write no run had seen.
+//! delete, a dead letter that acknowledged a write no run had seen, and a retry of a metadata
+//! key that is no dead letter's.
 mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -166,4 +167,26 @@ fn notify_cells_keep_every_writer_until_it_is_settled() {
         assert_eq!(state(), None, "{name}");
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `retry_dead_letter` takes only a dead letter's id: another metadata key (the oracle's
+/// high-water mark, a saved counter total) was read as a corrupt dead letter ("corrupt store",
+/// a 500 from the host's `POST /v1/dead-letters/retry`), and one that happened to decode would
+/// have been deleted.
+#[test]
+fn retrying_a_metadata_key_that_is_no_dead_letter_is_not_found() {
+    use percolator_store::Error;
+    use percolator_store::backends::{Bigtable, MemBigtable};
+    let backend = Arc::new(MemBigtable::new());
+    let s = Store::with_backend(backend.clone(), StoreConfig::default()).unwrap();
+    s.run(|t| t.set("t", "r", "f:c", "v")).unwrap();
+    s.persist_metrics().unwrap();
+    let keys = ["oracle/high_water_mark", "metrics/commits"];
+    let before: Vec<_> = keys.iter().map(|k| backend.meta_get(k).unwrap()).collect();
+    assert!(before.iter().all(Option::is_some), "the keys exist");
+    for key in keys {
+        assert!(matches!(s.retry_dead_letter(key), Err(Error::NotFound(_))), "{key}");
+    }
+    let after: Vec<_> = keys.iter().map(|k| backend.meta_get(k).unwrap()).collect();
+    assert_eq!(before, after, "nothing changed");
 }

@@ -73,7 +73,10 @@ pub fn document() -> Value {
             "responses": {"200": {"description": "Prometheus text.", "content": {"text/plain": {"schema": {"type": "string"}}}}}
         }}),
     );
-    let schemas = generator.take_definitions(true);
+    let mut schemas = Value::Object(generator.take_definitions(true));
+    let mut paths = Value::Object(paths);
+    without_tuples(&mut schemas);
+    without_tuples(&mut paths);
     json!({
         "openapi": "3.0.3",
         "info": {
@@ -91,6 +94,24 @@ pub fn document() -> Value {
         },
         "security": [{}, {"bearer": []}]
     })
+}
+
+/// Rewrites the tuples of a JSON schema for OpenAPI 3.0, which has none: `items` must be one
+/// schema, so an `items` list (schemars' tuple, e.g. a load record's `[column, value]`)
+/// becomes `items: {"anyOf": [...]}`, the list's schemas in any position; `minItems` and
+/// `maxItems` stay, and which item is which is for the field's description to say.
+fn without_tuples(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::Array(tuple)) = m.get_mut("items") {
+                let any_of = std::mem::take(tuple);
+                m.insert("items".into(), json!({ "anyOf": any_of }));
+            }
+            m.values_mut().for_each(without_tuples);
+        }
+        Value::Array(a) => a.iter_mut().for_each(without_tuples),
+        _ => {}
+    }
 }
 
 /// [`document`], pretty-printed with a final newline (the form of `docs/openapi.json`).
@@ -132,6 +153,30 @@ mod tests {
             let name = r.strip_prefix("#/components/schemas/").unwrap_or_else(|| panic!("{r}"));
             assert!(doc["components"]["schemas"][name].is_object(), "{r} does not resolve");
         }
+    }
+
+    /// OpenAPI 3.0 schemas are not JSON Schema: `items` is one schema, never a list (a tuple).
+    #[test]
+    fn tuples_are_described_as_openapi_3_0_allows() {
+        fn lists_of_items(v: &Value, at: &str, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    if m.get("items").is_some_and(Value::is_array) {
+                        out.push(at.to_owned());
+                    }
+                    m.iter().for_each(|(k, v)| lists_of_items(v, &format!("{at}/{k}"), out));
+                }
+                Value::Array(a) => a.iter().enumerate().for_each(|(i, v)| lists_of_items(v, &format!("{at}/{i}"), out)),
+                _ => {}
+            }
+        }
+        let doc = document();
+        let mut found = Vec::new();
+        lists_of_items(&doc, "", &mut found);
+        assert!(found.is_empty(), "`items` lists at {found:?}");
+        let pair = &doc["components"]["schemas"]["LoadRecord"]["properties"]["cells"]["items"];
+        assert_eq!((pair["minItems"].as_u64(), pair["maxItems"].as_u64()), (Some(2), Some(2)), "{pair}");
+        assert_eq!(pair["items"]["anyOf"][0]["type"], "string", "{pair}");
     }
 
     #[test]

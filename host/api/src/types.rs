@@ -32,6 +32,15 @@ pub const LOAD_TOTAL: &str = "load:total";
 /// How the file is read (format, key field, family).
 pub const LOAD_OPTIONS: &str = "load:options";
 
+/// What a table or column name may be, as a JSON schema `pattern`: no control characters (the
+/// store's rule; its length, 1 to [`MAX_NAME_LEN`](percolator_store::MAX_NAME_LEN) bytes, is
+/// the schema's `minLength` and `maxLength`, which count characters: a bound, not the rule).
+const NAME_PATTERN: &str = r"^[^\u0000-\u001f\u007f-\u009f]*$";
+/// A load's base id ([`LoadBeginRequest::id`]) as a JSON schema `pattern`.
+const LOAD_ID_PATTERN: &str = "^[0-9a-f]{32}$";
+/// A load id with its generation ([`LoadPlan::id`]) as a JSON schema `pattern`.
+const LOAD_GENERATION_ID_PATTERN: &str = "^[0-9a-f]{32}(-[1-9][0-9]*)?$";
+
 /// The body of every error response.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorBody {
@@ -55,10 +64,13 @@ pub struct HealthReport {
 #[serde(deny_unknown_fields)]
 pub struct GetRequest {
     /// Table.
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
     pub table: String,
     /// Row key.
+    #[schemars(length(min = 1, max = percolator_store::MAX_ROW_LEN))]
     pub row: String,
     /// Column (`family:qualifier`).
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
     pub column: String,
 }
 
@@ -76,6 +88,7 @@ pub struct Value {
 #[serde(deny_unknown_fields)]
 pub struct ScanRequest {
     /// Table.
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
     pub table: String,
     /// First row (inclusive).
     #[serde(default)]
@@ -88,6 +101,7 @@ pub struct ScanRequest {
     pub prefix: Option<String>,
     /// Only these columns (default: every column).
     #[serde(default)]
+    #[schemars(length(min = 1), inner(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN)))]
     pub columns: Option<Vec<String>>,
     /// At most this many cells (1 to [`MAX_SCAN_LIMIT`]; default [`DEFAULT_SCAN_LIMIT`]).
     #[serde(default = "default_scan_limit")]
@@ -128,8 +142,10 @@ fn default_wait_secs() -> f64 {
 #[serde(deny_unknown_fields)]
 pub struct NotifyRequest {
     /// Table.
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
     pub table: String,
     /// The observed column.
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
     pub column: String,
     /// First row (inclusive).
     #[serde(default)]
@@ -186,8 +202,9 @@ pub struct ScanResponse {
 #[serde(deny_unknown_fields)]
 pub struct LoadRecord {
     /// Row key.
+    #[schemars(length(min = 1, max = percolator_store::MAX_ROW_LEN))]
     pub row: String,
-    /// `(column, value)`; `None` deletes.
+    /// `[column, value]` pairs; a `null` value (`None`) deletes the cell.
     pub cells: Vec<(String, Option<CellValue>)>,
 }
 
@@ -244,8 +261,10 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
 #[serde(deny_unknown_fields)]
 pub struct LoadBeginRequest {
     /// Target table.
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
     pub table: String,
     /// The load's base id: hex SHA-256 of `table + "\n" + file bytes`, first 16 bytes.
+    #[schemars(pattern(LOAD_ID_PATTERN))]
     pub id: String,
     /// The file (for the checkpoint record and messages).
     pub file: String,
@@ -257,6 +276,7 @@ pub struct LoadBeginRequest {
     pub again: bool,
     /// Every column the load writes (checked against weak-notify bindings before anything is
     /// written).
+    #[schemars(inner(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN)))]
     pub columns: Vec<String>,
 }
 
@@ -292,8 +312,10 @@ pub enum LoadState {
 #[serde(deny_unknown_fields)]
 pub struct LoadBatch {
     /// Target table.
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
     pub table: String,
     /// The load id ([`LoadPlan::id`]).
+    #[schemars(pattern(LOAD_GENERATION_ID_PATTERN))]
     pub id: String,
     /// The file (recorded in the checkpoint).
     pub file: String,
@@ -304,6 +326,7 @@ pub struct LoadBatch {
     /// Records in the file.
     pub total: u64,
     /// The records.
+    #[schemars(length(min = 1))]
     pub records: Vec<LoadRecord>,
 }
 
@@ -389,14 +412,19 @@ pub struct BindingReport {
     pub source_hash: String,
     /// When this version was loaded (RFC 3339, UTC).
     pub loaded_at: String,
-    /// Runs since the host started.
+    /// Runs of the binding (all its versions) over the store's life: a host saves the counts
+    /// every 10 s and when it stops, and the next host on the store continues them (a host
+    /// killed without a clean stop loses the last seconds' counts).
     pub runs: u64,
-    /// Failed runs (trap, deadline, error, denied access; conflicts excluded).
+    /// Failed runs (trap, deadline, error, denied access; conflicts excluded), over the store's
+    /// life like `runs`.
     pub failures: u64,
-    /// Mean wall-clock time of a run, milliseconds (none before the first run).
+    /// Mean wall-clock time of a run, milliseconds, over the store's life like `runs` (none
+    /// before the first run).
     pub mean_run_ms: Option<f64>,
-    /// Median run time, milliseconds: an estimate, the upper bound of its histogram bucket
-    /// (buckets 50 µs to 60 s, ratio ≤ 2.5), capped by the longest run (none before the first).
+    /// Median run time, milliseconds, of the runs since the host started: an estimate, the
+    /// upper bound of its histogram bucket (buckets 50 µs to 60 s, ratio ≤ 2.5), capped by the
+    /// longest run (none before the host's first run).
     pub p50_run_ms: Option<f64>,
     /// 90th percentile of the run time, milliseconds (estimated like `p50_run_ms`).
     pub p90_run_ms: Option<f64>,

@@ -34,4 +34,4 @@ mod runtime;
 mod world;
 
 pub use access::{Access, ColumnRule};
-pub use runtime::{Compiled, Limits, RUN_TIME_BUCKETS, RunCounts, RunStats, Runtime, WasmObserver};
+pub use runtime::{Compiled, Limits, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver};

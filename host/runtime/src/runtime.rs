@@ -254,8 +254,14 @@ const BUCKETS: usize = RUN_TIME_BUCKETS.len() + 1;
 /// Counters of an observer's runs (for `status` and `/metrics`). Shared by the versions of one
 /// binding across hot reloads (see [`WasmObserver::continuing`]), so they count per binding.
 /// Lock-free: every scanner thread records into it after each run.
+///
+/// The counts ([`RunTotals`]: runs, failures, their time) continue from the totals it was made
+/// with ([`RunStats::continuing_from`]: what a host saved before it restarted); the histogram
+/// and the longest run are this process's.
 #[derive(Debug, Default)]
 pub struct RunStats {
+    /// The totals it started from (earlier processes' counts).
+    saved: RunTotals,
     runs: AtomicU64,
     failures: AtomicU64,
     run_nanos: AtomicU64,
@@ -265,21 +271,35 @@ pub struct RunStats {
     buckets: [AtomicU64; BUCKETS],
 }
 
-/// A snapshot of [`RunStats`].
+/// The counts of [`RunStats`] that are totals: what a host saves, and a restarted host
+/// continues from ([`RunStats::continuing_from`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RunCounts {
+pub struct RunTotals {
     /// Calls of the component's `observe` (committed or not).
     pub runs: u64,
-    /// Runs that failed: a trap, a deadline, an error the observer returned, a denied access.
-    /// Conflicts (retried by the store) are not failures.
+    /// Runs that failed (see [`RunCounts::failures`]).
     pub failures: u64,
     /// Wall-clock time spent in runs.
     pub run_time: Duration,
-    /// The longest run.
+}
+
+/// A snapshot of [`RunStats`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunCounts {
+    /// Calls of the component's `observe` (committed or not), from the saved totals on.
+    pub runs: u64,
+    /// Runs that failed: a trap, a deadline, an error the observer returned, a denied access.
+    /// Conflicts (retried by the store) are not failures. From the saved totals on.
+    pub failures: u64,
+    /// Wall-clock time spent in runs, from the saved totals on.
+    pub run_time: Duration,
+    /// Wall-clock time of this process's runs: those the histogram holds (its sum).
+    pub histogram_run_time: Duration,
+    /// The longest run of this process.
     pub max_run_time: Duration,
-    /// Runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative); the last bucket holds the
-    /// runs longer than the last bound. Their sum can trail `runs` by the runs being recorded
-    /// while the snapshot was taken.
+    /// This process's runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative); the last
+    /// bucket holds the runs longer than the last bound. Their sum can trail this process's
+    /// runs by the runs being recorded while the snapshot was taken.
     pub buckets: [u64; BUCKETS],
     /// Median run time, estimated (see [`RunCounts::percentile`]); none before the first run.
     pub p50: Option<Duration>,
@@ -316,12 +336,30 @@ impl RunCounts {
 }
 
 impl RunStats {
+    /// Counters whose counts start from `saved` (what an earlier process counted), with an
+    /// empty histogram.
+    pub fn continuing_from(saved: RunTotals) -> RunStats {
+        RunStats { saved, ..RunStats::default() }
+    }
+
+    /// The counts now, from the saved totals on.
+    pub fn totals(&self) -> RunTotals {
+        let here = Duration::from_nanos(self.run_nanos.load(Ordering::Relaxed));
+        RunTotals {
+            runs: self.saved.runs.saturating_add(self.runs.load(Ordering::Relaxed)),
+            failures: self.saved.failures.saturating_add(self.failures.load(Ordering::Relaxed)),
+            run_time: self.saved.run_time.saturating_add(here),
+        }
+    }
+
     /// The counters now.
     pub fn counts(&self) -> RunCounts {
+        let totals = self.totals();
         let mut counts = RunCounts {
-            runs: self.runs.load(Ordering::Relaxed),
-            failures: self.failures.load(Ordering::Relaxed),
-            run_time: Duration::from_nanos(self.run_nanos.load(Ordering::Relaxed)),
+            runs: totals.runs,
+            failures: totals.failures,
+            run_time: totals.run_time,
+            histogram_run_time: Duration::from_nanos(self.run_nanos.load(Ordering::Relaxed)),
             max_run_time: Duration::from_nanos(self.max_nanos.load(Ordering::Relaxed)),
             buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
             ..RunCounts::default()
@@ -705,6 +743,25 @@ mod tests {
         exact.record(Duration::from_millis(1), false);
         assert_eq!(exact.counts().buckets[4], 1);
         assert_eq!(exact.counts().p99, Some(Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn counts_continue_from_saved_totals_and_the_histogram_starts_empty() {
+        let saved = RunTotals { runs: 40, failures: 3, run_time: Duration::from_secs(2) };
+        let stats = RunStats::continuing_from(saved);
+        assert_eq!(stats.totals(), saved);
+        let c = stats.counts();
+        assert_eq!((c.runs, c.failures, c.run_time), (40, 3, Duration::from_secs(2)));
+        assert_eq!((c.buckets.iter().sum::<u64>(), c.histogram_run_time, c.p50), (0, Duration::ZERO, None));
+        stats.record(Duration::from_millis(10), true);
+        stats.record(Duration::from_millis(30), false);
+        let t = stats.totals();
+        assert_eq!((t.runs, t.failures, t.run_time), (42, 4, Duration::from_millis(2040)));
+        let c = stats.counts();
+        assert_eq!((c.runs, c.failures, c.run_time), (42, 4, Duration::from_millis(2040)));
+        assert_eq!(c.buckets.iter().sum::<u64>(), 2, "this process's runs");
+        assert_eq!(c.histogram_run_time, Duration::from_millis(40));
+        assert_eq!(c.max_run_time, Duration::from_millis(30));
     }
 
     #[test]

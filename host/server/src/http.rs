@@ -5,12 +5,13 @@
 //! `wait` polls instead, so that it holds no thread and ends at shutdown).
 //!
 //! Every request passes a guard first. Browsers can reach a loopback port too, so a page the
-//! user visits must not be able to drive the API: a POST must say `Content-Type:
-//! application/json` (a cross-origin page can send that only after a CORS preflight, and the API
-//! answers none: it sends no CORS headers), and on a loopback listener the `Host` header must
-//! name loopback (`localhost`, `127.x.y.z`, `[::1]`), which defeats DNS rebinding. When a token
-//! is configured every request must carry `Authorization: Bearer <token>` (it must be on any
-//! other listener, so there the `Host` is not checked).
+//! user visits must not be able to drive the API: on a loopback listener the `Host` header must
+//! name loopback (`localhost`, `127.x.y.z`, `[::1]`), which defeats DNS rebinding, and a POST
+//! route reads a body only if it says `Content-Type: application/json` (a cross-origin page can
+//! send that only after a CORS preflight, and the API answers none: it sends no CORS headers;
+//! checked by the route, so that a POST to a GET route is answered 405, the wrong method). When
+//! a token is configured every request must carry `Authorization: Bearer <token>` (it must be on
+//! any other listener, so there the `Host` is not checked). A request body is a JSON object.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -18,8 +19,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -82,17 +83,24 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Parses the request of `E` (a GET's is `{}`) and answers what [`Op::serve`] gives.
-async fn handle<E: Op>(State(s): State<AppState>, bytes: Result<Bytes, BytesRejection>) -> Response {
+/// Parses the request of `E` (a GET's is `{}`; a POST's body must be JSON and say so) and
+/// answers what [`Op::serve`] gives.
+async fn handle<E: Op>(State(s): State<AppState>, req: Request) -> Response {
     let request: E::Request = match E::METHOD {
         endpoint::Method::Get => match serde_json::from_slice(b"{}") {
             Ok(r) => r,
             Err(e) => return error_response(ApiError::store(format!("internal error: {e}"))),
         },
-        endpoint::Method::Post => match body(bytes) {
-            Ok(r) => r,
-            Err((status, message)) => return refuse(status, message),
-        },
+        endpoint::Method::Post => {
+            // The content type first: a body that is not said to be JSON is not even read.
+            if let Err((status, message)) = json_content_type(E::PATH, req.headers()) {
+                return refuse(status, message);
+            }
+            match body(Bytes::from_request(req, &s).await) {
+                Ok(r) => r,
+                Err((status, message)) => return refuse(status, message),
+            }
+        }
     };
     match E::serve(s.cx, request).await {
         Ok(v) => axum::Json(v).into_response(),
@@ -133,7 +141,8 @@ pub fn is_loopback_host(host: &str) -> bool {
     name.eq_ignore_ascii_case("localhost") || name.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Refuses what a browser page or a rebound DNS name could send, then checks the token.
+/// Refuses what a rebound DNS name could send, checks the token, and refuses a body over the
+/// limit by its `Content-Length` (the POST routes check the content type).
 async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if state.check_host {
         let host = req.headers().get(header::HOST).map(|h| h.to_str().map_err(|_| h));
@@ -182,20 +191,6 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
             }
         }
     }
-    if req.method() == Method::POST {
-        let content_type = req.headers().get(header::CONTENT_TYPE);
-        let media_type = content_type.and_then(|v| v.to_str().ok()).map(|v| v.split(';').next().unwrap_or("").trim());
-        if !media_type.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
-            let given = match content_type {
-                Some(v) => format!("{:?}", String::from_utf8_lossy(v.as_bytes())),
-                None => "none".to_owned(),
-            };
-            return refuse(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("POST {} needs `Content-Type: application/json` (the request's is {given})", req.uri().path()),
-            );
-        }
-    }
     let length = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     if let Some(length) = length
         && length > MAX_REQUEST_BYTES as u64
@@ -214,12 +209,47 @@ fn too_large_message(size: &str) -> String {
     format!("the request body{size} is larger than the limit of {} MiB", MAX_REQUEST_BYTES >> 20)
 }
 
-/// The request body as `T`, or why it is refused: the status and the message.
+/// Refuses a POST to `path` whose body is not said to be JSON (what a page can send without a
+/// CORS preflight). Checked once the route is known, so that a POST to a GET route is the
+/// wrong method (405), not the wrong content type.
+fn json_content_type(path: &str, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+    let content_type = headers.get(header::CONTENT_TYPE);
+    let media_type = content_type.and_then(|v| v.to_str().ok()).map(|v| v.split(';').next().unwrap_or("").trim());
+    if media_type.is_some_and(|m| m.eq_ignore_ascii_case("application/json")) {
+        return Ok(());
+    }
+    let given = match content_type {
+        Some(v) => format!("{:?}", String::from_utf8_lossy(v.as_bytes())),
+        None => "none".to_owned(),
+    };
+    Err((
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        format!("POST {path} needs `Content-Type: application/json` (the request's is {given})"),
+    ))
+}
+
+/// The request body as `T`, or why it is refused: the status and the message. Every request
+/// is a JSON object: serde would also read a struct from an array of its fields in order
+/// (`[]` as `{}`), which the API does not describe, so anything but an object is refused.
 fn body<T: DeserializeOwned>(bytes: Result<Bytes, BytesRejection>) -> Result<T, (StatusCode, String)> {
     let bytes = bytes.map_err(|e| match e.status() {
         StatusCode::PAYLOAD_TOO_LARGE => (StatusCode::PAYLOAD_TOO_LARGE, too_large_message("")),
         status => (status, format!("reading the request body: {}", e.body_text())),
     })?;
+    let found = match bytes.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => None,
+        Some(b'[') => Some("an array"),
+        Some(b'"') => Some("a string"),
+        Some(b't' | b'f') => Some("a boolean"),
+        Some(b'n') => Some("null"),
+        Some(b'-' | b'0'..=b'9') => Some("a number"),
+        // Not JSON at all: serde says where.
+        Some(_) => None,
+        None => Some("nothing (the body is empty)"),
+    };
+    if let Some(found) = found {
+        return Err((StatusCode::BAD_REQUEST, format!("invalid request body: expected a JSON object, found {found}")));
+    }
     serde_json::from_slice(&bytes).map_err(|e| (StatusCode::BAD_REQUEST, format!("invalid request body: {e}")))
 }
 

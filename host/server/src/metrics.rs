@@ -54,7 +54,8 @@ impl Exposition {
 
 /// One observer's run times as the series of a Prometheus histogram: cumulative `_bucket`s
 /// at [`RUN_TIME_BUCKETS`] and `+Inf`, `_sum`, and `_count` (the `+Inf` bucket's value, so the
-/// series agree even while runs are being recorded).
+/// series agree even while runs are being recorded). The histogram is this process's (it
+/// starts empty when the host starts), unlike the runs and failures counters.
 fn run_time_histogram(e: &mut Exposition, observer: &str, counts: &RunCounts) {
     let name = "percolator_observer_run_seconds";
     let mut cumulative = 0;
@@ -63,7 +64,7 @@ fn run_time_histogram(e: &mut Exposition, observer: &str, counts: &RunCounts) {
         let le = RUN_TIME_BUCKETS.get(i).map(|b| b.as_secs_f64().to_string()).unwrap_or_else(|| "+Inf".into());
         e.sample(&format!("{name}_bucket"), &[("observer", observer), ("le", &le)], cumulative);
     }
-    e.sample(&format!("{name}_sum"), &[("observer", observer)], counts.run_time.as_secs_f64());
+    e.sample(&format!("{name}_sum"), &[("observer", observer)], counts.histogram_run_time.as_secs_f64());
     e.sample(&format!("{name}_count"), &[("observer", observer)], cumulative);
 }
 
@@ -80,19 +81,27 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
         e.single(&name, "counter", c.help, c.value);
     }
     let b = &status.bindings;
-    e.family("percolator_observer_runs_total", "counter", "Runs of the observer's component.");
+    e.family(
+        "percolator_observer_runs_total",
+        "counter",
+        "Runs of the observer's component, over the store's life (kept across restarts).",
+    );
     for x in b {
         e.sample("percolator_observer_runs_total", &[("observer", &x.name)], x.counts.runs);
     }
     e.family(
         "percolator_observer_failures_total",
         "counter",
-        "Failed runs of the observer (trap, deadline, error, denied access).",
+        "Failed runs of the observer (trap, deadline, error, denied access), over the store's life.",
     );
     for x in b {
         e.sample("percolator_observer_failures_total", &[("observer", &x.name)], x.counts.failures);
     }
-    e.family("percolator_observer_run_seconds", "histogram", "Wall-clock time of the observer's runs.");
+    e.family(
+        "percolator_observer_run_seconds",
+        "histogram",
+        "Wall-clock time of the observer's runs since the host started.",
+    );
     for x in b {
         run_time_histogram(&mut e, &x.name, &x.counts);
     }
@@ -128,7 +137,12 @@ mod tests {
 
     #[test]
     fn run_times_are_a_cumulative_histogram() {
-        let mut counts = RunCounts { run_time: std::time::Duration::from_millis(1500), ..RunCounts::default() };
+        // Earlier processes' runs count in `run_time`, not in the histogram.
+        let mut counts = RunCounts {
+            run_time: std::time::Duration::from_secs(100),
+            histogram_run_time: std::time::Duration::from_millis(1500),
+            ..RunCounts::default()
+        };
         counts.buckets[0] = 2; // ≤ 50 µs
         counts.buckets[4] = 3; // ≤ 1 ms
         counts.buckets[RUN_TIME_BUCKETS.len()] = 1; // over 60 s

@@ -1,12 +1,17 @@
 //! A running pipeline: the configuration's bindings, compiled and registered with the store,
 //! replaced as a whole on reload.
+//!
+//! Each binding's run counts (runs, failures, their time) are totals over the store's life:
+//! saved in the store's metadata under `observer/<binding name>` ([`Store::save_totals`]) by
+//! [`Pipeline::persist_counts`] (every 10 s and at a clean stop of `up`), and continued from
+//! there when the binding is first loaded. The run-time histogram is the process's own.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
-use percolator_runtime::{RunCounts, Runtime, WasmObserver};
+use percolator_runtime::{RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
 use percolator_store::{NotifyKind, Observer, ObserverSpec, Store};
 
 use crate::config::{Binding, Config};
@@ -31,7 +36,8 @@ pub struct BindingStatus {
     /// When this version of the binding was loaded (an unchanged binding keeps its time across
     /// reloads).
     pub loaded_at: SystemTime,
-    /// Its runs so far (all versions of the binding since the host started).
+    /// Its runs so far: the counts over the store's life (all versions of the binding, saved
+    /// across restarts), the histogram since the host started.
     pub counts: RunCounts,
 }
 
@@ -54,17 +60,46 @@ struct Loaded {
     loaded_at: SystemTime,
 }
 
+/// A binding's run counters and what of them is saved.
+struct Counted {
+    stats: Arc<RunStats>,
+    /// The totals as last saved in (or read from) the store.
+    saved: RunTotals,
+}
+
 /// Bindings of one configuration, running on a store.
 pub struct Pipeline {
     store: Store,
     runtime: Runtime,
     state: Mutex<(BTreeMap<String, Loaded>, Status)>,
+    /// The run counters of every binding loaded so far, by name: the versions of a binding
+    /// count into the same ones, and so does a binding removed and added back. Kept after a
+    /// binding is removed so that its last counts are saved. Locked after `state` when both
+    /// are; a save holds it, so saves never overtake one another.
+    counts: Mutex<BTreeMap<String, Counted>>,
 }
+
+/// The metadata key (of [`Store::save_totals`]) of a binding's run counts.
+fn counts_key(binding: &str) -> String {
+    format!("observer/{binding}")
+}
+
+/// The saved count of runs (a name in [`Store::save_totals`]).
+const RUNS: &str = "runs";
+/// The saved count of failed runs.
+const FAILURES: &str = "failures";
+/// The saved time of the runs, nanoseconds.
+const RUN_NANOS: &str = "run_nanos";
 
 impl Pipeline {
     /// A pipeline with nothing loaded yet.
     pub fn new(store: Store, runtime: Runtime) -> Pipeline {
-        Pipeline { store, runtime, state: Mutex::new((BTreeMap::new(), Status::default())) }
+        Pipeline {
+            store,
+            runtime,
+            state: Mutex::new((BTreeMap::new(), Status::default())),
+            counts: Mutex::new(BTreeMap::new()),
+        }
     }
 
     /// The store it runs on.
@@ -141,11 +176,10 @@ impl Pipeline {
                 Some(l) if l.binding == *b && l.observer.source_hash() == compiled.source_hash => {
                     (l.observer.clone(), l.loaded_at)
                 }
-                previous => {
-                    let mut observer = self.runtime.observer(&b.name, &compiled, b.access.clone(), b.limits);
-                    if let Some(p) = previous {
-                        observer = observer.continuing(p.observer.stats().clone());
-                    }
+                _ => {
+                    let stats = self.stats_of(&b.name)?;
+                    let observer =
+                        self.runtime.observer(&b.name, &compiled, b.access.clone(), b.limits).continuing(stats);
                     observer.check_instantiates().map_err(|e| {
                         format!("binding {}: {} cannot start under its limits: {e:#}", b.name, b.wasm.display())
                     })?;
@@ -155,6 +189,50 @@ impl Pipeline {
             out.insert(b.name.clone(), Loaded { binding: b.clone(), observer, loaded_at });
         }
         Ok(out)
+    }
+
+    /// The run counters of binding `name`: those it had in this process, else new ones
+    /// continuing from the counts saved in the store.
+    fn stats_of(&self, name: &str) -> Result<Arc<RunStats>, String> {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = counts.get(name) {
+            return Ok(c.stats.clone());
+        }
+        let saved = self
+            .store
+            .saved_totals(&counts_key(name))
+            .map_err(|e| format!("binding {name}: reading its saved run counts: {e}"))?;
+        let count = |n: &str| saved.get(n).copied().unwrap_or(0);
+        let saved = RunTotals {
+            runs: count(RUNS),
+            failures: count(FAILURES),
+            run_time: Duration::from_nanos(count(RUN_NANOS)),
+        };
+        let stats = Arc::new(RunStats::continuing_from(saved));
+        counts.insert(name.to_owned(), Counted { stats: stats.clone(), saved });
+        Ok(stats)
+    }
+
+    /// Saves each binding's run counts in the store (those that changed since the last save),
+    /// so that the next host on this store continues them. `up` calls this every 10 s and when
+    /// it stops: a host killed without a clean stop loses the counts since the last call. On
+    /// an error the other bindings' counts are still saved, and the next call tries again.
+    pub fn persist_counts(&self) -> Result<(), String> {
+        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut failed = Vec::new();
+        for (name, c) in counts.iter_mut() {
+            let now = c.stats.totals();
+            if now == c.saved {
+                continue;
+            }
+            let nanos = u64::try_from(now.run_time.as_nanos()).unwrap_or(u64::MAX);
+            let named = [(RUNS, now.runs), (FAILURES, now.failures), (RUN_NANOS, nanos)];
+            match self.store.save_totals(&counts_key(name), &named) {
+                Ok(()) => c.saved = now,
+                Err(e) => failed.push(format!("binding {name}: {e}")),
+            }
+        }
+        if failed.is_empty() { Ok(()) } else { Err(format!("saving run counts: {}", failed.join("; "))) }
     }
 
     /// Records a reload that failed before reaching [`Pipeline::apply`] (an invalid

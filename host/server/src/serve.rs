@@ -35,11 +35,12 @@ pub fn base_url(addr: SocketAddr) -> String {
 
 /// Serves the pipeline of the configuration at `config_path` until `shutdown` completes, then
 /// stops serving (running `wait`s end with "the host is shutting down"), stops the scanner,
-/// removes the endpoint file and closes the store once every request has finished with it, so
-/// that its last commits are durable whatever `store.durability` says. With durability
-/// `fsync` the store is crash-safe: a host killed without the signal loses nothing (its
-/// endpoint file is then stale, and clients notice that no host answers); with `none` it loses
-/// the commits since the last clean stop.
+/// removes the endpoint file, saves the bindings' run counts and the store's counters, and
+/// closes the store once every request has finished with it, so that its last commits are
+/// durable whatever `store.durability` says. With durability `fsync` the store is crash-safe:
+/// a host killed without the signal loses nothing but the counts since their last save (every
+/// 10 s; its endpoint file is then stale, and clients notice that no host answers); with
+/// `none` it loses the commits since the last clean stop.
 pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
     let config = Config::load(config_path).map_err(|e| e.to_string())?;
     let token = config.http.token()?;
@@ -69,6 +70,10 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
     // blocking ones still running: every request's clone of the store is gone after it. No
     // blocking call waits long (`wait` polls asynchronously), so this ends soon.
     drop(rt);
+    // The scanner has stopped: no observer runs any more, so these are the final counts.
+    if let Err(e) = pipeline.persist_counts() {
+        tracing::warn!("stopping: {e} (counts since the last save are lost)");
+    }
     // The last clones: closing the store commits durably (redb keeps non-durable commits only
     // when a durable one follows).
     drop(pipeline);
@@ -123,7 +128,7 @@ async fn serve(
     let reloader = reload::watch(pipeline.clone(), &config.file, &config.observers_dir, Duration::from_millis(200))
         .map_err(|e| format!("watching for changes: {e}"))?;
     let sampling = {
-        let (store, sampler) = (store.clone(), sampler.clone());
+        let (store, sampler, pipeline) = (store.clone(), sampler.clone(), pipeline.clone());
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             let mut logged = None;
@@ -144,14 +149,21 @@ async fn serve(
                         "status"
                     );
                 }
-                // Every 10 s, the store's totals are saved (writes only counters that moved),
-                // so that a host killed without a clean stop loses at most 10 s of them.
+                // Every 10 s, the store's totals and the bindings' run counts are saved (only
+                // those that moved), so that a host killed without a clean stop loses at most
+                // 10 s of them.
                 if n % 10 == 0 {
-                    let store = store.clone();
-                    match tokio::task::spawn_blocking(move || store.persist_metrics()).await {
-                        Ok(Ok(())) => {}
-                        Ok(Err(e)) => tracing::warn!("saving the store's counters: {e}"),
-                        Err(e) => tracing::warn!("saving the store's counters: {e}"),
+                    let (store, pipeline) = (store.clone(), pipeline.clone());
+                    let saved = tokio::task::spawn_blocking(move || {
+                        if let Err(e) = store.persist_metrics() {
+                            tracing::warn!("saving the store's counters: {e}");
+                        }
+                        if let Err(e) = pipeline.persist_counts() {
+                            tracing::warn!("{e}");
+                        }
+                    });
+                    if let Err(e) = saved.await {
+                        tracing::warn!("saving the counters: {e}");
                     }
                 }
             }

@@ -1,7 +1,7 @@
 //! End-to-end: real guest components (built by `scripts/build-guests` into `target/guests`)
 //! running on a host over a redb store in a temp dir. Pipelines reach their fixed point, hostile
-//! guests are contained, and hot reload swaps observers under load without losing or
-//! duplicating a change.
+//! guests are contained, hot reload swaps observers under load without losing or duplicating a
+//! change, and a binding's run counts continue across a restart.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -278,4 +278,47 @@ fn a_guest_that_cannot_start_under_its_limits_is_rejected_at_load() {
     let e = h.pipeline.apply(&Config::load(&config_file).unwrap()).unwrap_err();
     assert!(e.contains("cannot start under its limits") && e.contains("memory limit"), "{e}");
     assert_eq!(h.pipeline.status().generation, 1, "the old version keeps serving");
+}
+
+/// The run counts of a binding (runs, failures, their time) are totals over the store's life:
+/// `persist_counts` (which `up` calls every 10 s and when it stops) saves them in the store,
+/// and the next host on the store continues from them. The run-time histogram starts anew.
+#[test]
+fn run_counts_continue_across_a_restart_from_their_last_save() {
+    let bindings = binding("upper", "uppercase.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")
+        + "\n[[binding]]\nname = \"denied\"\nwasm = \"uppercase.wasm\"\ntable = \"bad\"\ncolumn = \"raw:text\"\nmax_attempts = 1\n";
+    let h = start("counts", &[("uppercase.wasm", "uppercase")], &bindings);
+    let write = |h: &Host, table: &str, row: &str| {
+        h.store.run(|t| t.set(table, row, "raw:text", "some text")).unwrap();
+        assert!(h.store.wait_quiescent(QUIET).unwrap(), "quiescent");
+    };
+    let counts =
+        |h: &Host, name: &str| h.pipeline.status().bindings.into_iter().find(|b| b.name == name).unwrap().counts;
+    for i in 0..5 {
+        write(&h, "docs", &format!("d{i}"));
+    }
+    write(&h, "bad", "x"); // denied: the run fails
+    let (upper, denied) = (counts(&h, "upper"), counts(&h, "denied"));
+    assert_eq!((upper.runs, upper.failures, denied.runs, denied.failures), (5, 0, 1, 1));
+    assert!(upper.run_time > Duration::ZERO);
+    h.pipeline.persist_counts().unwrap();
+    // Counted after the last save: lost when the host stops without saving (killed).
+    write(&h, "docs", "after-the-save");
+    assert_eq!(counts(&h, "upper").runs, 6);
+
+    let h = h.restart(2);
+    let (again, denied_again) = (counts(&h, "upper"), counts(&h, "denied"));
+    assert_eq!((again.runs, again.failures, again.run_time), (5, 0, upper.run_time), "as saved");
+    assert_eq!((denied_again.runs, denied_again.failures), (1, 1));
+    assert_eq!((again.buckets.iter().sum::<u64>(), again.p50), (0, None), "a new histogram");
+    // They go on from there, and a save with nothing new writes the same.
+    write(&h, "docs", "d9");
+    write(&h, "bad", "y");
+    h.pipeline.persist_counts().unwrap();
+    h.pipeline.persist_counts().unwrap();
+    let (upper, denied) = (counts(&h, "upper"), counts(&h, "denied"));
+    assert_eq!((upper.runs, upper.failures, denied.runs, denied.failures), (6, 0, 2, 2));
+    assert_eq!(upper.buckets.iter().sum::<u64>(), 1, "this process's run");
+    let h = h.restart(1);
+    assert_eq!((counts(&h, "upper").runs, counts(&h, "denied").failures), (6, 2));
 }

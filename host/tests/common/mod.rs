@@ -62,6 +62,18 @@ pub struct Host {
     pub scanner: Option<Scanner>,
 }
 
+impl Host {
+    /// Stops this host (the scanner, then the pipeline and the store, which closes) and starts
+    /// another on the same folder, configuration and store. The pipeline saves nothing when
+    /// it is dropped: run counts not saved by `Pipeline::persist_counts` are lost, as when a
+    /// host process is killed.
+    pub fn restart(mut self, scanner_threads: usize) -> Host {
+        let dir = std::mem::take(&mut self.dir);
+        drop(self); // removes no folder: `dir` is empty now
+        open(dir, scanner_threads)
+    }
+}
+
 impl Drop for Host {
     fn drop(&mut self) {
         self.scanner.take();
@@ -79,13 +91,17 @@ pub fn start(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_thread
     for (file, crate_name) in guests {
         std::fs::copy(guest(crate_name), dir.join("observers").join(file)).unwrap();
     }
-    let config_file = dir.join("pipeline.toml");
     std::fs::write(
-        &config_file,
+        dir.join("pipeline.toml"),
         format!("[store]\npath = \"store.redb\"\ndurability = \"none\"\n[observers]\ndir = \"observers\"\n{bindings}"),
     )
     .unwrap();
-    let config = Config::load(&config_file).unwrap();
+    open(dir, scanner_threads)
+}
+
+/// Opens the host of a folder [`start`] made: its `pipeline.toml`, over its store.
+fn open(dir: PathBuf, scanner_threads: usize) -> Host {
+    let config = Config::load(&dir.join("pipeline.toml")).unwrap();
     let store = Store::open(
         &config.store_path,
         StoreConfig::default(),

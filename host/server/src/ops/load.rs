@@ -78,6 +78,9 @@ impl Op for Load {
 fn load_begin(store: &Store, r: &api::LoadBeginRequest) -> ApiResult<LoadPlan> {
     check_load_table(&r.table)?;
     check_load_id(&r.id, false)?;
+    for column in &r.columns {
+        check_column(column)?;
+    }
     for spec in store.observers() {
         if spec.kind == NotifyKind::Weak && spec.table == r.table && r.columns.contains(&spec.column) {
             return Err(ApiError::bad_input(format!(
@@ -130,14 +133,20 @@ fn load_begin(store: &Store, r: &api::LoadBeginRequest) -> ApiResult<LoadPlan> {
     };
     let Some(cp) = latest else { return Ok(new(0)) };
     let same = cp.options == r.options && cp.total == r.total;
+    // What differs, when something does: the options, else the record count.
+    let other = if cp.options != r.options {
+        format!("other options ({}; now {})", cp.options, r.options)
+    } else {
+        format!("another record count ({}; now {})", cp.total, r.total)
+    };
     if cp.lines >= cp.total {
         if r.again {
             return Ok(new(cp.generation + 1));
         }
         if !same {
             return Err(ApiError::bad_input(format!(
-                "{} was loaded into {} with other options ({}; now {}); pass --again to load it with these",
-                r.file, r.table, cp.options, r.options
+                "{} was loaded into {} with {other}; pass --again to load it with these",
+                r.file, r.table
             )));
         }
         return Ok(LoadPlan { id: cp.id, start: cp.lines, total: cp.total, state: LoadState::Done });
@@ -149,9 +158,9 @@ fn load_begin(store: &Store, r: &api::LoadBeginRequest) -> ApiResult<LoadPlan> {
         return Ok(new(cp.generation + 1));
     }
     Err(ApiError::bad_input(format!(
-        "{} was being loaded into {} with other options ({}) and stopped at record {} of {}; \
+        "{} was being loaded into {} with {other} and stopped at record {} of {}; \
          run the load with those options to finish it, or pass --again to start over",
-        r.file, r.table, cp.options, cp.lines, cp.total
+        r.file, r.table, cp.lines, cp.total
     )))
 }
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use percolator_api::endpoint::{Get, Load, Scan, Wait};
+use percolator_api::endpoint::{Get, Load, LoadBegin, Retry, Scan, Wait};
 use percolator_api::*;
 use percolator_store::{NotifyKind, Store, Transaction};
 
@@ -198,4 +198,59 @@ fn optional_request_fields_take_their_defaults() {
     assert_eq!((r.limit, r.after), (DEFAULT_SCAN_LIMIT, None));
     let w: WaitRequest = serde_json::from_str("{}").unwrap();
     assert_eq!(w.timeout_secs, DEFAULT_WAIT_SECS);
+}
+
+/// Found in the review that came with fuzzing the API (scripts/fuzz-http): a retry of a metadata
+/// key that is no dead letter's answered 500 "corrupt store" (the key was read as a damaged dead
+/// letter).
+#[test]
+fn retrying_an_id_that_is_no_dead_letter_is_not_found() {
+    let store = mem_store();
+    call::<Load>(&store, batch(0, &["a"])).unwrap();
+    store.store.persist_metrics().unwrap();
+    for id in ["oracle/high_water_mark", "metrics/commits", "dead/", "nonsense"] {
+        let e = call::<Retry>(&store, RetryRequest { id: Some(id.into()), all: false }).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::NotFound, "{id}: {e}");
+        assert_eq!(e.message, format!("no dead letter {id:?} (list them with `percolator dead-letters`)"));
+    }
+}
+
+/// Found while fuzzing the API: `load/begin` took columns with control characters (the batches
+/// would refuse them later), and a checkpoint whose record count differed, with the same
+/// options, was said to have "other options ( ; now )".
+#[test]
+fn load_begin_checks_the_columns_and_says_what_differs() {
+    let store = mem_store();
+    let begin = |columns: &[&str], total: u64, options: &str| {
+        call::<LoadBegin>(
+            &store,
+            LoadBeginRequest {
+                table: "t".into(),
+                id: "0123456789abcdef0123456789abcdef".into(),
+                file: "f.jsonl".into(),
+                total,
+                options: options.into(),
+                again: false,
+                columns: columns.iter().map(|c| (*c).to_owned()).collect(),
+            },
+        )
+    };
+    let e = begin(&["raw:x", "raw:\u{9b}"], 4, "o").unwrap_err();
+    assert_eq!(
+        (e.kind, e.message.as_str()),
+        (ErrorKind::BadInput, "column name \"raw:\\u{9b}\" contains the control character '\\u{9b}'")
+    );
+    assert_eq!(begin(&["raw:x"], 4, "format=jsonl key=row family=raw").unwrap().state, LoadState::New);
+    call::<Load>(&store, batch(0, &["a"])).unwrap(); // 1 of 4 records in
+    let e = begin(&["raw:x"], 5, "format=jsonl key=row family=raw").unwrap_err();
+    assert_eq!(
+        e.message,
+        "f.jsonl was being loaded into t with another record count (4; now 5) and stopped at record 1 of 4; \
+         run the load with those options to finish it, or pass --again to start over"
+    );
+    let e = begin(&["raw:x"], 4, "family=other").unwrap_err();
+    assert!(
+        e.message.contains("with other options (format=jsonl key=row family=raw; now family=other) and stopped"),
+        "{e}"
+    );
 }
