@@ -1,7 +1,9 @@
 //! Garbage collection of versions no reader can see.
 //!
 //! The safepoint is the oldest start timestamp of a running transaction of this store (a live
-//! [`Transaction`](crate::Transaction) pins its snapshot), or a fresh timestamp if none runs.
+//! [`Transaction`](crate::Transaction) pins its snapshot), or a fresh timestamp if none runs;
+//! on a shared backend, also no later than what every other live worker published in its
+//! lease (`worker::shared_safepoint`).
 //! Pass 1 resolves every lock below the safepoint — its owner cannot be running — so that no
 //! commit record another lock's fate depends on is removed. Pass 2 keeps, per cell, every write
 //! record above the safepoint and the newest Put at or below it, and removes older records,
@@ -13,6 +15,7 @@ use crate::error::Result;
 use crate::lock::{self, Force, TxnStatus};
 use crate::store::Store;
 use crate::timestamp::Timestamp;
+use crate::worker;
 
 /// Rows per scan page.
 const PAGE: usize = 256;
@@ -37,7 +40,13 @@ pub struct GcStats {
 impl Store {
     /// Removes versions that no running or future transaction can read.
     pub fn gc(&self) -> Result<GcStats> {
-        let safepoint = self.safepoint()?;
+        let mut safepoint = self.safepoint()?;
+        if !self.inner.backend.exclusive()
+            && let Some(others) = worker::shared_safepoint(self.inner.backend.as_ref(), self.inner.worker)?
+        {
+            // Other hosts' transactions read this backend too.
+            safepoint = safepoint.min(others);
+        }
         let mut stats = GcStats { safepoint, ..GcStats::default() };
         let force = if self.inner.backend.exclusive() { Force::Yes } else { Force::No };
         // Pass 1: resolve abandoned locks below the safepoint.

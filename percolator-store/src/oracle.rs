@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::bigtable::{Bigtable, Op};
 use crate::error::{Error, Result};
-use crate::oracle_service::RemoteOracle;
+use crate::oracle_service::{OracleServer, OracleServiceConfig, RemoteOracle};
 use crate::timestamp::Timestamp;
 
 /// Metadata key of the persisted high-water mark.
@@ -35,7 +35,8 @@ pub struct Oracle {
 
 enum Kind {
     Local(Local),
-    Remote(RemoteOracle),
+    /// The client, and this process's own candidate if it runs one (dropped after the client).
+    Remote(RemoteOracle, Option<OracleServer>),
 }
 
 /// The in-process oracle over a backend's high-water mark.
@@ -79,12 +80,29 @@ impl Oracle {
     /// (`http://host:port`): the oracle of hosts that share a backend. Each call of
     /// [`Oracle::next`] waits for one request to the service; concurrent calls share one.
     pub fn remote(etcd: &[String], namespace: &str) -> Result<Oracle> {
-        Ok(Oracle { kind: Kind::Remote(RemoteOracle::connect(etcd, namespace)?) })
+        Ok(Oracle { kind: Kind::Remote(RemoteOracle::connect(etcd, namespace)?, None) })
+    }
+
+    /// Like [`Oracle::remote`], with this process also standing as a candidate for leader (what a
+    /// host does, so that the service lives as long as any host does). The candidate stops,
+    /// handing leadership over, when the oracle is dropped.
+    pub fn remote_with_candidate(config: OracleServiceConfig) -> Result<Oracle> {
+        let client = RemoteOracle::connect(&config.etcd, &config.namespace)?;
+        let server = OracleServer::start(config)?;
+        Ok(Oracle { kind: Kind::Remote(client, Some(server)) })
+    }
+
+    /// This process's candidate, if it runs one.
+    pub fn candidate(&self) -> Option<&OracleServer> {
+        match &self.kind {
+            Kind::Remote(_, server) => server.as_ref(),
+            Kind::Local(_) => None,
+        }
     }
 
     /// Whether this oracle is a service shared by every host (not one process's own).
     pub fn is_shared(&self) -> bool {
-        matches!(self.kind, Kind::Remote(_))
+        matches!(self.kind, Kind::Remote(..))
     }
 
     /// Returns a timestamp greater than every timestamp this oracle (or any earlier incarnation
@@ -92,7 +110,7 @@ impl Oracle {
     pub fn next(&self) -> Result<Timestamp> {
         match &self.kind {
             Kind::Local(l) => l.next(),
-            Kind::Remote(r) => r.next(),
+            Kind::Remote(r, _) => r.next(),
         }
     }
 
@@ -100,7 +118,7 @@ impl Oracle {
     pub fn persists(&self) -> u64 {
         match &self.kind {
             Kind::Local(l) => l.persist.lock().map(|g| *g).unwrap_or(0),
-            Kind::Remote(_) => 0,
+            Kind::Remote(..) => 0,
         }
     }
 }

@@ -238,7 +238,8 @@ impl Store {
         }
         let totals = Totals::load(backend.as_ref())?;
         let worker = oracle.next()?.raw();
-        worker::write_lease(backend.as_ref(), worker, config.worker_lease)?;
+        // Its own id is a fresh timestamp: every transaction it runs starts above it.
+        worker::write_lease(backend.as_ref(), worker, config.worker_lease, Timestamp::from_raw(worker))?;
         let stop = Arc::new(Stop::default());
         let lease = config.worker_lease;
         let inner = Arc::new(Inner {
@@ -304,11 +305,7 @@ impl Store {
     /// The oldest start timestamp any running transaction of this store holds, or a fresh
     /// timestamp if none runs: GC may drop versions that no reader at or after it can see.
     pub fn safepoint(&self) -> Result<Timestamp> {
-        let active = self.inner.active.lock().map_err(|_| Error::Closed)?;
-        match active.keys().next() {
-            Some(ts) => Ok(*ts),
-            None => self.inner.oracle.next(),
-        }
+        self.inner.oldest_start()
     }
 }
 
@@ -320,6 +317,17 @@ impl Inner {
         let ts = self.oracle.next()?;
         *active.entry(ts).or_default() += 1;
         Ok(ts)
+    }
+
+    /// The oldest start of this store's running transactions, or a fresh timestamp if none
+    /// runs; taken under the lock that registers transactions, so every transaction registered
+    /// later starts above it.
+    pub(crate) fn oldest_start(&self) -> Result<Timestamp> {
+        let active = self.active.lock().map_err(|_| Error::Closed)?;
+        match active.keys().next() {
+            Some(ts) => Ok(*ts),
+            None => self.oracle.next(),
+        }
     }
 
     pub(crate) fn unregister_active(&self, ts: Timestamp) {

@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::bigtable::{Bigtable, Op};
 use crate::error::{Error, Result};
 use crate::store::Inner;
+use crate::timestamp::Timestamp;
 
 pub(crate) const LEASE_PREFIX: &str = "worker/";
 
@@ -25,10 +26,45 @@ pub(crate) fn lease_key(worker: u64) -> String {
     format!("{LEASE_PREFIX}{worker:020}")
 }
 
-pub(crate) fn write_lease(backend: &dyn Bigtable, worker: u64, lease: Duration) -> Result<()> {
+/// Writes `worker`'s lease: its expiry, and `oldest`, a timestamp at or below the start of
+/// every transaction of the worker that runs now or starts later (GC's share of the safepoint
+/// on a shared backend; see [`shared_safepoint`]).
+pub(crate) fn write_lease(backend: &dyn Bigtable, worker: u64, lease: Duration, oldest: Timestamp) -> Result<()> {
     let expiry = now_ms() + lease.as_millis() as u64;
-    backend.apply(vec![Op::MetaPut { key: lease_key(worker), value: expiry.to_le_bytes().to_vec() }])?;
+    let mut value = expiry.to_le_bytes().to_vec();
+    value.extend_from_slice(&oldest.raw().to_le_bytes());
+    backend.apply(vec![Op::MetaPut { key: lease_key(worker), value }])?;
     Ok(())
+}
+
+/// A lease value's expiry and published oldest start timestamp (a lease without one publishes
+/// zero: nothing may be collected while it lives).
+fn decode_lease(value: &[u8]) -> Option<(u64, Timestamp)> {
+    let expiry = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
+    let oldest = value.get(8..16).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    Some((expiry, Timestamp::from_raw(oldest)))
+}
+
+/// The oldest start timestamp any other live worker of a shared backend has published: GC may
+/// not remove what a transaction of theirs can read. Each worker publishes, under the lock that
+/// registers its transactions, the oldest start of its running transactions or else a fresh
+/// timestamp, so its later transactions all start above what it published; a stale lease only
+/// publishes less. A worker that opens after this scan starts its transactions above the
+/// caller's own fresh timestamp (taken before).
+pub(crate) fn shared_safepoint(backend: &dyn Bigtable, me: u64) -> Result<Option<Timestamp>> {
+    let now = now_ms();
+    let mut oldest: Option<Timestamp> = None;
+    for (key, value) in backend.meta_scan(LEASE_PREFIX)? {
+        if key == lease_key(me) {
+            continue;
+        }
+        if let Some((expiry, t)) = decode_lease(&value)
+            && expiry > now
+        {
+            oldest = Some(oldest.map_or(t, |o| o.min(t)));
+        }
+    }
+    Ok(oldest)
 }
 
 /// Removes every lease: on an exclusive backend their owners are dead.
@@ -53,8 +89,8 @@ pub(crate) fn wait_until_sole_worker(backend: &dyn Bigtable, lease: Duration) ->
         let mut live = Vec::new();
         let mut expired = Vec::new();
         for (key, value) in backend.meta_scan(LEASE_PREFIX)? {
-            match <[u8; 8]>::try_from(value.as_slice()).map(u64::from_le_bytes) {
-                Ok(expiry) if expiry > now => live.push(key),
+            match decode_lease(&value) {
+                Some((expiry, _)) if expiry > now => live.push(key),
                 _ => expired.push(Op::MetaDelete { key }),
             }
         }
@@ -74,10 +110,10 @@ pub(crate) fn wait_until_sole_worker(backend: &dyn Bigtable, lease: Duration) ->
 
 /// True if `worker`'s lease is unexpired.
 pub(crate) fn lease_alive(backend: &dyn Bigtable, worker: u64) -> Result<bool> {
-    Ok(match backend.meta_get(&lease_key(worker))? {
-        Some(v) if v.len() == 8 => u64::from_le_bytes(v.try_into().expect("8 bytes")) > now_ms(),
-        _ => false,
-    })
+    Ok(backend
+        .meta_get(&lease_key(worker))?
+        .and_then(|v| decode_lease(&v))
+        .is_some_and(|(expiry, _)| expiry > now_ms()))
 }
 
 /// Stops the heartbeat thread when the store is dropped.
@@ -113,7 +149,9 @@ pub(crate) fn spawn_heartbeat(inner: Weak<Inner>, stop: Arc<Stop>, lease: Durati
             while !stop.sleep(lease / 3) {
                 let Some(inner) = inner.upgrade() else { return };
                 // A failed refresh is retried at the next beat; the lease has two beats of slack.
-                let _ = write_lease(inner.backend.as_ref(), inner.worker, lease);
+                if let Ok(oldest) = inner.oldest_start() {
+                    let _ = write_lease(inner.backend.as_ref(), inner.worker, lease, oldest);
+                }
             }
         })
         .expect("spawning the lease heartbeat thread");

@@ -14,7 +14,9 @@ use percolator_runtime::{Access, ColumnRule, Limits};
 use std::sync::Arc;
 
 use percolator_store::backends::{RedisBigtable, RedisConfig};
-use percolator_store::{Durability, NotifyKind, ObserverSpec, RedbConfig, Store, StoreConfig};
+use percolator_store::{
+    Durability, NotifyKind, ObserverSpec, Oracle, OracleServiceConfig, RedbConfig, Store, StoreConfig,
+};
 
 /// A configuration error, located.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +96,10 @@ mod raw {
         pub(super) buckets: Option<Spanned<i64>>,
         #[serde(default)]
         pub(super) replicas: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) etcd: Option<Spanned<Vec<String>>>,
+        #[serde(default)]
+        pub(super) oracle_listen: Option<Spanned<String>>,
     }
 
     #[derive(Deserialize)]
@@ -242,11 +248,20 @@ pub struct RedisSettings {
     pub buckets: u32,
     /// Replicas each commit waits for.
     pub replicas: u32,
+    /// etcd client URLs (from `etcd`, else the `PERCOLATOR_ETCD` environment variable): with
+    /// them the timestamp oracle is the shared service and any number of hosts may serve the
+    /// store; without, one host at a time.
+    pub etcd: Vec<String>,
+    /// Where this host's oracle candidate listens (it must be reachable by the other hosts).
+    pub oracle_listen: SocketAddr,
 }
 
 /// The environment variable naming the Redis seed nodes when `[store.redis] nodes` is absent
 /// (`scripts/dev-cluster` writes it).
 pub const REDIS_NODES_ENV: &str = "PERCOLATOR_REDIS";
+
+/// The environment variable naming the etcd endpoints when `[store.redis] etcd` is absent.
+pub const ETCD_ENV: &str = "PERCOLATOR_ETCD";
 
 impl Backend {
     /// Opens the store this backend describes, at `path` for redb.
@@ -256,14 +271,23 @@ impl Backend {
                 Store::open(path, config, RedbConfig { durability: *durability, ..RedbConfig::default() })
             }
             Backend::Redis(r) => {
-                let backend = RedisBigtable::open(RedisConfig {
+                let backend = Arc::new(RedisBigtable::open(RedisConfig {
                     nodes: r.nodes.clone(),
                     namespace: r.namespace.clone(),
                     buckets: r.buckets,
                     replicas: r.replicas,
                     ..RedisConfig::default()
+                })?);
+                if r.etcd.is_empty() {
+                    return Store::with_backend(backend, config);
+                }
+                let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
+                    etcd: r.etcd.clone(),
+                    namespace: r.namespace.clone(),
+                    listen: r.oracle_listen,
+                    ..OracleServiceConfig::default()
                 })?;
-                Store::with_backend(Arc::new(backend), config)
+                Store::with_oracle(backend, oracle, config)
             }
         }
     }
@@ -622,7 +646,32 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
             };
             let buckets = count(r.and_then(|r| r.buckets.as_ref()), "buckets", 1, 4096, defaults.buckets)?;
             let replicas = count(r.and_then(|r| r.replicas.as_ref()), "replicas", 0, 16, defaults.replicas)?;
-            Ok(Backend::Redis(RedisSettings { nodes, namespace, buckets, replicas }))
+            let etcd = match r.and_then(|r| r.etcd.as_ref()) {
+                Some(e) => {
+                    for (i, url) in e.get_ref().iter().enumerate() {
+                        if !(url.starts_with("http://") || url.starts_with("https://")) {
+                            return Err(cx.err(
+                                Some(e.span()),
+                                format!("store.redis.etcd[{i}]"),
+                                format!("{url:?} is not an http:// URL"),
+                            ));
+                        }
+                    }
+                    e.get_ref().clone()
+                }
+                None => std::env::var(ETCD_ENV)
+                    .ok()
+                    .filter(|v| !v.trim().is_empty())
+                    .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+                    .unwrap_or_default(),
+            };
+            let oracle_listen = match r.and_then(|r| r.oracle_listen.as_ref()) {
+                Some(a) => a.get_ref().parse::<SocketAddr>().map_err(|_| {
+                    cx.err(Some(a.span()), "store.redis.oracle_listen", format!("{:?} is not ip:port", a.get_ref()))
+                })?,
+                None => OracleServiceConfig::default().listen,
+            };
+            Ok(Backend::Redis(RedisSettings { nodes, namespace, buckets, replicas, etcd, oracle_listen }))
         }
         Some((other, span)) => {
             Err(cx.err(Some(span), "store.backend", format!("{other:?} is not one of \"redb\", \"redis\"")))
@@ -679,8 +728,8 @@ fn expected_type(key: &str) -> Option<&'static str> {
         "reads" | "writes" => "a list of strings",
         "binding" => "[[binding]] tables",
         "store" | "scanner" | "observers" | "http" => "a table",
-        "path" | "durability" | "backend" | "namespace" | "dir" | "cache_dir" | "listen" | "token_file" | "name"
-        | "wasm" | "table" | "column" | "notify" => "a string",
+        "path" | "durability" | "backend" | "namespace" | "oracle_listen" | "dir" | "cache_dir" | "listen"
+        | "token_file" | "name" | "wasm" | "table" | "column" | "notify" => "a string",
         _ => return None,
     })
 }

@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use percolator_api::{ApiResult, ErrorKind, Remote};
 use percolator_store::backends::RedisConfig;
-use percolator_store::{Durability, ObserveError, Observer, Store, StoreConfig, Transaction};
+use percolator_store::{Durability, ObserveError, Observer, OracleServiceConfig, Store, StoreConfig, Transaction};
 
-use crate::config::{Backend, Config, DEFAULT_LISTEN, HttpConfig, REDIS_NODES_ENV, RedisSettings};
+use crate::config::{Backend, Config, DEFAULT_LISTEN, ETCD_ENV, HttpConfig, REDIS_NODES_ENV, RedisSettings};
 use crate::ops::{self, Context, Op};
 
 /// Where a client's commands go.
@@ -177,6 +177,18 @@ fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
                     .unwrap_or(defaults.namespace),
                 buckets: int("buckets", defaults.buckets),
                 replicas: int("replicas", defaults.replicas),
+                etcd: match r.get("etcd").and_then(|n| n.as_array()) {
+                    Some(a) => a.iter().filter_map(|n| n.as_str().map(str::to_owned)).collect(),
+                    None => std::env::var(ETCD_ENV)
+                        .ok()
+                        .filter(|v| !v.trim().is_empty())
+                        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
+                        .unwrap_or_default(),
+                },
+                oracle_listen: r
+                    .get("oracle_listen")
+                    .and_then(|v| v.as_str()?.parse().ok())
+                    .unwrap_or(OracleServiceConfig::default().listen),
             })
         }
         _ => Backend::Redb { durability },

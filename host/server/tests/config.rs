@@ -198,7 +198,8 @@ fn the_redis_backend_is_configured_in_store_redis() {
     let head = "[store]\npath = \"data/local.state\"\nbackend = \"redis\"\n";
     let tail = "\n[observers]\ndir = \"observers\"\n";
     let body = format!(
-        "{head}[store.redis]\nnodes = [\"127.0.0.1:7100\", \"127.0.0.1:7101\"]\nnamespace = \"web\"\nbuckets = 32\n{tail}"
+        "{head}[store.redis]\nnodes = [\"127.0.0.1:7100\", \"127.0.0.1:7101\"]\nnamespace = \"web\"\nbuckets = 32\n\
+         etcd = [\"http://127.0.0.1:12379\"]\noracle_listen = \"127.0.0.1:7400\"\n{tail}"
     );
     let c = Config::load(&dir.config(&body)).unwrap();
     assert_eq!(
@@ -208,6 +209,8 @@ fn the_redis_backend_is_configured_in_store_redis() {
             namespace: "web".into(),
             buckets: 32,
             replicas: 1,
+            etcd: vec!["http://127.0.0.1:12379".into()],
+            oracle_listen: "127.0.0.1:7400".parse().unwrap(),
         })
     );
     let bad = |redis: &str| err(&dir, &format!("{head}{redis}{tail}"));
@@ -219,6 +222,10 @@ fn the_redis_backend_is_configured_in_store_redis() {
     assert!(e.contains("store.redis.namespace: must be non-empty, without braces"), "{e}");
     let e = bad("[store.redis]\nnodes = [\"h:1\"]\nbuckets = 0\n");
     assert!(e.contains("store.redis.buckets: must be between 1 and 4096"), "{e}");
+    let e = bad("[store.redis]\nnodes = [\"h:1\"]\netcd = [\"127.0.0.1:2379\"]\n");
+    assert!(e.contains("store.redis.etcd[0]: \"127.0.0.1:2379\" is not an http:// URL"), "{e}");
+    let e = bad("[store.redis]\nnodes = [\"h:1\"]\noracle_listen = \"anywhere\"\n");
+    assert!(e.contains("store.redis.oracle_listen: \"anywhere\" is not ip:port"), "{e}");
     let e = bad("[store.redis]\nnodes = [\"h:1\"]\nshards = 3\n");
     assert!(e.contains("shards"), "{e}");
     let e = err(&dir, &format!("[store]\npath = \"s\"\nbackend = \"cassandra\"{tail}"));
