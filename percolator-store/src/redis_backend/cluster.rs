@@ -210,19 +210,30 @@ impl Cluster {
             if !unrouted.is_empty() {
                 last_error = Some(format!("slot {} is served by no master", cmds[unrouted[0]].0));
             }
-            let rounds: Vec<Round<'_>> = std::thread::scope(|s| {
-                let handles: Vec<_> = by_node
+            let rounds: Vec<Round<'_>> = if by_node.len() <= 1 {
+                // One node (a point read, a one-row commit): no thread to start.
+                by_node
                     .into_iter()
                     .map(|(node, idx)| {
-                        let cmds = &cmds;
-                        s.spawn(move || {
-                            let r = self.round(node, idx.iter().map(|&i| &cmds[i].1), idempotent, wait);
-                            (node, idx, r)
-                        })
+                        let r = self.round(node, idx.iter().map(|&i| &cmds[i].1), idempotent, wait);
+                        (node, idx, r)
                     })
-                    .collect();
-                handles.into_iter().map(|h| h.join().expect("a Redis round panicked")).collect()
-            });
+                    .collect()
+            } else {
+                std::thread::scope(|s| {
+                    let handles: Vec<_> = by_node
+                        .into_iter()
+                        .map(|(node, idx)| {
+                            let cmds = &cmds;
+                            s.spawn(move || {
+                                let r = self.round(node, idx.iter().map(|&i| &cmds[i].1), idempotent, wait);
+                                (node, idx, r)
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().map(|h| h.join().expect("a Redis round panicked")).collect()
+                })
+            };
             let mut retry = unrouted;
             let mut stale_map = false;
             let mut function_missing = false;
