@@ -28,7 +28,8 @@ const ROWS: usize = 2000;
 const VALUE: [u8; 16] = *b"0123456789abcdef";
 
 fn env_list(name: &str) -> Res<Vec<String>> {
-    let v = std::env::var(name).map_err(|_| format!("{name} is not set: run scripts/dev-cluster up and source its env"))?;
+    let v =
+        std::env::var(name).map_err(|_| format!("{name} is not set: run scripts/dev-cluster up and source its env"))?;
     Ok(v.split(',').map(|s| s.trim().to_string()).collect())
 }
 
@@ -141,8 +142,14 @@ fn main() -> Res<()> {
     })?;
     let raw_write = rate(rounds, dur, || {
         i += 1;
-        let (_, acked): ((), i64) =
-            redis::pipe().cmd("SET").arg(raw_key(i % ROWS)).arg(&VALUE[..]).cmd("WAIT").arg(1).arg(2000).query(&mut raw)?;
+        let (_, acked): ((), i64) = redis::pipe()
+            .cmd("SET")
+            .arg(raw_key(i % ROWS))
+            .arg(&VALUE[..])
+            .cmd("WAIT")
+            .arg(1)
+            .arg(2000)
+            .query(&mut raw)?;
         if acked < 1 {
             return Err("WAIT: no replica acknowledged".into());
         }
