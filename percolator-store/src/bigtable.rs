@@ -270,6 +270,27 @@ impl CellRead {
     }
 }
 
+/// What a scan reads: rows `[start, end)` of `table` as seen at `ts`, at most `limit` cells.
+/// With `after_column`, the scan starts strictly after that cell of row `start` (resuming a
+/// page). `columns` filters when given; reserved (`__`) columns are included only if named.
+#[derive(Clone, Copy, Debug)]
+pub struct ScanRange<'a> {
+    /// Table.
+    pub table: &'a str,
+    /// First row (inclusive).
+    pub start: &'a [u8],
+    /// Resume strictly after this cell of row `start`.
+    pub after_column: Option<&'a str>,
+    /// End row (exclusive); `None` for the table's end.
+    pub end: Option<&'a [u8]>,
+    /// Only these columns, when given.
+    pub columns: Option<&'a [&'a str]>,
+    /// The snapshot timestamp.
+    pub ts: Timestamp,
+    /// Most cells returned.
+    pub limit: usize,
+}
+
 /// A cell found by a scan.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ScannedCell {
@@ -344,17 +365,7 @@ pub trait Snapshot: Send {
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>>;
 
     /// Like [`Bigtable::scan`], as of when the view was opened.
-    #[allow(clippy::too_many_arguments)]
-    fn scan(
-        &self,
-        table: &str,
-        start: &[u8],
-        after_column: Option<&str>,
-        end: Option<&[u8]>,
-        columns: Option<&[&str]>,
-        ts: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<ScannedCell>>;
+    fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>>;
 }
 
 /// What Bigtable gives Percolator. See the module docs.
@@ -380,21 +391,9 @@ pub trait Bigtable: Send + Sync + 'static {
     /// Reads the staged value of a prewrite.
     fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>>;
 
-    /// Scans rows `[start, end)` of `table` at `ts`, returning at most `limit` cells that have a
-    /// lock or a visible Put (deleted cells are skipped), in key order. With `after_column`, the
-    /// scan starts strictly after that cell of row `start`. `columns` filters when given.
-    /// Reserved (`__`) columns are included only if named in `columns`.
-    #[allow(clippy::too_many_arguments)]
-    fn scan(
-        &self,
-        table: &str,
-        start: &[u8],
-        after_column: Option<&str>,
-        end: Option<&[u8]>,
-        columns: Option<&[&str]>,
-        ts: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<ScannedCell>>;
+    /// Scans `range` (see [`ScanRange`]): at most `range.limit` cells that have a lock or a
+    /// visible Put (deleted cells are skipped), in key order.
+    fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>>;
 
     /// Every version of up to `limit` rows, across tables, starting at `(table, row)` inclusive
     /// (or at the beginning). For GC and diagnostics.

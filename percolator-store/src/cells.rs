@@ -225,17 +225,8 @@ pub(crate) fn read_data(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp)
     cells.get(&version_key(&cell_prefix(&cell.table, &cell.row, &cell.column), Kind::Data, start_ts))
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn scan(
-    cells: &dyn KvRead,
-    table: &str,
-    start: &[u8],
-    after_column: Option<&str>,
-    end: Option<&[u8]>,
-    columns: Option<&[&str]>,
-    ts: Timestamp,
-    limit: usize,
-) -> Result<Vec<ScannedCell>> {
+pub(crate) fn scan(cells: &dyn KvRead, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+    let ScanRange { table, start, after_column, end, columns, ts, limit } = *range;
     let from = match after_column {
         // Past every version of that cell: enc() is prefix-free, so any later column sorts
         // above `cell ‖ 0xFF`.

@@ -64,7 +64,8 @@ mod worker;
 pub mod backends {
     pub use crate::bigtable::{
         BackendStats, Bigtable, CellRead, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op,
-        Outcome, RowMutation, RowVersions, ScannedCell, Snapshot, WriteKind, WriteRecord, Writer, notify_position,
+        Outcome, RowMutation, RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord, Writer,
+        notify_position,
     };
     pub use crate::mem_backend::MemBigtable;
     pub use crate::redb_backend::RedbBigtable;

@@ -89,17 +89,8 @@ impl Bigtable for MemBigtable {
     fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
         self.with(|m| cells::read_data(&m.cells, cell, start_ts))
     }
-    fn scan(
-        &self,
-        table: &str,
-        start: &[u8],
-        after_column: Option<&str>,
-        end: Option<&[u8]>,
-        columns: Option<&[&str]>,
-        ts: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<ScannedCell>> {
-        self.with(|m| cells::scan(&m.cells, table, start, after_column, end, columns, ts, limit))
+    fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+        self.with(|m| cells::scan(&m.cells, range))
     }
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
         self.with(|m| cells::scan_versions(&m.cells, from, limit))

@@ -178,17 +178,8 @@ impl Snapshot for RedbSnapshot {
         cells::read_row(&self.0, table, row, columns, ts)
     }
 
-    fn scan(
-        &self,
-        table: &str,
-        start: &[u8],
-        after_column: Option<&str>,
-        end: Option<&[u8]>,
-        columns: Option<&[&str]>,
-        ts: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<ScannedCell>> {
-        cells::scan(&self.0, table, start, after_column, end, columns, ts, limit)
+    fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+        cells::scan(&self.0, range)
     }
 }
 
@@ -217,17 +208,8 @@ impl Bigtable for RedbBigtable {
         self.read(CELLS, |c| cells::read_data(c, cell, start_ts))
     }
 
-    fn scan(
-        &self,
-        table: &str,
-        start: &[u8],
-        after_column: Option<&str>,
-        end: Option<&[u8]>,
-        columns: Option<&[&str]>,
-        ts: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<ScannedCell>> {
-        self.read(CELLS, |c| cells::scan(c, table, start, after_column, end, columns, ts, limit))
+    fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+        self.read(CELLS, |c| cells::scan(c, range))
     }
 
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {

@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::bigtable::{CellRead, CellRef, ScannedCell, Snapshot};
+use crate::bigtable::{CellRead, CellRef, ScanRange, ScannedCell, Snapshot};
 use crate::error::{Error, Result};
 use crate::key::{self, validate_column, validate_row, validate_table};
 use crate::lock::LockWaiter;
@@ -184,7 +184,15 @@ impl Transaction {
                 .fence
                 .wait(|k| k.starts_with(&tp) && k >= lo.as_slice() && hi.as_ref().is_none_or(|h| k < h.as_slice()));
             let want = fetch - merged.len();
-            let page = self.scan_view(table, &cursor.0, cursor.1.as_deref(), end, columns, want)?;
+            let page = self.scan_view(&ScanRange {
+                table,
+                start: &cursor.0,
+                after_column: cursor.1.as_deref(),
+                end,
+                columns,
+                ts: self.start_ts,
+                limit: want,
+            })?;
             for cell in &page {
                 if let Some((lock_ts, lock)) = &cell.read.lock {
                     let c = CellRef::new(table, cell.row.clone(), cell.column.clone());
@@ -274,19 +282,10 @@ impl Transaction {
     }
 
     /// Scans through the read view (see [`Transaction::read_row`]).
-    #[allow(clippy::too_many_arguments)]
-    fn scan_view(
-        &self,
-        table: &str,
-        start: &[u8],
-        after_column: Option<&str>,
-        end: Option<&[u8]>,
-        columns: Option<&[&str]>,
-        limit: usize,
-    ) -> Result<Vec<ScannedCell>> {
+    fn scan_view(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
         self.with_view(|v| match v {
-            Some(v) => v.scan(table, start, after_column, end, columns, self.start_ts, limit),
-            None => self.inner.backend.scan(table, start, after_column, end, columns, self.start_ts, limit),
+            Some(v) => v.scan(range),
+            None => self.inner.backend.scan(range),
         })
     }
 

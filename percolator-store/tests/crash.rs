@@ -5,9 +5,8 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -78,24 +77,10 @@ fn crash_recovery_after_sigkill() {
             })
             .unwrap();
     }
-    let exe = std::env::current_exe().unwrap();
     let mut committed: Vec<String> = Vec::new();
     let mut timestamps: BTreeSet<u64> = BTreeSet::new();
     for round in 0..6u64 {
-        let mut child = Command::new(&exe)
-            .args(["--exact", "crash_child", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(ENV, &path)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let (mut child, rx) = spawn_child_test("crash_child", ENV, path.to_str().unwrap());
         // Let it commit a few transfers (however slow the machine), then kill it at an
         // arbitrary point a little later, mid-commit as likely as not.
         let mut lines = Vec::new();
@@ -108,8 +93,8 @@ fn crash_recovery_after_sigkill() {
         std::thread::sleep(Duration::from_millis(20 + 37 * round));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        reader.join().unwrap();
-        lines.extend(rx.try_iter());
+        // The reader ends at the child's EOF: every line it printed.
+        lines.extend(rx.iter());
         let mut this_round = 0;
         for l in lines.iter().filter(|l| l.starts_with("COMMITTED ")) {
             let parts: Vec<&str> = l.split(' ').collect();

@@ -11,9 +11,9 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::mpsc::Receiver;
@@ -104,20 +104,7 @@ struct Host {
 
 impl Host {
     fn start(namespace: &str) -> Host {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "host_child", "--ignored", "--nocapture", "--test-threads=1"])
-            .env(ENV, namespace)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = std::sync::mpsc::channel::<String>();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
+        let (child, lines) = spawn_child_test("host_child", ENV, namespace);
         let oracle = loop {
             let line = lines.recv_timeout(Duration::from_secs(60)).expect("the host child did not start");
             if let Some(a) = line.strip_prefix("ORACLE ") {

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use percolator_store::backends::{
-    BackendStats, Bigtable, CellRead, MemBigtable, Mutation, NotifyEntry, Op, Outcome, RowVersions, ScannedCell,
-    Snapshot, WriteRecord,
+    BackendStats, Bigtable, CellRead, MemBigtable, Mutation, NotifyEntry, Op, Outcome, RowVersions, ScanRange,
+    ScannedCell, Snapshot, WriteRecord,
 };
 use percolator_store::{
     CellRef, Error, NotifyKind, ObserveError, Observer, ObserverSpec, ScannerConfig, Store, StoreConfig, Timestamp,
@@ -455,17 +455,8 @@ impl Bigtable for Flaky {
     fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> percolator_store::Result<Option<Vec<u8>>> {
         self.mem.read_data(cell, start_ts)
     }
-    fn scan(
-        &self,
-        table: &str,
-        start: &[u8],
-        after_column: Option<&str>,
-        end: Option<&[u8]>,
-        columns: Option<&[&str]>,
-        ts: Timestamp,
-        limit: usize,
-    ) -> percolator_store::Result<Vec<ScannedCell>> {
-        self.mem.scan(table, start, after_column, end, columns, ts, limit)
+    fn scan(&self, range: &ScanRange<'_>) -> percolator_store::Result<Vec<ScannedCell>> {
+        self.mem.scan(range)
     }
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> percolator_store::Result<Vec<RowVersions>> {
         self.mem.scan_versions(from, limit)

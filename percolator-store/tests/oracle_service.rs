@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -37,16 +36,9 @@ struct Candidate {
 
 impl Candidate {
     fn start(namespace: &str) -> Candidate {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--ignored", "--exact", "oracle_child", "--nocapture", "--test-threads=1"])
-            .env(ENV, namespace)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (child, lines) = common::spawn_child_test("oracle_child", ENV, namespace);
         let address = loop {
-            let line = lines.next().expect("the oracle child exited").unwrap();
+            let line = lines.recv_timeout(Duration::from_secs(60)).expect("the oracle child did not start");
             // The harness's "test oracle_child ... " may precede it on the line.
             if let Some((_, a)) = line.split_once("ADDRESS ") {
                 break a.trim().to_string();

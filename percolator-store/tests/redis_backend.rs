@@ -12,8 +12,8 @@ mod common;
 use std::time::Duration;
 
 use percolator_store::backends::{
-    Bigtable, Condition, LockRecord, MemBigtable, Mutation, Op, RedisBigtable, RedisConfig, RowMutation, WriteKind,
-    WriteRecord, Writer,
+    Bigtable, Condition, LockRecord, MemBigtable, Mutation, Op, RedisBigtable, RedisConfig, RowMutation, ScanRange,
+    WriteKind, WriteRecord, Writer,
 };
 use percolator_store::{CellRef, Error, Timestamp};
 use proptest::prelude::*;
@@ -23,6 +23,11 @@ const COLUMNS: [&str; 2] = ["c:v", "c:w"];
 
 fn ts(t: u64) -> Timestamp {
     Timestamp::from_raw(t)
+}
+
+/// Rows `[start, end)` of table `t` at `ts`, all columns.
+fn range<'a>(start: &'a [u8], end: Option<&'a [u8]>, at: u64, limit: usize) -> ScanRange<'a> {
+    ScanRange { table: "t", start, after_column: None, end, columns: None, ts: ts(at), limit }
 }
 
 fn column() -> impl Strategy<Value = String> {
@@ -120,8 +125,8 @@ proptest! {
                 prop_assert_eq!(redis.find_write(&cell, ts(t)).unwrap(), reference.find_write(&cell, ts(t)).unwrap());
             }
             prop_assert_eq!(
-                redis.scan("t", r, None, None, None, ts(8), 100).unwrap(),
-                reference.scan("t", r, None, None, None, ts(8), 100).unwrap()
+                redis.scan(&range(r, None, 8, 100)).unwrap(),
+                reference.scan(&range(r, None, 8, 100)).unwrap()
             );
         }
     }
@@ -162,13 +167,13 @@ fn scans_merge_buckets_in_key_order() {
     assert_eq!(redis.bucket_count(), 7);
     for limit in [1, 5, 16, 17, 299, 300, 1000] {
         assert_eq!(
-            redis.scan("t", b"r0100", None, Some(b"r0250"), None, ts(3), limit).unwrap(),
-            reference.scan("t", b"r0100", None, Some(b"r0250"), None, ts(3), limit).unwrap(),
+            redis.scan(&range(b"r0100", Some(b"r0250"), 3, limit)).unwrap(),
+            reference.scan(&range(b"r0100", Some(b"r0250"), 3, limit)).unwrap(),
             "limit {limit}"
         );
         assert_eq!(redis.scan_notify(None, limit).unwrap(), reference.scan_notify(None, limit).unwrap());
     }
-    let all = redis.scan("t", b"", None, None, None, ts(3), 1000).unwrap();
+    let all = redis.scan(&range(b"", None, 3, 1000)).unwrap();
     assert_eq!(all.len(), 300);
     assert!(all.windows(2).all(|w| w[0].row < w[1].row));
     // An existing store keeps its bucket count, whatever the opener asks for.

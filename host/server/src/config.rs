@@ -263,6 +263,13 @@ pub const REDIS_NODES_ENV: &str = "PERCOLATOR_REDIS";
 /// The environment variable naming the etcd endpoints when `[store.redis] etcd` is absent.
 pub const ETCD_ENV: &str = "PERCOLATOR_ETCD";
 
+/// The comma-separated list in environment variable `var` (as `scripts/dev-cluster` writes
+/// [`REDIS_NODES_ENV`] and [`ETCD_ENV`]), or `None` if it is unset or blank.
+pub fn env_list(var: &str) -> Option<Vec<String>> {
+    let v = std::env::var(var).ok().filter(|v| !v.trim().is_empty())?;
+    Some(v.split(',').map(|s| s.trim().to_string()).collect())
+}
+
 impl Backend {
     /// Opens the store this backend describes, at `path` for redb.
     pub fn open(&self, path: &Path, config: StoreConfig) -> percolator_store::Result<Store> {
@@ -605,9 +612,9 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
                     return Err(cx.err(Some(n.span()), "store.redis.nodes", "names no node (host:port)"));
                 }
                 Some(n) => n.get_ref().clone(),
-                None => match std::env::var(REDIS_NODES_ENV) {
-                    Ok(v) if !v.trim().is_empty() => v.split(',').map(|s| s.trim().to_string()).collect(),
-                    _ => {
+                None => match env_list(REDIS_NODES_ENV) {
+                    Some(nodes) => nodes,
+                    None => {
                         return Err(cx.err(
                             store.redis.as_ref().map(|r| r.span()).or(store.backend.as_ref().map(|b| b.span())),
                             "store.redis.nodes",
@@ -659,11 +666,7 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
                     }
                     e.get_ref().clone()
                 }
-                None => std::env::var(ETCD_ENV)
-                    .ok()
-                    .filter(|v| !v.trim().is_empty())
-                    .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
-                    .unwrap_or_default(),
+                None => env_list(ETCD_ENV).unwrap_or_default(),
             };
             let oracle_listen = match r.and_then(|r| r.oracle_listen.as_ref()) {
                 Some(a) => a.get_ref().parse::<SocketAddr>().map_err(|_| {

@@ -11,7 +11,7 @@ use percolator_api::{ApiResult, ErrorKind, Remote};
 use percolator_store::backends::RedisConfig;
 use percolator_store::{Durability, ObserveError, Observer, OracleServiceConfig, Store, StoreConfig, Transaction};
 
-use crate::config::{Backend, Config, DEFAULT_LISTEN, ETCD_ENV, HttpConfig, REDIS_NODES_ENV, RedisSettings};
+use crate::config::{Backend, Config, DEFAULT_LISTEN, ETCD_ENV, HttpConfig, REDIS_NODES_ENV, RedisSettings, env_list};
 use crate::ops::{self, Context, Op};
 
 /// Where a client's commands go.
@@ -164,7 +164,7 @@ fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
             let defaults = RedisConfig::default();
             let nodes = match r.get("nodes").and_then(|n| n.as_array()) {
                 Some(a) => a.iter().filter_map(|n| n.as_str().map(str::to_owned)).collect(),
-                None => std::env::var(REDIS_NODES_ENV).ok()?.split(',').map(|s| s.trim().to_string()).collect(),
+                None => env_list(REDIS_NODES_ENV)?,
             };
             let int = |k: &str, d: u32| r.get(k).and_then(|v| v.as_integer()).map_or(d, |v| v as u32);
             Backend::Redis(RedisSettings {
@@ -179,11 +179,7 @@ fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
                 replicas: int("replicas", defaults.replicas),
                 etcd: match r.get("etcd").and_then(|n| n.as_array()) {
                     Some(a) => a.iter().filter_map(|n| n.as_str().map(str::to_owned)).collect(),
-                    None => std::env::var(ETCD_ENV)
-                        .ok()
-                        .filter(|v| !v.trim().is_empty())
-                        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect())
-                        .unwrap_or_default(),
+                    None => env_list(ETCD_ENV).unwrap_or_default(),
                 },
                 oracle_listen: r
                     .get("oracle_listen")

@@ -38,6 +38,9 @@ use crate::timestamp::Timestamp;
 /// The server-side functions, loaded on every master when the backend opens.
 const LIBRARY: &str = include_str!("percolator.lua");
 
+/// Most buckets a store may have (every ordered scan reads each of them).
+const MAX_BUCKETS: u32 = 4096;
+
 /// Where the bucket count of a store is recorded (in its metadata hash).
 const BUCKETS_KEY: &str = "backend/redis/buckets";
 
@@ -121,9 +124,9 @@ impl RedisBigtable {
                 config.namespace
             )));
         }
-        if config.buckets == 0 || config.buckets > 4096 {
+        if !(1..=MAX_BUCKETS).contains(&config.buckets) {
             return Err(Error::InvalidArgument(format!(
-                "Redis bucket count {} is out of range (1 to 4096)",
+                "Redis bucket count {} is out of range (1 to {MAX_BUCKETS})",
                 config.buckets
             )));
         }
@@ -145,7 +148,7 @@ impl RedisBigtable {
         set.arg(&db.meta.cells_h).arg(BUCKETS_KEY).arg(db.config.buckets.to_string());
         db.cluster.call(db.meta.slot, set, true)?;
         let count = match db.meta_get(BUCKETS_KEY)? {
-            Some(v) => String::from_utf8_lossy(&v).parse::<u32>().ok().filter(|&n| n > 0),
+            Some(v) => String::from_utf8_lossy(&v).parse::<u32>().ok().filter(|n| (1..=MAX_BUCKETS).contains(n)),
             None => None,
         }
         .ok_or_else(|| {
@@ -170,8 +173,13 @@ impl RedisBigtable {
         self.buckets.len() as u32
     }
 
+    /// The index of a row's bucket.
+    fn bucket_index(&self, table: &str, row: &[u8]) -> usize {
+        (fnv1a(&row_prefix(table, row)) % self.buckets.len() as u64) as usize
+    }
+
     fn bucket(&self, table: &str, row: &[u8]) -> &Bucket {
-        &self.buckets[(fnv1a(&row_prefix(table, row)) % self.buckets.len() as u64) as usize]
+        &self.buckets[self.bucket_index(table, row)]
     }
 
     fn cells_view<'a>(&'a self, b: &'a Bucket) -> Zset<'a> {
@@ -335,10 +343,7 @@ impl Bigtable for RedisBigtable {
         let mut groups: BTreeMap<Option<usize>, Vec<(usize, RowArgs)>> = BTreeMap::new();
         for (i, op) in ops.iter().enumerate() {
             let (bucket, args) = match op {
-                Op::Row(m) => {
-                    let b = (fnv1a(&row_prefix(&m.table, &m.row)) % self.buckets.len() as u64) as usize;
-                    (Some(b), row_args(m))
-                }
+                Op::Row(m) => (Some(self.bucket_index(&m.table, &m.row)), row_args(m)),
                 other => (None, meta_args(other).expect("metadata op")),
             };
             groups.entry(bucket).or_default().push((i, args));
@@ -392,17 +397,8 @@ impl Bigtable for RedisBigtable {
         cells::read_data(&self.cells_view(self.bucket(&cell.table, &cell.row)), cell, start_ts)
     }
 
-    fn scan(
-        &self,
-        table: &str,
-        start: &[u8],
-        after_column: Option<&str>,
-        end: Option<&[u8]>,
-        columns: Option<&[&str]>,
-        ts: Timestamp,
-        limit: usize,
-    ) -> Result<Vec<ScannedCell>> {
-        cells::scan(&self.merged_cells(), table, start, after_column, end, columns, ts, limit)
+    fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+        cells::scan(&self.merged_cells(), range)
     }
 
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {

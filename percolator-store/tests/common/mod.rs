@@ -62,16 +62,51 @@ pub fn test_backend() -> String {
 /// writes them), or `None`. With `PERCOLATOR_REQUIRE_REDIS=1` (the test command sets it), a
 /// missing cluster fails the test instead of skipping it.
 pub fn redis_nodes() -> Option<Vec<String>> {
-    match std::env::var("PERCOLATOR_REDIS") {
+    server_list("PERCOLATOR_REDIS")
+}
+
+/// The etcd client URLs from `PERCOLATOR_ETCD`, like [`redis_nodes`].
+pub fn etcd_endpoints() -> Option<Vec<String>> {
+    server_list("PERCOLATOR_ETCD")
+}
+
+/// The comma-separated list in environment variable `var`; required with `PERCOLATOR_REQUIRE_REDIS`.
+fn server_list(var: &str) -> Option<Vec<String>> {
+    match std::env::var(var) {
         Ok(v) if !v.is_empty() => Some(v.split(',').map(|s| s.trim().to_string()).collect()),
         _ => {
             assert!(
                 std::env::var("PERCOLATOR_REQUIRE_REDIS").is_err(),
-                "PERCOLATOR_REQUIRE_REDIS is set but PERCOLATOR_REDIS names no cluster (run scripts/dev-cluster up)"
+                "PERCOLATOR_REQUIRE_REDIS is set but {var} is not (run scripts/dev-cluster up and source its env)"
             );
             None
         }
     }
+}
+
+/// Runs this test binary's ignored test `name` as a child process with `env = value`, its
+/// stdout read line by line on a thread (the lines come on the receiver until it exits).
+pub fn spawn_child_test(
+    name: &str,
+    env: &str,
+    value: &str,
+) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--ignored", "--nocapture", "--test-threads=1"])
+        .env(env, value)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, lines)
 }
 
 /// A fresh, empty Redis store (its own namespace) on the test cluster.
@@ -127,19 +162,4 @@ pub fn get_u64(t: &Transaction, table: &str, row: &str, col: &str) -> percolator
 
 pub fn set_u64(t: &mut Transaction, table: &str, row: &str, col: &str, v: u64) -> percolator_store::Result<()> {
     t.set(table, row, col, v.to_be_bytes())
-}
-
-/// The etcd client URLs from `PERCOLATOR_ETCD` (as `scripts/dev-cluster` writes them), or
-/// `None`; like [`redis_nodes`], required when `PERCOLATOR_REQUIRE_REDIS` is set.
-pub fn etcd_endpoints() -> Option<Vec<String>> {
-    match std::env::var("PERCOLATOR_ETCD") {
-        Ok(v) if !v.is_empty() => Some(v.split(',').map(|s| s.trim().to_string()).collect()),
-        _ => {
-            assert!(
-                std::env::var("PERCOLATOR_REQUIRE_REDIS").is_err(),
-                "PERCOLATOR_REQUIRE_REDIS is set but PERCOLATOR_ETCD names no etcd (run scripts/dev-cluster up)"
-            );
-            None
-        }
-    }
 }
