@@ -47,6 +47,7 @@ mod oracle;
 mod oracle_service;
 mod redb_backend;
 mod redis_backend;
+mod registry;
 mod scanner;
 mod store;
 mod timestamp;

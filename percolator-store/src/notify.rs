@@ -10,7 +10,7 @@
 //! newer than the runs' snapshot (and no lock) has arrived. A run that keeps failing is moved to
 //! a dead-letter record after `max_attempts` and can be retried from there.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
@@ -19,6 +19,7 @@ use crate::bigtable::*;
 use crate::error::{Error, Result};
 use crate::key;
 use crate::lock::{self, Force, TxnStatus};
+use crate::registry::{self, Bound};
 use crate::store::{Inner, Store};
 use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
@@ -87,40 +88,6 @@ pub trait Observer: Send + Sync + 'static {
     /// Reacts to a notification inside `txn`. Returning `Ok` lets the runtime commit `txn`
     /// (with the observer's ack); returning `Err` discards everything it wrote.
     fn observe(&self, txn: &mut Transaction, notification: &Notification) -> Result<(), ObserveError>;
-}
-
-pub(crate) struct Bound {
-    pub(crate) spec: ObserverSpec,
-    pub(crate) observer: Arc<dyn Observer>,
-}
-
-/// Which observers watch which columns. Copy-on-write behind the store's lock: a swap is
-/// atomic, and runs already holding the old registry finish on it.
-#[derive(Default, Clone)]
-pub(crate) struct Registry {
-    by_column: HashMap<(String, String), Vec<Arc<Bound>>>,
-    by_name: BTreeMap<String, Arc<Bound>>,
-}
-
-impl Registry {
-    pub(crate) fn kind_of(&self, table: &str, column: &str) -> Option<NotifyKind> {
-        if self.by_column.is_empty() {
-            return None;
-        }
-        self.by_column.get(&(table.to_owned(), column.to_owned())).and_then(|v| v.first()).map(|b| b.spec.kind)
-    }
-
-    fn observers(&self, table: &str, column: &str) -> Vec<Arc<Bound>> {
-        self.by_column.get(&(table.to_owned(), column.to_owned())).cloned().unwrap_or_default()
-    }
-
-    fn rebuild(by_name: BTreeMap<String, Arc<Bound>>) -> Registry {
-        let mut by_column: HashMap<(String, String), Vec<Arc<Bound>>> = HashMap::new();
-        for b in by_name.values() {
-            by_column.entry((b.spec.table.clone(), b.spec.column.clone())).or_default().push(b.clone());
-        }
-        Registry { by_column, by_name }
-    }
 }
 
 /// Failure bookkeeping of one (notification, observer) pair.
@@ -193,85 +160,113 @@ fn validate_spec(spec: &ObserverSpec) -> Result<()> {
 }
 
 impl Store {
-    /// Binds `observer` to its column. Fails if the name is taken or the column is already
-    /// bound with the other [`NotifyKind`].
+    /// Binds `observer` to its column: adds the binding to the store's registry (every host
+    /// and writer sets its notify cells from then on) and runs it in this process. A binding
+    /// of that name already in the registry (another host's) must be the same spec. Fails if
+    /// this process already runs an observer of that name, or the column is already bound with
+    /// the other [`NotifyKind`].
     pub fn register_observer(&self, spec: ObserverSpec, observer: Arc<dyn Observer>) -> Result<()> {
         validate_spec(&spec)?;
-        let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
-        if reg.by_name.contains_key(&spec.name) {
+        if self.inner.registry.read().map_err(|_| Error::Closed)?.local().contains_key(&spec.name) {
             return Err(Error::InvalidArgument(format!("an observer named {:?} is already registered", spec.name)));
         }
-        if let Some(kind) = reg.kind_of(&spec.table, &spec.column)
-            && kind != spec.kind
-        {
-            return Err(Error::InvalidArgument(format!(
-                "observer {}: column {}/{} is already bound as {kind}, cannot also be {}",
-                spec.name, spec.table, spec.column, spec.kind
-            )));
-        }
-        let mut by_name = reg.by_name.clone();
-        by_name.insert(spec.name.clone(), Arc::new(Bound { spec, observer }));
-        *reg = Arc::new(Registry::rebuild(by_name));
-        Ok(())
+        let (version, specs) = registry::save(self, |specs| match specs.get(&spec.name) {
+            Some(saved) if *saved != spec => Err(Error::InvalidArgument(format!(
+                "observer {}: the store already binds that name differently ({}/{}, {}, max_attempts {})",
+                spec.name, saved.table, saved.column, saved.kind, saved.max_attempts
+            ))),
+            _ => {
+                specs.insert(spec.name.clone(), spec.clone());
+                Ok(())
+            }
+        })?;
+        self.change_bindings(version, specs, |local| {
+            local.insert(spec.name.clone(), observer.clone());
+        })
     }
 
-    /// Replaces the whole set of observers in one atomic swap (hot reload of a configuration):
-    /// no scanner ever sees a state in between. Validates everything first; on error nothing
-    /// changes. Runs that already started finish on the observers they started with.
+    /// Replaces the whole set of observers (hot reload of a configuration): the store's
+    /// registry becomes exactly these bindings, and this process runs exactly these observers.
+    /// One atomic swap: no scanner ever sees a state in between. Validates everything first;
+    /// on error nothing changes. Runs that already started finish on the observers they
+    /// started with. On a shared backend, returns once every live host acknowledged the new
+    /// bindings (see [`Store::register_observer`]).
     pub fn set_observers(&self, observers: Vec<(ObserverSpec, Arc<dyn Observer>)>) -> Result<()> {
-        let mut by_name = BTreeMap::new();
-        let mut kinds: HashMap<(String, String), NotifyKind> = HashMap::new();
+        let mut wanted = BTreeMap::new();
+        let mut local: BTreeMap<String, Arc<dyn Observer>> = BTreeMap::new();
         for (spec, observer) in observers {
             validate_spec(&spec)?;
-            if let Some(kind) = kinds.insert((spec.table.clone(), spec.column.clone()), spec.kind)
-                && kind != spec.kind
-            {
-                return Err(Error::InvalidArgument(format!(
-                    "observer {}: column {}/{} is bound both as {kind} and as {}",
-                    spec.name, spec.table, spec.column, spec.kind
-                )));
-            }
             let name = spec.name.clone();
-            if by_name.insert(name.clone(), Arc::new(Bound { spec, observer })).is_some() {
+            if local.insert(name.clone(), observer).is_some() {
                 return Err(Error::InvalidArgument(format!("two observers are named {name:?}")));
             }
+            wanted.insert(name, spec);
         }
-        let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
-        *reg = Arc::new(Registry::rebuild(by_name));
-        self.inner.signal.bump();
-        Ok(())
+        registry::check_kinds(&wanted)?;
+        let (version, specs) = registry::save(self, |specs| {
+            *specs = wanted.clone();
+            Ok(())
+        })?;
+        self.change_bindings(version, specs, |l| *l = local.clone())
     }
 
-    /// Swaps the implementation of a registered observer atomically (hot reload): runs that
-    /// already started finish on the old one.
+    /// Swaps in the saved bindings `version`/`specs` with this process's observers changed by
+    /// `edit`, acknowledges it, and waits for the other live workers to.
+    fn change_bindings(
+        &self,
+        version: Timestamp,
+        specs: BTreeMap<String, ObserverSpec>,
+        edit: impl FnOnce(&mut BTreeMap<String, Arc<dyn Observer>>),
+    ) -> Result<()> {
+        let mut local = self.inner.registry.read().map_err(|_| Error::Closed)?.local().clone();
+        edit(&mut local);
+        match registry::install(&self.inner, version, specs, Some(local.clone()))? {
+            Some(old) => registry::acknowledge(&self.inner, old),
+            // A newer version (another host's) is already in: keep it, with these observers.
+            None => {
+                registry::install_local(&self.inner, local)?;
+            }
+        }
+        registry::await_acknowledged(&self.inner, version)
+    }
+
+    /// Swaps the implementation of an observer this process runs atomically (hot reload): runs
+    /// that already started finish on the old one. The store's bindings do not change.
     pub fn replace_observer(&self, name: &str, observer: Arc<dyn Observer>) -> Result<()> {
-        let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
-        let old = reg.by_name.get(name).ok_or_else(|| Error::NotFound(format!("observer {name:?}")))?;
-        let mut by_name = reg.by_name.clone();
-        by_name.insert(name.to_owned(), Arc::new(Bound { spec: old.spec.clone(), observer }));
-        *reg = Arc::new(Registry::rebuild(by_name));
-        Ok(())
-    }
-
-    /// Unbinds an observer. Pending notifications of its column stay for other observers; if
-    /// none is left, the scanner turns them into dead letters of [`UNBOUND`].
-    pub fn unregister_observer(&self, name: &str) -> Result<()> {
-        let mut reg = self.inner.registry.write().map_err(|_| Error::Closed)?;
-        if !reg.by_name.contains_key(name) {
+        let mut local = self.inner.registry.read().map_err(|_| Error::Closed)?.local().clone();
+        if !local.contains_key(name) {
             return Err(Error::NotFound(format!("observer {name:?}")));
         }
-        let mut by_name = reg.by_name.clone();
-        by_name.remove(name);
-        *reg = Arc::new(Registry::rebuild(by_name));
+        local.insert(name.to_owned(), observer);
+        registry::install_local(&self.inner, local)?;
         Ok(())
     }
 
-    /// The registered observers.
+    /// Unbinds an observer: removes it from the store's registry and stops running it here.
+    /// Pending notifications of its column stay for other observers; if none is left, the
+    /// scanner turns them into dead letters of [`UNBOUND`].
+    pub fn unregister_observer(&self, name: &str) -> Result<()> {
+        let (version, specs) = registry::save(self, |specs| {
+            specs.remove(name).map(|_| ()).ok_or_else(|| Error::NotFound(format!("observer {name:?}")))
+        })?;
+        self.change_bindings(version, specs, |local| {
+            local.remove(name);
+        })
+    }
+
+    /// The store's bindings: every observer the registry names, whether or not this process
+    /// runs it (see [`Store::local_observers`]).
     pub fn observers(&self) -> Vec<ObserverSpec> {
         // The registry is swapped whole, never changed in place: a poisoned lock still holds a
         // consistent one (an empty answer would hide every binding).
         let registry = self.inner.registry.read().unwrap_or_else(PoisonError::into_inner);
-        registry.by_name.values().map(|b| b.spec.clone()).collect()
+        registry.specs().values().cloned().collect()
+    }
+
+    /// Names of the bindings this process runs (has an observer for).
+    pub fn local_observers(&self) -> Vec<String> {
+        let registry = self.inner.registry.read().unwrap_or_else(PoisonError::into_inner);
+        registry.local().keys().filter(|n| registry.specs().contains_key(*n)).cloned().collect()
     }
 
     /// Up to `limit` pending notifications, in key order.
@@ -475,8 +470,8 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
         // weak cell always has some); the clear keeps their names, and each one's commit
         // notifies again. (A writer that aborts removes its own name.)
     }
-    let registry = inner.registry.read().map_err(|_| Error::Closed)?.clone();
-    let observers = registry.observers(&cell.table, &cell.column);
+    // Not the registry itself: a registry change waits for the commits holding the old one.
+    let observers = inner.registry.read().map_err(|_| Error::Closed)?.observers(&cell.table, &cell.column);
     if observers.is_empty() {
         // The column's binding went away while this was pending. Clearing it silently would
         // lose the change for good (a binding added later is not notified of old writes): keep
@@ -487,6 +482,12 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     let mut settled = true;
     let position = notify_position(cell);
     for b in &observers {
+        let Some(observer) = &b.observer else {
+            // Bound in the store, but this process has no implementation: a host that has one
+            // runs it. Not settled, so the notify cell stays for it.
+            settled = false;
+            continue;
+        };
         let key = (position.clone(), b.spec.name.clone());
         let attempts = {
             let failures = inner.failures.lock().map_err(|_| Error::Closed)?;
@@ -500,7 +501,7 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
             }
         };
         let mut run_ts = None;
-        match run_observer(inner, b, cell, attempts + 1, &mut run_ts) {
+        match run_observer(inner, b, observer.as_ref(), cell, attempts + 1, &mut run_ts) {
             Ok(()) => {
                 inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
             }
@@ -569,6 +570,7 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
 fn run_observer(
     inner: &Arc<Inner>,
     b: &Bound,
+    observer: &dyn Observer,
     cell: &CellRef,
     attempt: u32,
     run_ts: &mut Option<Timestamp>,
@@ -583,7 +585,7 @@ fn run_observer(
         start_ts = tracing::field::Empty,
     );
     let _entered = span.enter();
-    let result = run_observer_in_span(inner, b, cell, attempt, run_ts);
+    let result = run_observer_in_span(inner, b, observer, cell, attempt, run_ts);
     match &result {
         Ok(()) => tracing::debug!("observer run done"),
         Err(ObserveError::Store(e)) if e.is_retryable() => tracing::debug!(error = %e, "observer run conflicted"),
@@ -595,6 +597,7 @@ fn run_observer(
 fn run_observer_in_span(
     inner: &Arc<Inner>,
     b: &Bound,
+    observer: &dyn Observer,
     cell: &CellRef,
     attempt: u32,
     run_ts: &mut Option<Timestamp>,
@@ -623,7 +626,7 @@ fn run_observer_in_span(
         txn.set_reserved(ack_cell, Some(txn.start_ts().raw().to_be_bytes().to_vec()));
     }
     let n = Notification { cell: cell.clone(), kind: b.spec.kind, commit_ts, attempt };
-    b.observer.observe(&mut txn, &n)?;
+    observer.observe(&mut txn, &n)?;
     txn.commit()?;
     inner.counters.observer_runs.fetch_add(1, Ordering::Relaxed);
     Ok(())

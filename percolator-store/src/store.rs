@@ -11,9 +11,10 @@ use crate::bigtable::{Bigtable, Op};
 use crate::error::{Error, Result};
 use crate::mem_backend::MemBigtable;
 use crate::metrics::{Counters, Totals};
-use crate::notify::{FailState, Registry};
+use crate::notify::FailState;
 use crate::oracle::Oracle;
 use crate::redb_backend::{RedbBigtable, RedbConfig};
+use crate::registry::{self, Registry};
 use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
 use crate::worker::{self, Stop};
@@ -61,6 +62,9 @@ pub struct StoreConfig {
     pub observer_backoff: Duration,
     /// Ceiling of [`StoreConfig::observer_backoff`].
     pub observer_backoff_max: Duration,
+    /// On a shared backend, how often the store looks for bindings changed by another host
+    /// (the observed-column registry lives in the store; see `docs/design.md`).
+    pub registry_poll: Duration,
 }
 
 impl Default for StoreConfig {
@@ -73,6 +77,7 @@ impl Default for StoreConfig {
             retry: RetryPolicy::default(),
             observer_backoff: Duration::from_millis(500),
             observer_backoff_max: Duration::from_secs(60),
+            registry_poll: Duration::from_millis(250),
         }
     }
 }
@@ -163,6 +168,11 @@ pub(crate) struct Inner {
     /// Start timestamps of running transactions (with multiplicity), for GC's safepoint.
     pub(crate) active: Mutex<BTreeMap<Timestamp, usize>>,
     pub(crate) registry: RwLock<Arc<Registry>>,
+    /// The registry version every commit of this store sets the notify cells of (published in
+    /// the lease; see `registry::acknowledge`).
+    pub(crate) acked_registry: AtomicU64,
+    /// Running scanners (a store with one takes a share of the notify partitions).
+    pub(crate) scanners: AtomicUsize,
     pub(crate) signal: Signal,
     pub(crate) fence: OnePcFence,
     /// Advisory row locks taken by scanners (row key prefixes).
@@ -239,9 +249,12 @@ impl Store {
         let totals = Totals::load(backend.as_ref())?;
         let worker = oracle.next()?.raw();
         // Its own id is a fresh timestamp: every transaction it runs starts above it.
-        worker::write_lease(backend.as_ref(), worker, config.worker_lease, Timestamp::from_raw(worker))?;
+        // The lease goes first: a registry change that does not see it committed before the
+        // registry is loaded below (see "Several hosts" in docs/design.md).
+        let published = worker::Published { oldest: Timestamp::from_raw(worker), ..Default::default() };
+        worker::write_lease(backend.as_ref(), worker, config.worker_lease, published)?;
         let stop = Arc::new(Stop::default());
-        let lease = config.worker_lease;
+        let (lease, poll) = (config.worker_lease, config.registry_poll);
         let inner = Arc::new(Inner {
             backend,
             oracle,
@@ -249,6 +262,8 @@ impl Store {
             worker,
             active: Mutex::new(BTreeMap::new()),
             registry: RwLock::new(Arc::new(Registry::default())),
+            acked_registry: AtomicU64::new(0),
+            scanners: AtomicUsize::new(0),
             signal: Signal::default(),
             fence: OnePcFence::default(),
             row_locks: Mutex::new(HashSet::new()),
@@ -257,6 +272,13 @@ impl Store {
             totals,
             stop: stop.clone(),
         });
+        let (version, specs) = registry::load(&inner)?;
+        if let Some(old) = registry::install(&inner, version, specs, None)? {
+            registry::acknowledge(&inner, old);
+        }
+        if !inner.backend.exclusive() {
+            registry::spawn_watcher(Arc::downgrade(&inner), stop.clone(), poll);
+        }
         worker::spawn_heartbeat(Arc::downgrade(&inner), stop, lease);
         Ok(Store { inner })
     }
@@ -270,15 +292,23 @@ impl Store {
     /// Runs `body` in a transaction and commits it, retrying on conflict with backoff (per
     /// [`StoreConfig::retry`]). `body` may run several times and must have no side effects
     /// outside the transaction. Returns `body`'s value from the attempt that committed.
-    pub fn run<T>(&self, mut body: impl FnMut(&mut Transaction) -> Result<T>) -> Result<T> {
+    pub fn run<T>(&self, body: impl FnMut(&mut Transaction) -> Result<T>) -> Result<T> {
+        self.run_for_commit_ts(body).map(|(v, _)| v)
+    }
+
+    /// [`Store::run`], also returning the commit timestamp.
+    pub(crate) fn run_for_commit_ts<T>(
+        &self,
+        mut body: impl FnMut(&mut Transaction) -> Result<T>,
+    ) -> Result<(T, Timestamp)> {
         let policy = &self.inner.config.retry;
         let mut backoff = policy.initial_backoff;
         let mut attempt = 1;
         loop {
             let result = self.begin().and_then(|mut txn| {
                 let v = body(&mut txn)?;
-                txn.commit()?;
-                Ok(v)
+                let ts = txn.commit()?;
+                Ok((v, ts))
             });
             match result {
                 Err(e) if e.is_retryable() && attempt < policy.max_attempts => {

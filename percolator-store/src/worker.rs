@@ -7,6 +7,7 @@
 //! exclusive backend (one process owns the file) every lease found at open belongs to an earlier,
 //! dead incarnation and is removed.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -26,23 +27,78 @@ pub(crate) fn lease_key(worker: u64) -> String {
     format!("{LEASE_PREFIX}{worker:020}")
 }
 
-/// Writes `worker`'s lease: its expiry, and `oldest`, a timestamp at or below the start of
-/// every transaction of the worker that runs now or starts later (GC's share of the safepoint
-/// on a shared backend; see [`shared_safepoint`]).
-pub(crate) fn write_lease(backend: &dyn Bigtable, worker: u64, lease: Duration, oldest: Timestamp) -> Result<()> {
+/// What a worker publishes in its lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Published {
+    /// A timestamp at or below the start of every transaction of the worker that runs now or
+    /// starts later (GC's share of the safepoint on a shared backend; see [`shared_safepoint`]).
+    pub(crate) oldest: Timestamp,
+    /// The registry version whose notify cells every commit of the worker sets from now on
+    /// (see `registry::acknowledge`).
+    pub(crate) acked_registry: u64,
+    /// Whether the worker runs a scanner (it takes a share of the notify partitions).
+    pub(crate) scanning: bool,
+}
+
+/// Writes `worker`'s lease: its expiry (now + `lease`) and what it publishes.
+pub(crate) fn write_lease(backend: &dyn Bigtable, worker: u64, lease: Duration, published: Published) -> Result<()> {
     let expiry = now_ms() + lease.as_millis() as u64;
     let mut value = expiry.to_le_bytes().to_vec();
-    value.extend_from_slice(&oldest.raw().to_le_bytes());
+    value.extend_from_slice(&published.oldest.raw().to_le_bytes());
+    value.extend_from_slice(&published.acked_registry.to_le_bytes());
+    value.push(u8::from(published.scanning));
     backend.apply(vec![Op::MetaPut { key: lease_key(worker), value }])?;
     Ok(())
 }
 
-/// A lease value's expiry and published oldest start timestamp (a lease without one publishes
-/// zero: nothing may be collected while it lives).
-fn decode_lease(value: &[u8]) -> Option<(u64, Timestamp)> {
-    let expiry = u64::from_le_bytes(value.get(..8)?.try_into().ok()?);
-    let oldest = value.get(8..16).map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
-    Some((expiry, Timestamp::from_raw(oldest)))
+/// Writes this store's lease now, with what it publishes now.
+pub(crate) fn publish(inner: &Inner) -> Result<()> {
+    let published = Published {
+        oldest: inner.oldest_start()?,
+        acked_registry: inner.acked_registry.load(Ordering::SeqCst),
+        scanning: inner.scanners.load(Ordering::SeqCst) > 0,
+    };
+    write_lease(inner.backend.as_ref(), inner.worker, inner.config.worker_lease, published)
+}
+
+/// A lease value's expiry and what it publishes. Older leases lack fields: a lease without an
+/// oldest start publishes zero (nothing may be collected while it lives), one without a
+/// registry version has acknowledged none, one without a scanner flag runs no scanner.
+fn decode_lease(value: &[u8]) -> Option<(u64, Published)> {
+    let u64_at = |at: usize| value.get(at..at + 8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")));
+    let expiry = u64_at(0)?;
+    Some((
+        expiry,
+        Published {
+            oldest: Timestamp::from_raw(u64_at(8).unwrap_or(0)),
+            acked_registry: u64_at(16).unwrap_or(0),
+            scanning: value.get(24).is_some_and(|b| *b == 1),
+        },
+    ))
+}
+
+/// The live leases: worker id and what each publishes.
+pub(crate) fn live_workers(backend: &dyn Bigtable) -> Result<Vec<(u64, Published)>> {
+    let now = now_ms();
+    let mut out = Vec::new();
+    for (key, value) in backend.meta_scan(LEASE_PREFIX)? {
+        let Ok(id) = key[LEASE_PREFIX.len()..].parse::<u64>() else { continue };
+        if let Some((expiry, published)) = decode_lease(&value)
+            && expiry > now
+        {
+            out.push((id, published));
+        }
+    }
+    Ok(out)
+}
+
+/// Other live workers that have not acknowledged registry `version`.
+pub(crate) fn behind_registry(backend: &dyn Bigtable, me: u64, version: Timestamp) -> Result<Vec<u64>> {
+    Ok(live_workers(backend)?
+        .into_iter()
+        .filter(|(id, p)| *id != me && p.acked_registry < version.raw())
+        .map(|(id, _)| id)
+        .collect())
 }
 
 /// The oldest start timestamp any other live worker of a shared backend has published: GC may
@@ -52,19 +108,7 @@ fn decode_lease(value: &[u8]) -> Option<(u64, Timestamp)> {
 /// publishes less. A worker that opens after this scan starts its transactions above the
 /// caller's own fresh timestamp (taken before).
 pub(crate) fn shared_safepoint(backend: &dyn Bigtable, me: u64) -> Result<Option<Timestamp>> {
-    let now = now_ms();
-    let mut oldest: Option<Timestamp> = None;
-    for (key, value) in backend.meta_scan(LEASE_PREFIX)? {
-        if key == lease_key(me) {
-            continue;
-        }
-        if let Some((expiry, t)) = decode_lease(&value)
-            && expiry > now
-        {
-            oldest = Some(oldest.map_or(t, |o| o.min(t)));
-        }
-    }
-    Ok(oldest)
+    Ok(live_workers(backend)?.into_iter().filter(|(id, _)| *id != me).map(|(_, p)| p.oldest).min())
 }
 
 /// Removes every lease: on an exclusive backend their owners are dead.
@@ -149,9 +193,7 @@ pub(crate) fn spawn_heartbeat(inner: Weak<Inner>, stop: Arc<Stop>, lease: Durati
             while !stop.sleep(lease / 3) {
                 let Some(inner) = inner.upgrade() else { return };
                 // A failed refresh is retried at the next beat; the lease has two beats of slack.
-                if let Ok(oldest) = inner.oldest_start() {
-                    let _ = write_lease(inner.backend.as_ref(), inner.worker, lease, oldest);
-                }
+                let _ = publish(&inner);
             }
         })
         .expect("spawning the lease heartbeat thread");

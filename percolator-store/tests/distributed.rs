@@ -14,14 +14,12 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command};
-use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use common::*;
-use percolator_store::backends::{RedisBigtable, RedisConfig};
-use percolator_store::{Oracle, OracleServer, OracleServiceConfig, Store, StoreConfig};
+use percolator_store::{OracleServer, StoreConfig};
 
 const ACCOUNTS: u64 = 8;
 const INITIAL: u64 = 1000;
@@ -32,23 +30,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// A host's store: the namespace on the cluster, the oracle service (this process a candidate).
 fn open_host(namespace: &str) -> TestStore {
-    let backend = Arc::new(
-        RedisBigtable::open(RedisConfig {
-            nodes: redis_nodes().unwrap(),
-            namespace: namespace.into(),
-            ..RedisConfig::default()
-        })
-        .unwrap(),
-    );
-    let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
-        etcd: etcd_endpoints().unwrap(),
-        namespace: namespace.into(),
-        range: 10_000,
-        ..OracleServiceConfig::default()
-    })
-    .unwrap();
-    let config = StoreConfig { lock_ttl: Duration::from_millis(500), ..StoreConfig::default() };
-    TestStore { store: Store::with_oracle(backend.clone(), oracle, config).unwrap(), backend }
+    shared_store(namespace, StoreConfig { lock_ttl: Duration::from_millis(500), ..StoreConfig::default() })
 }
 
 /// The child: a host doing transfers from 3 threads until killed, printing its oracle

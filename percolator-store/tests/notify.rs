@@ -99,6 +99,59 @@ fn observer_chain_reaches_fixed_point_redb() {
     chain(redb_store(&dir, StoreConfig::default()).store);
 }
 
+/// The bindings live in the store: a store opened later without observers of its own (a
+/// loader, the CLI) still sets the notify cells of observed columns and leaves them pending for
+/// a process that runs the observer (no dead letter); that process runs them when it is back.
+#[test]
+fn bindings_live_in_the_store_so_every_writer_notifies() {
+    let dir = TempDir::new("registry");
+    let upper_spec = spec("upper", "docs", "raw:text", NotifyKind::Strong);
+    {
+        let host = redb_store(&dir, StoreConfig::default());
+        host.register_observer(upper_spec.clone(), observer(|_, _| Ok(()))).unwrap();
+    }
+    {
+        let loader = redb_store(&dir, StoreConfig::default());
+        assert_eq!(loader.observers(), vec![upper_spec.clone()]);
+        assert!(loader.local_observers().is_empty());
+        loader.run(|t| t.set("docs", "r1", "raw:text", "hello")).unwrap();
+        loader.run(|t| t.set("docs", "r1", "raw:other", "unobserved")).unwrap();
+        let pending = loader.pending_notifications(10).unwrap();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        assert_eq!(pending[0].cell.column, "raw:text");
+        // Its scanner cannot run `upper`: the notification stays for a process that can.
+        let scanner = loader.start_scanner(ScannerConfig::default());
+        std::thread::sleep(Duration::from_millis(300));
+        scanner.stop();
+        assert_eq!(loader.pending_notifications(10).unwrap().len(), 1);
+        assert!(loader.dead_letters().unwrap().is_empty());
+        // The same name bound differently is refused: the store's binding stands.
+        let other = ObserverSpec { column: "raw:other".into(), ..upper_spec.clone() };
+        let e = loader.register_observer(other, observer(|_, _| Ok(()))).unwrap_err();
+        assert!(e.to_string().contains("binds that name differently"), "{e}");
+    }
+    let host = redb_store(&dir, StoreConfig::default());
+    let upper = observer(|t, n| {
+        let v = t.get(&n.cell.table, &n.cell.row, "raw:text")?.unwrap_or_default();
+        t.set(&n.cell.table, &n.cell.row, "derived:upper", v.to_ascii_uppercase())?;
+        Ok(())
+    });
+    host.set_observers(vec![(upper_spec.clone(), upper.clone())]).unwrap();
+    assert_eq!(host.local_observers(), vec!["upper".to_string()]);
+    let scanner = host.start_scanner(ScannerConfig::default());
+    assert!(host.wait_quiescent(QUIET).unwrap());
+    scanner.stop();
+    assert_eq!(upper.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(host.begin().unwrap().get("docs", "r1", "derived:upper").unwrap(), Some(b"HELLO".to_vec()));
+    // Unbound, it is gone from the store too: a writer no longer notifies.
+    host.set_observers(vec![]).unwrap();
+    drop(host);
+    let loader = redb_store(&dir, StoreConfig::default());
+    assert!(loader.observers().is_empty());
+    loader.run(|t| t.set("docs", "r2", "raw:text", "bye")).unwrap();
+    assert!(loader.pending_notifications(10).unwrap().is_empty());
+}
+
 #[test]
 fn racing_runs_on_one_row_commit_once() {
     let store = test_store(StoreConfig::default());

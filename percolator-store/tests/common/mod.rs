@@ -116,6 +116,24 @@ pub fn redis_backend() -> RedisBigtable {
     RedisBigtable::open(RedisConfig { nodes, namespace: unique_namespace(), ..RedisConfig::default() }).unwrap()
 }
 
+/// A store over the Redis namespace `namespace` with the shared oracle service (this store one
+/// of its candidates): what a host of several uses. Any number of them may share a namespace.
+pub fn shared_store(namespace: &str, config: StoreConfig) -> TestStore {
+    let nodes = redis_nodes().expect("needs PERCOLATOR_REDIS (run scripts/dev-cluster up)");
+    let etcd = etcd_endpoints().expect("needs PERCOLATOR_ETCD (run scripts/dev-cluster up)");
+    let backend = Arc::new(
+        RedisBigtable::open(RedisConfig { nodes, namespace: namespace.into(), ..RedisConfig::default() }).unwrap(),
+    );
+    let oracle = percolator_store::Oracle::remote_with_candidate(percolator_store::OracleServiceConfig {
+        etcd,
+        namespace: namespace.into(),
+        range: 10_000,
+        ..percolator_store::OracleServiceConfig::default()
+    })
+    .unwrap();
+    TestStore { store: Store::with_oracle(backend.clone(), oracle, config).unwrap(), backend }
+}
+
 /// A namespace no other test (or earlier run) uses.
 pub fn unique_namespace() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
