@@ -8,6 +8,10 @@
 //! trait relies on single-row atomicity only; a backend may batch many row operations into one
 //! underlying commit (group commit) as long as each keeps its own outcome.
 
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
 use crate::error::Result;
 use crate::timestamp::Timestamp;
 
@@ -248,6 +252,16 @@ pub enum Op {
         /// Key.
         key: String,
     },
+    /// Add `delta` to the counter under a metadata key: a u64, 8 bytes little-endian (an
+    /// absent key counts as zero), wrapping on overflow. Atomic, so hosts that share a backend
+    /// add to one total without overwriting each other's counts. A value of another length is
+    /// [`Error::Corrupt`](crate::Error::Corrupt).
+    MetaAdd {
+        /// Key.
+        key: String,
+        /// What to add.
+        delta: u64,
+    },
 }
 
 /// A cell as seen by a reader at some timestamp.
@@ -416,6 +430,48 @@ pub trait Bigtable: Send + Sync + 'static {
 
     /// Commit counters.
     fn stats(&self) -> BackendStats;
+
+    /// How many partitions the notify group has for scanners of several processes to share
+    /// out (see "Several hosts" in `docs/design.md`); 1 (the default) if it is one range.
+    fn notify_partitions(&self) -> u32 {
+        1
+    }
+
+    /// [`Bigtable::scan_notify`] within one partition (`partition < notify_partitions()`); a
+    /// position passed as `from` must be of that partition. The default has one partition.
+    fn scan_notify_partition(&self, partition: u32, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
+        debug_assert_eq!(partition, 0, "one notify partition");
+        self.scan_notify(from, limit)
+    }
+
+    /// Takes the scanners' advisory lock of a row (`row_key` as `key::row_prefix` encodes it)
+    /// for `owner` (a worker id), expiring after `ttl`, across every process that uses the
+    /// store; `false` if another owner holds it. The default (for exclusive backends, where
+    /// the process's own row locks suffice) always takes it.
+    fn try_lock_row(&self, row_key: &[u8], owner: u64, ttl: Duration) -> Result<bool> {
+        let _ = (row_key, owner, ttl);
+        Ok(true)
+    }
+
+    /// Releases a row lock [`Bigtable::try_lock_row`] gave `owner` (nothing if it expired and
+    /// someone else took it).
+    fn unlock_row(&self, row_key: &[u8], owner: u64) -> Result<()> {
+        let _ = (row_key, owner);
+        Ok(())
+    }
+
+    /// Tells the scanners of other processes that notify cells of these rows (`row_key`s) were
+    /// set. Best effort and must not block: a lost wakeup only delays work until a scanner's
+    /// next look. The default does nothing (no other process uses an exclusive backend).
+    fn wake(&self, row_keys: &[Vec<u8>]) {
+        let _ = row_keys;
+    }
+
+    /// Calls `on_wake` whenever another process calls [`Bigtable::wake`], from a thread of its
+    /// own, until `stop` is set. Returns at once. The default does nothing.
+    fn watch_wakes(&self, on_wake: Box<dyn Fn() + Send>, stop: Arc<AtomicBool>) {
+        let _ = (on_wake, stop);
+    }
 }
 
 /// The notify-position encoding of a cell, as passed to [`Bigtable::scan_notify`].

@@ -360,5 +360,17 @@ pub(crate) fn apply_op(
             meta.delete(key.as_bytes())?;
             Ok(Outcome::Applied)
         }
+        Op::MetaAdd { key, delta } => {
+            let current = match meta.get(key.as_bytes())? {
+                None => 0,
+                Some(v) => u64::from_le_bytes(
+                    v.as_slice()
+                        .try_into()
+                        .map_err(|_| Error::Corrupt(format!("counter {key:?} is {} bytes, not 8", v.len())))?,
+                ),
+            };
+            meta.put(key.as_bytes(), &current.wrapping_add(*delta).to_le_bytes())?;
+            Ok(Outcome::Applied)
+        }
     }
 }

@@ -209,10 +209,12 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
             span.record("commit_ts", ts.raw());
             tracing::debug!("committed");
             inner.counters.commits.fetch_add(1, Ordering::Relaxed);
-            let notified = !txn.weak.is_empty()
-                || txn.writes.keys().any(|c| registry.kind_of(&c.table, &c.column) == Some(NotifyKind::Strong));
-            if notified {
-                inner.signal.bump();
+            let mut notified: Vec<&CellRef> = txn.weak.iter().collect();
+            notified.extend(
+                txn.writes.keys().filter(|c| registry.kind_of(&c.table, &c.column) == Some(NotifyKind::Strong)),
+            );
+            if !notified.is_empty() {
+                inner.notified(notified.into_iter().map(|c| key::row_prefix(&c.table, &c.row)));
             }
         }
         Err(e) if e.is_retryable() => {

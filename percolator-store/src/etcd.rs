@@ -129,6 +129,43 @@ impl Etcd {
         Ok(())
     }
 
+    /// The endpoints this client uses.
+    pub(crate) fn endpoints(&self) -> &[String] {
+        &self.endpoints
+    }
+
+    /// Puts `key = value` attached to `lease`.
+    pub(crate) fn put(&self, key: &str, value: &[u8], lease: i64) -> Result<()> {
+        self.post(
+            "/v3/kv/put",
+            &json!({ "key": b64(key.as_bytes()), "value": b64(value), "lease": lease.to_string() }),
+        )?;
+        Ok(())
+    }
+
+    /// Every key starting with `prefix`, with its value, in key order.
+    pub(crate) fn range_prefix(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        // The range end of a prefix: the prefix with its last byte incremented (no prefix used
+        // here ends in 0xFF).
+        let mut end = prefix.as_bytes().to_vec();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let v = self.post("/v3/kv/range", &json!({ "key": b64(prefix.as_bytes()), "range_end": b64(&end) }))?;
+        Ok(v["kvs"]
+            .as_array()
+            .map(|kvs| {
+                kvs.iter()
+                    .filter_map(|kv| {
+                        let key = kv["key"].as_str().and_then(|s| B64.decode(s).ok())?;
+                        let value = kv["value"].as_str().and_then(|s| B64.decode(s).ok()).unwrap_or_default();
+                        Some((String::from_utf8(key).ok()?, value))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+
     /// Reads one key.
     pub(crate) fn get(&self, key: &str) -> Result<Option<Kv>> {
         let v = self.post("/v3/kv/range", &json!({ "key": b64(key.as_bytes()) }))?;

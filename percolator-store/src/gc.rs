@@ -42,7 +42,7 @@ impl Store {
     pub fn gc(&self) -> Result<GcStats> {
         let mut safepoint = self.safepoint()?;
         if !self.inner.backend.exclusive()
-            && let Some(others) = worker::shared_safepoint(self.inner.backend.as_ref(), self.inner.worker)?
+            && let Some(others) = worker::shared_safepoint(&self.inner)?
         {
             // Other hosts' transactions read this backend too.
             safepoint = safepoint.min(others);

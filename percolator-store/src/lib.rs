@@ -87,7 +87,7 @@ pub use notify::{
 pub use oracle::Oracle;
 pub use oracle_service::{OracleServer, OracleServiceConfig};
 pub use redb_backend::{Durability, RedbConfig};
-pub use scanner::{Scanner, ScannerConfig};
+pub use scanner::{SHARE_REFRESH, Scanner, ScannerConfig};
 pub use store::{RetryPolicy, Store, StoreConfig};
 pub use timestamp::Timestamp;
 pub use transaction::{ScanEntry, Transaction};

@@ -5,18 +5,19 @@
 //! atomic counters, and [`Metrics::counters`], the list a caller renders (a JSON map, Prometheus
 //! lines) without naming any counter. A new counter is one line of the table.
 //!
-//! The protocol's counters are totals over the store's life: each is saved under the metadata
-//! key `metrics/<name>` (8 bytes, little-endian) when the store closes and on
-//! [`Store::persist_metrics`], and the next open starts from what it finds there.
+//! The protocol's counters are totals over the store's life and over every host that shares
+//! it: each is a metadata counter `metrics/<name>` (8 bytes, little-endian) to which the store
+//! **adds** its counts since its last save ([`Op::MetaAdd`], atomic) when it closes and on
+//! [`Store::persist_metrics`]; the next open starts from what it finds there, and each save
+//! reads back what every host added.
 //!
-//! A user of the store keeps its own counts as totals the same way: [`Store::save_totals`]
-//! saves a set of named counts under a key of its choosing (`totals/<key>`), and
-//! [`Store::saved_totals`] reads them back after the next open (the host keeps each binding's
-//! observer runs so).
+//! A user of the store keeps its own counts as totals the same way: [`Store::add_totals`] adds
+//! named counts under a key of its choosing, and [`Store::saved_totals`] reads the totals back
+//! (the host keeps each binding's observer runs so).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 use crate::bigtable::{BackendStats, Bigtable, Op};
 use crate::error::{Error, Result};
@@ -25,9 +26,14 @@ use crate::store::{Inner, Store};
 /// Metadata key prefix of the saved totals: `metrics/<counter name>` → u64 little-endian.
 const TOTALS_PREFIX: &str = "metrics/";
 
-/// Metadata key prefix of the totals users of the store save ([`Store::save_totals`]):
-/// `totals/<key>` → [`encode_named`] of the named counts.
+/// Metadata key prefix of the totals users of the store saved whole before they were added to
+/// ([`Store::saved_totals`] still counts them): `totals/<key>` → [`encode_named`] of the
+/// named counts.
 const USER_TOTALS_PREFIX: &str = "totals/";
+
+/// Metadata key prefix of the counters of [`Store::add_totals`]: `counts/<len>:<key>/<name>` →
+/// u64 little-endian (the key's length makes a key that contains `/` unambiguous).
+const USER_COUNTS_PREFIX: &str = "counts/";
 
 /// Version byte of [`encode_named`]'s format.
 const NAMED_FORMAT: u8 = 1;
@@ -133,54 +139,81 @@ counters! {
     }
 }
 
-/// What a store started from, and what it saved last.
+/// What a store adds its counts to.
 pub(crate) struct Totals {
-    /// The totals found in the store when it opened.
-    saved: Metrics,
+    /// The saved totals without this store's counts in them: what the store found at open,
+    /// then what every host had saved at this store's last save, minus its own share.
+    base: Mutex<Metrics>,
     /// The backend's stats when the store opened: the backend counters count from there.
     opened: BackendStats,
-    /// The totals the last save wrote (at open: `saved`). Also serializes saves, so that a
-    /// slower save never overwrites a newer total.
-    written: Mutex<Vec<(&'static str, u64)>>,
+    /// This store's own counts that its saves have added so far. Also serializes saves, so
+    /// that no count is added twice.
+    added: Mutex<Metrics>,
+}
+
+/// The saved totals of the counters. A name this version does not know (a newer version's
+/// counter) is left alone.
+fn load_saved(backend: &dyn Bigtable) -> Result<Metrics> {
+    let mut saved = Metrics::default();
+    for (key, value) in backend.meta_scan(TOTALS_PREFIX)? {
+        let Some(total) = saved.total_mut(&key[TOTALS_PREFIX.len()..]) else { continue };
+        let bytes = value.try_into().map_err(|_| Error::Corrupt(format!("counter total {key:?} is not 8 bytes")))?;
+        *total = u64::from_le_bytes(bytes);
+    }
+    Ok(saved)
+}
+
+/// `a - b`, counter by counter (saturating).
+fn minus(a: &Metrics, b: &Metrics) -> Metrics {
+    let mut out = *a;
+    for (name, value) in b.totals() {
+        if let Some(t) = out.total_mut(name) {
+            *t = t.saturating_sub(value);
+        }
+    }
+    out
 }
 
 impl Totals {
-    /// Reads the saved totals. A name this version does not know (a newer version's counter)
-    /// is left alone.
+    /// Reads the saved totals.
     pub(crate) fn load(backend: &dyn Bigtable) -> Result<Totals> {
         let opened = backend.stats();
-        let mut saved = Metrics::default();
-        for (key, value) in backend.meta_scan(TOTALS_PREFIX)? {
-            let Some(total) = saved.total_mut(&key[TOTALS_PREFIX.len()..]) else { continue };
-            let bytes =
-                value.try_into().map_err(|_| Error::Corrupt(format!("counter total {key:?} is not 8 bytes")))?;
-            *total = u64::from_le_bytes(bytes);
-        }
-        Ok(Totals { saved, opened, written: Mutex::new(saved.totals()) })
+        let saved = load_saved(backend)?;
+        Ok(Totals { base: Mutex::new(saved), opened, added: Mutex::new(Metrics::default()) })
     }
 }
 
 impl Inner {
     pub(crate) fn metrics(&self) -> Metrics {
-        self.counters.snapshot(&self.totals.saved, self.backend.stats(), self.totals.opened)
+        // A plain value no panic can leave half-written.
+        let base = *self.totals.base.lock().unwrap_or_else(PoisonError::into_inner);
+        self.counters.snapshot(&base, self.backend.stats(), self.totals.opened)
+    }
+
+    /// This store's own counts of the protocol's counters (the backend's stats are not saved).
+    fn own_counts(&self) -> Metrics {
+        self.counters.snapshot(&Metrics::default(), BackendStats::default(), BackendStats::default())
     }
 
     pub(crate) fn persist_metrics(&self) -> Result<()> {
-        let mut written = self.totals.written.lock().map_err(|_| Error::Closed)?;
-        let now = self.metrics().totals();
-        let ops: Vec<Op> = now
-            .iter()
-            .zip(written.iter())
-            .filter(|(now, last)| now != last)
-            .map(|(&(name, total), _)| Op::MetaPut {
-                key: format!("{TOTALS_PREFIX}{name}"),
-                value: total.to_le_bytes().to_vec(),
-            })
+        let mut added = self.totals.added.lock().map_err(|_| Error::Closed)?;
+        let own = self.own_counts();
+        let ops: Vec<Op> = own
+            .totals()
+            .into_iter()
+            .zip(added.totals())
+            .filter(|((_, now), (_, last))| now > last)
+            .map(|((name, now), (_, last))| Op::MetaAdd { key: format!("{TOTALS_PREFIX}{name}"), delta: now - last })
             .collect();
         if !ops.is_empty() {
+            // After an error the counts are added again next time: an add whose outcome was
+            // unknown may then count twice.
             self.backend.apply(ops)?;
-            *written = now;
+            *added = own;
         }
+        // What every host saved so far, less this store's share (which `metrics` adds live).
+        let saved = load_saved(self.backend.as_ref())?;
+        *self.totals.base.lock().map_err(|_| Error::Closed)? = minus(&saved, &added);
         Ok(())
     }
 }
@@ -207,34 +240,52 @@ impl Store {
 }
 
 impl Store {
-    /// Saves `totals`, named counts of the caller's (an observer's runs and failures, say),
-    /// under `key`, replacing whatever was saved there; [`Store::saved_totals`] reads them
-    /// back, also after the store is closed and opened again. This is how a user of the store
-    /// keeps its own counters as totals across restarts, the way the store keeps its own (see
-    /// [`Metrics`]): it starts from the saved counts when it opens and saves its counts now and
-    /// then, and when it stops. `key` is any non-empty text; names may repeat (the last one
-    /// wins when read).
+    /// Adds named counts of the caller's (an observer's runs and failures, say) to the totals
+    /// saved under `key`; [`Store::saved_totals`] reads the totals back, also after the store
+    /// is closed and opened again, and from any host that shares the store. This is how a user
+    /// of the store keeps its own counters as totals across restarts and hosts, the way the
+    /// store keeps its own (see [`Metrics`]): it adds what it counted since its last call, now
+    /// and then and when it stops. `key` is any non-empty text. Each count is its own counter,
+    /// added atomically, so hosts adding at once lose nothing.
     ///
     /// # After a failure
-    /// Nothing was saved under `key` or everything was: the counts are one metadata value,
-    /// written in one operation. What was saved before stays until a save succeeds.
-    pub fn save_totals(&self, key: &str, totals: &[(&str, u64)]) -> Result<()> {
-        let key = user_totals_key(key)?;
-        self.inner.backend.apply(vec![Op::MetaPut { key, value: encode_named(totals) }])?;
+    /// Some counts may have been added and others not; if the outcome was unknown (the backend
+    /// failed mid-write), adding the same counts again may count them twice.
+    pub fn add_totals(&self, key: &str, counts: &[(&str, u64)]) -> Result<()> {
+        user_totals_key(key)?;
+        let ops: Vec<Op> = counts
+            .iter()
+            .filter(|(_, delta)| *delta > 0)
+            .map(|(name, delta)| Op::MetaAdd { key: format!("{}{name}", user_counts_prefix(key)), delta: *delta })
+            .collect();
+        self.inner.backend.apply(ops)?;
         Ok(())
     }
 
-    /// The counts [`Store::save_totals`] last saved under `key`, by name; empty if nothing
-    /// was saved there. Fails with [`Error::Corrupt`] if the saved value does not decode.
+    /// The totals of the counts [`Store::add_totals`] added under `key`, by name (with what an
+    /// earlier version saved whole under it); empty if nothing was. Fails with
+    /// [`Error::Corrupt`] if a saved value does not decode.
     pub fn saved_totals(&self, key: &str) -> Result<BTreeMap<String, u64>> {
-        let key = user_totals_key(key)?;
-        match self.inner.backend.meta_get(&key)? {
-            None => Ok(BTreeMap::new()),
+        let whole = user_totals_key(key)?;
+        let mut out = match self.inner.backend.meta_get(&whole)? {
+            None => BTreeMap::new(),
             Some(value) => {
-                decode_named(&value).ok_or_else(|| Error::Corrupt(format!("saved totals {key:?} do not decode")))
+                decode_named(&value).ok_or_else(|| Error::Corrupt(format!("saved totals {whole:?} do not decode")))?
             }
+        };
+        let prefix = user_counts_prefix(key);
+        for (k, value) in self.inner.backend.meta_scan(&prefix)? {
+            let bytes: [u8; 8] =
+                value.try_into().map_err(|_| Error::Corrupt(format!("saved count {k:?} is not 8 bytes")))?;
+            let total = out.entry(k[prefix.len()..].to_owned()).or_default();
+            *total = total.wrapping_add(u64::from_le_bytes(bytes));
         }
+        Ok(out)
     }
+}
+
+fn user_counts_prefix(key: &str) -> String {
+    format!("{USER_COUNTS_PREFIX}{}:{key}/", key.len())
 }
 
 fn user_totals_key(key: &str) -> Result<String> {
@@ -245,7 +296,9 @@ fn user_totals_key(key: &str) -> Result<String> {
 }
 
 /// Named counts as bytes: [`NAMED_FORMAT`], then per count its name's length (u32), the name
-/// (UTF-8) and the count (u64), integers little-endian.
+/// (UTF-8) and the count (u64), integers little-endian. (What earlier versions saved; written
+/// now only by tests.)
+#[cfg(test)]
 fn encode_named(totals: &[(&str, u64)]) -> Vec<u8> {
     let mut out = vec![NAMED_FORMAT];
     for (name, value) in totals {
@@ -288,22 +341,44 @@ mod tests {
     }
 
     #[test]
-    fn saved_totals_come_back_by_name() {
+    fn added_totals_come_back_by_name() {
         let store = Store::in_memory(Default::default()).unwrap();
         assert!(store.saved_totals("observer/upper").unwrap().is_empty(), "nothing saved yet");
-        store.save_totals("observer/upper", &[("runs", 7), ("failures", 1), ("ünïcode", u64::MAX)]).unwrap();
-        store.save_totals("observer/other", &[]).unwrap();
+        store.add_totals("observer/upper", &[("runs", 7), ("failures", 1), ("ünïcode", u64::MAX)]).unwrap();
+        store.add_totals("observer/other", &[("runs", 0)]).unwrap();
+        // A key that is a prefix of another, with a slash: no mix-up.
+        store.add_totals("observer/upper/runs", &[("x", 5)]).unwrap();
         let saved = store.saved_totals("observer/upper").unwrap();
         let expected = [("failures", 1), ("runs", 7), ("ünïcode", u64::MAX)].map(|(k, v)| (k.to_owned(), v));
         assert_eq!(saved, BTreeMap::from(expected));
         assert!(store.saved_totals("observer/other").unwrap().is_empty());
-        // A save replaces the whole set.
-        store.save_totals("observer/upper", &[("runs", 8)]).unwrap();
-        assert_eq!(store.saved_totals("observer/upper").unwrap(), BTreeMap::from([("runs".to_owned(), 8)]));
+        // Adds add up; a whole set saved by an earlier version counts too.
+        store.add_totals("observer/upper", &[("runs", 3)]).unwrap();
+        store
+            .inner
+            .backend
+            .apply(vec![Op::MetaPut { key: "totals/observer/upper".into(), value: encode_named(&[("runs", 100)]) }])
+            .unwrap();
+        assert_eq!(store.saved_totals("observer/upper").unwrap()["runs"], 110);
         // They are not the store's counters, nor dead letters.
         assert_eq!(store.metrics().observer_runs, 0);
         assert!(store.dead_letters().unwrap().is_empty());
-        assert!(matches!(store.save_totals("", &[]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(store.add_totals("", &[]), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn hosts_add_to_one_total_of_each_counter() {
+        let backend: std::sync::Arc<dyn Bigtable> = std::sync::Arc::new(crate::backends::MemBigtable::new());
+        let a = Store::with_backend(backend.clone(), Default::default()).unwrap();
+        a.run(|t| t.set("t", "r", "c", "1")).unwrap();
+        a.persist_metrics().unwrap();
+        a.persist_metrics().unwrap();
+        // Another host on the same backend adds its own commits.
+        backend.apply(vec![Op::MetaAdd { key: "metrics/commits".into(), delta: 5 }]).unwrap();
+        a.run(|t| t.set("t", "r", "c", "2")).unwrap();
+        a.persist_metrics().unwrap();
+        assert_eq!(a.metrics().commits, 7, "its own 2 and the other's 5, each counted once");
+        assert_eq!(backend.meta_get("metrics/commits").unwrap(), Some(7u64.to_le_bytes().to_vec()));
     }
 
     #[test]

@@ -321,7 +321,7 @@ impl Store {
         let mut failures = self.inner.failures.lock().unwrap_or_else(PoisonError::into_inner);
         failures.remove(&(notify_position(&dead.cell), dead.observer.clone()));
         drop(failures);
-        self.inner.signal.bump();
+        self.inner.notified(std::iter::once(key::row_prefix(&dead.cell.table, &dead.cell.row)));
         Ok(())
     }
 
@@ -393,7 +393,7 @@ impl Store {
                 })
                 .collect();
             self.inner.backend.apply(ops)?;
-            self.inner.signal.bump();
+            self.inner.notified(page.iter().map(|e| key::row_prefix(table, &e.row)));
             notified += page.len() as u64;
             if page.len() < NOTIFY_EXISTING_PAGE {
                 break;

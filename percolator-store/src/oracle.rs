@@ -100,6 +100,15 @@ impl Oracle {
         }
     }
 
+    /// The etcd endpoints and namespace of a shared oracle's service (where the hosts' worker
+    /// leases live too), or `None` for an in-process oracle.
+    pub(crate) fn service(&self) -> Option<(Vec<String>, String)> {
+        match &self.kind {
+            Kind::Remote(client, _) => Some(client.service()),
+            Kind::Local(_) => None,
+        }
+    }
+
     /// Whether this oracle is a service shared by every host (not one process's own).
     pub fn is_shared(&self) -> bool {
         matches!(self.kind, Kind::Remote(..))

@@ -236,7 +236,7 @@ pub(crate) fn await_acknowledged(inner: &Inner, version: Timestamp) -> Result<()
     }
     let deadline = Instant::now() + inner.config.worker_lease + Duration::from_secs(1);
     loop {
-        let behind = worker::behind_registry(inner.backend.as_ref(), inner.worker, version)?;
+        let behind = worker::behind_registry(inner, version)?;
         if behind.is_empty() {
             return Ok(());
         }

@@ -1,15 +1,21 @@
 //! The notification scanner (paper §2.4, "bus clumping").
 //!
 //! Several threads each start at a random position in the notify locality group and walk it in
-//! key order. Before running observers on a row a thread takes an advisory in-memory row lock;
-//! if another thread holds it, the thread **teleports** to a new random position instead of
-//! trailing it. A thread that completes a full lap without clearing anything sleeps until a
-//! commit sets a notify cell (or a short timeout, for retries after failures).
+//! key order. Before running observers on a row a thread takes an advisory row lock (in memory,
+//! and on a shared backend also in the backend, across hosts); if another thread holds it, the
+//! thread **teleports** to a new random position instead of trailing it. A thread that
+//! completes a full lap without clearing anything sleeps until a commit sets a notify cell (or
+//! a short timeout, for retries after failures).
+//!
+//! On a backend whose notify group has several partitions (Redis: its buckets), the stores
+//! that run scanners share the partitions out by their live worker leases: each walks only its
+//! share, and a share is recomputed every [`SHARE_REFRESH`] (see "Several hosts" in
+//! `docs/design.md`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::RngExt;
 
@@ -18,6 +24,10 @@ use crate::error::Error;
 use crate::key;
 use crate::notify::CellOutcome;
 use crate::store::{Inner, Store};
+use crate::worker;
+
+/// How often a scanner thread recomputes its share of the notify partitions.
+pub const SHARE_REFRESH: Duration = Duration::from_secs(1);
 
 /// Scanner settings.
 #[derive(Clone, Debug)]
@@ -29,11 +39,19 @@ pub struct ScannerConfig {
     /// Longest an idle thread sleeps before looking again without being woken (bounds the
     /// delay of retries after failures).
     pub idle_wait: Duration,
+    /// Expiry of a row lock held in a shared backend (a scanner that dies holding one frees it
+    /// after this long). A run longer than this only lets another host's run start too.
+    pub row_lock_ttl: Duration,
 }
 
 impl Default for ScannerConfig {
     fn default() -> ScannerConfig {
-        ScannerConfig { threads: 2, batch: 256, idle_wait: Duration::from_millis(100) }
+        ScannerConfig {
+            threads: 2,
+            batch: 256,
+            idle_wait: Duration::from_millis(100),
+            row_lock_ttl: Duration::from_secs(30),
+        }
     }
 }
 
@@ -48,6 +66,20 @@ impl Store {
     /// Starts scanner threads that run observers on pending notifications.
     pub fn start_scanner(&self, config: ScannerConfig) -> Scanner {
         let stop = Arc::new(AtomicBool::new(false));
+        // Take a share of the notify partitions at once: publish the scanner in the lease.
+        self.inner.scanners.fetch_add(1, Ordering::SeqCst);
+        if !self.inner.backend.exclusive() {
+            if let Err(e) = worker::publish(&self.inner) {
+                tracing::warn!(error = %e, "scanner: publishing it in the worker lease failed (the heartbeat retries)");
+            }
+            let inner = Arc::downgrade(&self.inner);
+            let on_wake = Box::new(move || {
+                if let Some(inner) = inner.upgrade() {
+                    inner.signal.bump();
+                }
+            });
+            self.inner.backend.watch_wakes(on_wake, stop.clone());
+        }
         let threads = (0..config.threads.max(1))
             .map(|i| {
                 let (store, stop, config) = (self.clone(), stop.clone(), config.clone());
@@ -68,7 +100,9 @@ impl Scanner {
     }
 
     fn shutdown(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
+        if self.stop.swap(true, Ordering::SeqCst) {
+            return;
+        }
         self.inner.signal.bump();
         for t in self.threads.drain(..) {
             if let Err(panic) = t.join() {
@@ -80,6 +114,12 @@ impl Scanner {
                     .unwrap_or("(no message)");
                 tracing::warn!(panic = message, "a scanner thread had stopped: it panicked");
             }
+        }
+        self.inner.scanners.fetch_sub(1, Ordering::SeqCst);
+        if !self.inner.backend.exclusive()
+            && let Err(e) = worker::publish(&self.inner)
+        {
+            tracing::debug!(error = %e, "scanner: withdrawing it from the worker lease failed (the heartbeat retries)");
         }
     }
 }
@@ -96,31 +136,125 @@ fn random_position() -> Vec<u8> {
     b
 }
 
-/// Releases an advisory row lock even if an observer panics.
+/// The notify partitions a scanner thread walks, recomputed every [`SHARE_REFRESH`].
+struct Share {
+    total: u32,
+    parts: Vec<u32>,
+    refreshed: Instant,
+}
+
+impl Share {
+    fn new(inner: &Inner) -> Share {
+        let total = inner.backend.notify_partitions().max(1);
+        let mut share = Share { total, parts: (0..total).collect(), refreshed: Instant::now() };
+        share.refresh(inner);
+        share
+    }
+
+    /// Recomputes the share: with `n` live scanning workers, sorted by id, the worker of rank
+    /// `r` takes the partitions `p` with `p mod n = r`. One partition, or an exclusive backend:
+    /// all of it. If the leases cannot be read, the share stays as it was.
+    fn refresh(&mut self, inner: &Inner) {
+        self.refreshed = Instant::now();
+        if self.total == 1 || inner.backend.exclusive() {
+            return;
+        }
+        let mut ids: Vec<u64> = match inner.liveness.live(inner.backend.as_ref()) {
+            Ok(live) => live.into_iter().filter(|(_, p)| p.scanning).map(|(id, _)| id).collect(),
+            Err(e) => {
+                tracing::debug!(error = %e, "scanner: reading the live workers failed; keeping the share");
+                return;
+            }
+        };
+        if !ids.contains(&inner.worker) {
+            ids.push(inner.worker);
+        }
+        ids.sort_unstable();
+        let n = ids.len() as u32;
+        let rank = ids.iter().position(|id| *id == inner.worker).expect("own id is in") as u32;
+        let parts: Vec<u32> = (0..self.total).filter(|p| p % n == rank).collect();
+        if parts != self.parts {
+            tracing::debug!(workers = n, rank, ?parts, "scanner: new share of the notify partitions");
+            self.parts = parts;
+        }
+    }
+
+    fn due(&self) -> bool {
+        self.refreshed.elapsed() >= SHARE_REFRESH
+    }
+
+    /// A random partition of the share and a random position in it.
+    fn random(&self) -> (u32, Option<Vec<u8>>) {
+        let at = match self.parts.len() {
+            0 => 0,
+            n => self.parts[rand::random_range(0..n)],
+        };
+        (at, Some(random_position()))
+    }
+
+    /// The partition of the share after `at` (wrapping).
+    fn next_after(&self, at: u32) -> u32 {
+        self.parts.iter().copied().find(|p| *p > at).or_else(|| self.parts.first().copied()).unwrap_or(0)
+    }
+}
+
+/// An advisory row lock, released when dropped (even if an observer panics): the process's
+/// own, and on a shared backend the backend's, which keeps scanners of other hosts off the row.
 ///
 /// The set of held rows is changed only by single `insert`/`remove` calls, so a panic while the
 /// mutex was held cannot leave it half-updated: a poisoned mutex is used as it is (treating it
 /// as an error would make every row look held, or never released, for good).
-struct RowLock<'a>(&'a Inner, Vec<u8>);
+struct RowLock<'a> {
+    inner: &'a Inner,
+    row: Vec<u8>,
+    /// Whether the backend's lock is held too.
+    shared: bool,
+}
 
 impl<'a> RowLock<'a> {
-    fn try_take(inner: &'a Inner, row: Vec<u8>) -> Option<RowLock<'a>> {
+    fn try_take(inner: &'a Inner, row: Vec<u8>, ttl: Duration) -> Option<RowLock<'a>> {
         let mut locks = inner.row_locks.lock().unwrap_or_else(PoisonError::into_inner);
-        locks.insert(row.clone()).then(|| RowLock(inner, row))
+        if !locks.insert(row.clone()) {
+            return None;
+        }
+        drop(locks);
+        let mut lock = RowLock { inner, row, shared: false };
+        if inner.backend.exclusive() {
+            return Some(lock);
+        }
+        match inner.backend.try_lock_row(&lock.row, inner.worker, ttl) {
+            Ok(true) => {
+                lock.shared = true;
+                Some(lock)
+            }
+            Ok(false) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "scanner: taking a row lock in the backend failed; skipping the row");
+                None
+            }
+        }
     }
 }
 
 impl Drop for RowLock<'_> {
     fn drop(&mut self) {
-        self.0.row_locks.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.1);
+        if self.shared
+            && let Err(e) = self.inner.backend.unlock_row(&self.row, self.inner.worker)
+        {
+            tracing::debug!(error = %e, "scanner: releasing a row lock in the backend failed (it expires)");
+        }
+        self.inner.row_locks.lock().unwrap_or_else(PoisonError::into_inner).remove(&self.row);
     }
 }
 
 fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
     let inner = &store.inner;
-    let mut pos: Option<Vec<u8>> = Some(random_position());
-    // Progress since the last time this thread reached the end of the notify group. Starts
-    // true so the part before the random start is scanned before the first sleep.
+    let mut share = Share::new(inner);
+    let (mut at, mut pos) = share.random();
+    // Partition ends reached since the last lap check: a lap is one end per partition.
+    let mut ends = 0usize;
+    // Progress since the last lap check. Starts true so the part before the random start is
+    // scanned before the first sleep.
     let mut progressed = true;
     let mut generation = inner.signal.generation();
     // Teleports since this thread last ran a row: when every pending row is held by others,
@@ -130,11 +264,24 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
     // once, then at debug on every retry (they come every `idle_wait`).
     let mut failing = false;
     while !stop.load(Ordering::SeqCst) {
+        if share.due() {
+            share.refresh(inner);
+            if !share.parts.contains(&at) {
+                (at, pos) = share.random();
+                ends = 0;
+            }
+        }
+        if share.parts.is_empty() {
+            // More scanning workers than partitions: this one waits for a share.
+            inner.signal.wait_change(generation, config.idle_wait);
+            generation = inner.signal.generation();
+            continue;
+        }
         if idle_teleports >= 4 {
             inner.signal.wait_change(generation, Duration::from_millis(5));
             idle_teleports = 0;
         }
-        let batch = match inner.backend.scan_notify(pos.as_deref(), config.batch) {
+        let batch = match inner.backend.scan_notify_partition(at, pos.as_deref(), config.batch) {
             Ok(b) => {
                 if std::mem::take(&mut failing) {
                     tracing::info!("scanner: reading pending notifications works again");
@@ -167,10 +314,11 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
                 pos = Some(row_key);
                 break;
             }
-            let Some(_lock) = RowLock::try_take(inner, row_key.clone()) else {
+            let Some(_lock) = RowLock::try_take(inner, row_key.clone(), config.row_lock_ttl) else {
                 inner.counters.teleports.fetch_add(1, Ordering::Relaxed);
                 idle_teleports += 1;
-                pos = Some(random_position());
+                (at, pos) = share.random();
+                ends = 0;
                 teleported = true;
                 break;
             };
@@ -189,14 +337,21 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
         if teleported || full {
             continue;
         }
-        // Reached the end of the notify group: wrap around, or sleep if a whole lap did nothing.
+        // Reached the end of partition `at`: go on with the next one of the share.
+        at = share.next_after(at);
+        pos = None;
+        ends += 1;
+        if ends < share.parts.len() {
+            continue;
+        }
+        // A lap: sleep if it did nothing.
+        ends = 0;
         let now = inner.signal.generation();
         if !progressed && now == generation {
             inner.signal.wait_change(generation, config.idle_wait);
         }
         generation = inner.signal.generation();
         progressed = false;
-        pos = None;
     }
 }
 

@@ -17,7 +17,7 @@ use crate::redb_backend::{RedbBigtable, RedbConfig};
 use crate::registry::{self, Registry};
 use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
-use crate::worker::{self, Stop};
+use crate::worker::{self, Liveness, Stop};
 
 /// How [`Store::run`] retries conflicts.
 #[derive(Clone, Debug)]
@@ -165,6 +165,8 @@ pub(crate) struct Inner {
     pub(crate) config: StoreConfig,
     /// This store's worker id (liveness token).
     pub(crate) worker: u64,
+    /// Where its lease, and every worker's, lives.
+    pub(crate) liveness: Liveness,
     /// Start timestamps of running transactions (with multiplicity), for GC's safepoint.
     pub(crate) active: Mutex<BTreeMap<Timestamp, usize>>,
     pub(crate) registry: RwLock<Arc<Registry>>,
@@ -189,7 +191,7 @@ impl Drop for Inner {
     fn drop(&mut self) {
         self.stop.stop();
         // A clean close frees the shared backend for the next store at once.
-        if let Err(e) = self.backend.apply(vec![Op::MetaDelete { key: worker::lease_key(self.worker) }]) {
+        if let Err(e) = self.liveness.remove(self.backend.as_ref(), self.worker) {
             tracing::warn!(error = %e, "closing the store: removing its worker lease failed (it expires by itself)");
         }
         // A clean close keeps this store's counts in the totals.
@@ -230,6 +232,14 @@ impl Store {
     /// [`backends`](crate::backends)): a caller that needs it keeps its own `Arc`.
     pub fn with_backend(backend: Arc<dyn Bigtable>, config: StoreConfig) -> Result<Store> {
         if !backend.exclusive() {
+            if let Some(service) = backend.meta_get(SERVICE_KEY)? {
+                return Err(Error::InvalidArgument(format!(
+                    "this store's hosts share the timestamp oracle service ({}): open it with that \
+                     service (Oracle::remote, or `etcd` in the [store.redis] configuration), not with \
+                     an oracle of its own",
+                    String::from_utf8_lossy(&service)
+                )));
+            }
             // Before the oracle opens: it reserves timestamp ranges, which is sound only for
             // the one store using the backend (see `worker::wait_until_sole_worker`).
             worker::wait_until_sole_worker(backend.as_ref(), config.worker_lease)?;
@@ -246,13 +256,20 @@ impl Store {
         if backend.exclusive() {
             worker::clear_stale_leases(backend.as_ref())?;
         }
+        if let Some((endpoints, namespace)) = oracle.service() {
+            join_service(backend.as_ref(), &oracle, &endpoints, &namespace, config.worker_lease)?;
+        }
         let totals = Totals::load(backend.as_ref())?;
         let worker = oracle.next()?.raw();
         // Its own id is a fresh timestamp: every transaction it runs starts above it.
         // The lease goes first: a registry change that does not see it committed before the
         // registry is loaded below (see "Several hosts" in docs/design.md).
+        let liveness = match oracle.service() {
+            Some((endpoints, namespace)) => Liveness::etcd(&endpoints, &namespace)?,
+            None => Liveness::Backend,
+        };
         let published = worker::Published { oldest: Timestamp::from_raw(worker), ..Default::default() };
-        worker::write_lease(backend.as_ref(), worker, config.worker_lease, published)?;
+        liveness.write(backend.as_ref(), worker, config.worker_lease, published)?;
         let stop = Arc::new(Stop::default());
         let (lease, poll) = (config.worker_lease, config.registry_poll);
         let inner = Arc::new(Inner {
@@ -262,6 +279,7 @@ impl Store {
             worker,
             active: Mutex::new(BTreeMap::new()),
             registry: RwLock::new(Arc::new(Registry::default())),
+            liveness,
             acked_registry: AtomicU64::new(0),
             scanners: AtomicUsize::new(0),
             signal: Signal::default(),
@@ -339,6 +357,44 @@ impl Store {
     }
 }
 
+/// Metadata key recording that the store's hosts use the oracle service (and its etcd and
+/// namespace): a store with an oracle of its own must not open it any more.
+const SERVICE_KEY: &str = "oracle/service";
+
+/// Before a store joins the hosts of a shared oracle: no store with an oracle of its own may be
+/// using the backend (its timestamps and the service's would interleave), the service must
+/// hand out timestamps above every one that oracle handed out (else new snapshots would miss
+/// its commits), and the backend records that it is served by the service from now on.
+fn join_service(
+    backend: &dyn Bigtable,
+    oracle: &Oracle,
+    endpoints: &[String],
+    namespace: &str,
+    lease: Duration,
+) -> Result<()> {
+    if backend.meta_get(SERVICE_KEY)?.is_none() {
+        worker::wait_until_sole_worker(backend, lease)?;
+        if let Some(mark) = backend.meta_get(crate::oracle::HWM_KEY)? {
+            let mark = u64::from_le_bytes(
+                mark.as_slice()
+                    .try_into()
+                    .map_err(|_| Error::Corrupt("oracle high-water mark is not 8 bytes".into()))?,
+            );
+            let next = oracle.next()?.raw();
+            if next <= mark {
+                return Err(Error::InvalidArgument(format!(
+                    "this store was used with an oracle of its own up to timestamp {mark}, but the oracle \
+                     service of namespace {namespace:?} hands out {next}: its snapshots would miss those \
+                     commits. Use a new namespace for the service, or the store's own oracle"
+                )));
+            }
+        }
+        let value = format!("etcd {} namespace {namespace}", endpoints.join(","));
+        backend.apply(vec![Op::MetaPut { key: SERVICE_KEY.into(), value: value.into_bytes() }])?;
+    }
+    Ok(())
+}
+
 impl Inner {
     pub(crate) fn register_active(&self) -> Result<Timestamp> {
         // Taking the timestamp under the lock means GC never computes a safepoint above a
@@ -371,10 +427,22 @@ impl Inner {
         }
     }
 
+    /// Wakes the scanners after notify cells of these rows (row keys) were set: this process's
+    /// at once, other hosts' through the backend (see [`Bigtable::wake`]).
+    pub(crate) fn notified(&self, row_keys: impl Iterator<Item = Vec<u8>>) {
+        self.signal.bump();
+        if !self.backend.exclusive() {
+            let mut keys: Vec<Vec<u8>> = row_keys.collect();
+            keys.sort_unstable();
+            keys.dedup();
+            self.backend.wake(&keys);
+        }
+    }
+
     pub(crate) fn worker_alive(&self, worker: u64) -> Result<bool> {
         if worker == self.worker {
             return Ok(true);
         }
-        worker::lease_alive(self.backend.as_ref(), worker)
+        self.liveness.alive(self.backend.as_ref(), worker)
     }
 }

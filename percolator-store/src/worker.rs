@@ -1,18 +1,22 @@
 //! Worker liveness tokens: the Chubby-lease analog.
 //!
 //! Each open [`Store`](crate::Store) is a worker with a unique id (a timestamp from the oracle)
-//! and a lease row `worker/<id>` in the metadata keyspace holding its expiry in wall-clock
-//! milliseconds, refreshed by a heartbeat thread at a third of the lease period. A lock whose
-//! worker's lease has expired belongs to a dead worker and may be cleaned up at once. On an
-//! exclusive backend (one process owns the file) every lease found at open belongs to an earlier,
-//! dead incarnation and is removed.
+//! and a lease, refreshed by a heartbeat thread at a third of the lease period, that carries
+//! what the worker publishes ([`Published`]). A lock whose worker's lease has expired belongs
+//! to a dead worker and may be cleaned up at once. Where the lease lives ([`Liveness`]):
+//! - with the shared oracle service, in **etcd**: the key `<ns>/workers/<id>` attached to an
+//!   etcd lease of the worker, which etcd expires on its own clock;
+//! - otherwise in the backend's metadata, the row `worker/<id>` holding its expiry in
+//!   wall-clock milliseconds. On an exclusive backend (one process owns the file) every lease
+//!   found at open belongs to an earlier, dead incarnation and is removed.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::bigtable::{Bigtable, Op};
 use crate::error::{Error, Result};
+use crate::etcd::Etcd;
 use crate::store::Inner;
 use crate::timestamp::Timestamp;
 
@@ -40,15 +44,123 @@ pub(crate) struct Published {
     pub(crate) scanning: bool,
 }
 
-/// Writes `worker`'s lease: its expiry (now + `lease`) and what it publishes.
-pub(crate) fn write_lease(backend: &dyn Bigtable, worker: u64, lease: Duration, published: Published) -> Result<()> {
-    let expiry = now_ms() + lease.as_millis() as u64;
+/// Where the worker leases live. See the module docs.
+pub(crate) enum Liveness {
+    /// Rows `worker/<id>` of the backend's metadata, with a wall-clock expiry.
+    Backend,
+    /// etcd keys `<prefix><id>`, each attached to its worker's etcd lease.
+    Etcd {
+        etcd: Etcd,
+        prefix: String,
+        /// This worker's etcd lease (replaced if it ever expires).
+        lease: AtomicI64,
+    },
+}
+
+/// A lease value: expiry in wall-clock milliseconds, then what the worker publishes.
+fn encode_lease(expiry: u64, published: Published) -> Vec<u8> {
     let mut value = expiry.to_le_bytes().to_vec();
     value.extend_from_slice(&published.oldest.raw().to_le_bytes());
     value.extend_from_slice(&published.acked_registry.to_le_bytes());
     value.push(u8::from(published.scanning));
-    backend.apply(vec![Op::MetaPut { key: lease_key(worker), value }])?;
-    Ok(())
+    value
+}
+
+impl Liveness {
+    /// Leases in the etcd cluster at `endpoints`, under `<namespace>/workers/`.
+    pub(crate) fn etcd(endpoints: &[String], namespace: &str) -> Result<Liveness> {
+        Ok(Liveness::Etcd {
+            etcd: Etcd::new(endpoints, Duration::from_secs(2))?,
+            prefix: format!("{namespace}/workers/"),
+            lease: AtomicI64::new(0),
+        })
+    }
+
+    /// Writes `worker`'s lease (taking an etcd lease first if it has none): expiring `period`
+    /// from now, with what it publishes.
+    pub(crate) fn write(
+        &self,
+        backend: &dyn Bigtable,
+        worker: u64,
+        period: Duration,
+        published: Published,
+    ) -> Result<()> {
+        match self {
+            Liveness::Backend => {
+                let value = encode_lease(now_ms() + period.as_millis() as u64, published);
+                backend.apply(vec![Op::MetaPut { key: lease_key(worker), value }])?;
+            }
+            Liveness::Etcd { etcd, prefix, lease } => {
+                let mut id = lease.load(Ordering::SeqCst);
+                if id == 0 {
+                    id = etcd.grant(period)?;
+                    lease.store(id, Ordering::SeqCst);
+                }
+                // etcd expires the key: the value's own expiry never does.
+                etcd.put(&format!("{prefix}{worker:020}"), &encode_lease(u64::MAX, published), id)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews the lease (the heartbeat). An etcd lease found expired (the worker stalled for a
+    /// whole period) is replaced: other workers treated this one as dead meanwhile, and may
+    /// have rolled back its locks, so its transactions in flight will fail to commit.
+    fn renew(&self, inner: &Inner) -> Result<()> {
+        if let Liveness::Etcd { etcd, lease, .. } = self {
+            let id = lease.load(Ordering::SeqCst);
+            if id != 0 && etcd.keepalive(id)?.is_none() {
+                tracing::error!(
+                    worker = inner.worker,
+                    "the worker's etcd lease expired (the process stalled for a lease period); taking a new one"
+                );
+                lease.store(0, Ordering::SeqCst);
+            }
+        }
+        publish(inner)
+    }
+
+    /// The live leases: worker id and what each publishes.
+    pub(crate) fn live(&self, backend: &dyn Bigtable) -> Result<Vec<(u64, Published)>> {
+        let (prefix, entries) = match self {
+            Liveness::Backend => (LEASE_PREFIX, backend.meta_scan(LEASE_PREFIX)?),
+            Liveness::Etcd { etcd, prefix, .. } => (prefix.as_str(), etcd.range_prefix(prefix)?),
+        };
+        let now = now_ms();
+        let mut out = Vec::new();
+        for (key, value) in entries {
+            let Some(Ok(id)) = key.strip_prefix(prefix).map(str::parse::<u64>) else { continue };
+            if let Some((expiry, published)) = decode_lease(&value)
+                && expiry > now
+            {
+                out.push((id, published));
+            }
+        }
+        Ok(out)
+    }
+
+    /// True if `worker`'s lease is unexpired.
+    pub(crate) fn alive(&self, backend: &dyn Bigtable, worker: u64) -> Result<bool> {
+        let value = match self {
+            Liveness::Backend => backend.meta_get(&lease_key(worker))?,
+            Liveness::Etcd { etcd, prefix, .. } => etcd.get(&format!("{prefix}{worker:020}"))?.map(|kv| kv.value),
+        };
+        Ok(value.and_then(|v| decode_lease(&v)).is_some_and(|(expiry, _)| expiry > now_ms()))
+    }
+
+    /// Ends `worker`'s lease (a clean close), so its locks are resolvable at once.
+    pub(crate) fn remove(&self, backend: &dyn Bigtable, worker: u64) -> Result<()> {
+        match self {
+            Liveness::Backend => {
+                backend.apply(vec![Op::MetaDelete { key: lease_key(worker) }])?;
+            }
+            Liveness::Etcd { etcd, lease, .. } => match lease.swap(0, Ordering::SeqCst) {
+                0 => {}
+                id => etcd.revoke(id)?,
+            },
+        }
+        Ok(())
+    }
 }
 
 /// Writes this store's lease now, with what it publishes now.
@@ -58,7 +170,7 @@ pub(crate) fn publish(inner: &Inner) -> Result<()> {
         acked_registry: inner.acked_registry.load(Ordering::SeqCst),
         scanning: inner.scanners.load(Ordering::SeqCst) > 0,
     };
-    write_lease(inner.backend.as_ref(), inner.worker, inner.config.worker_lease, published)
+    inner.liveness.write(inner.backend.as_ref(), inner.worker, inner.config.worker_lease, published)
 }
 
 /// A lease value's expiry and what it publishes. Older leases lack fields: a lease without an
@@ -77,24 +189,12 @@ fn decode_lease(value: &[u8]) -> Option<(u64, Published)> {
     ))
 }
 
-/// The live leases: worker id and what each publishes.
-pub(crate) fn live_workers(backend: &dyn Bigtable) -> Result<Vec<(u64, Published)>> {
-    let now = now_ms();
-    let mut out = Vec::new();
-    for (key, value) in backend.meta_scan(LEASE_PREFIX)? {
-        let Ok(id) = key[LEASE_PREFIX.len()..].parse::<u64>() else { continue };
-        if let Some((expiry, published)) = decode_lease(&value)
-            && expiry > now
-        {
-            out.push((id, published));
-        }
-    }
-    Ok(out)
-}
-
 /// Other live workers that have not acknowledged registry `version`.
-pub(crate) fn behind_registry(backend: &dyn Bigtable, me: u64, version: Timestamp) -> Result<Vec<u64>> {
-    Ok(live_workers(backend)?
+pub(crate) fn behind_registry(inner: &Inner, version: Timestamp) -> Result<Vec<u64>> {
+    let me = inner.worker;
+    Ok(inner
+        .liveness
+        .live(inner.backend.as_ref())?
         .into_iter()
         .filter(|(id, p)| *id != me && p.acked_registry < version.raw())
         .map(|(id, _)| id)
@@ -107,8 +207,9 @@ pub(crate) fn behind_registry(backend: &dyn Bigtable, me: u64, version: Timestam
 /// timestamp, so its later transactions all start above what it published; a stale lease only
 /// publishes less. A worker that opens after this scan starts its transactions above the
 /// caller's own fresh timestamp (taken before).
-pub(crate) fn shared_safepoint(backend: &dyn Bigtable, me: u64) -> Result<Option<Timestamp>> {
-    Ok(live_workers(backend)?.into_iter().filter(|(id, _)| *id != me).map(|(_, p)| p.oldest).min())
+pub(crate) fn shared_safepoint(inner: &Inner) -> Result<Option<Timestamp>> {
+    let live = inner.liveness.live(inner.backend.as_ref())?;
+    Ok(live.into_iter().filter(|(id, _)| *id != inner.worker).map(|(_, p)| p.oldest).min())
 }
 
 /// Removes every lease: on an exclusive backend their owners are dead.
@@ -118,14 +219,15 @@ pub(crate) fn clear_stale_leases(backend: &dyn Bigtable) -> Result<()> {
     Ok(())
 }
 
-/// On a shared (non-exclusive) backend, waits until no other worker holds a live lease, up to
-/// one lease period (a worker that crashed a moment ago still holds one), removing expired
-/// leases; fails if another worker is still alive then.
+/// On a shared (non-exclusive) backend, waits until no other worker holds a live lease in the
+/// backend's metadata, up to one lease period (a worker that crashed a moment ago still holds
+/// one), removing expired leases; fails if another worker is still alive then.
 ///
-/// Until the timestamp oracle is a service of its own (docs/design.md, "Oracle"), each store
-/// runs its oracle over the backend's high-water mark and hands out timestamps from a reserved
-/// range: two stores at once would hand out overlapping, unordered timestamps and break
-/// snapshot isolation. So one store at a time uses a shared backend.
+/// A store with an oracle of its own ([`Oracle::open`](crate::Oracle::open)) runs it over the
+/// backend's high-water mark and hands out timestamps from a reserved range: two such stores
+/// at once would hand out overlapping, unordered timestamps and break snapshot isolation. So
+/// one of them at a time uses a shared backend; hosts that share it use the oracle service
+/// (their leases live in etcd).
 pub(crate) fn wait_until_sole_worker(backend: &dyn Bigtable, lease: Duration) -> Result<()> {
     let deadline = now_ms() + lease.as_millis() as u64 + 1000;
     loop {
@@ -142,22 +244,14 @@ pub(crate) fn wait_until_sole_worker(backend: &dyn Bigtable, lease: Duration) ->
         let Some(other) = live.first() else { return Ok(()) };
         if now >= deadline {
             return Err(Error::Unavailable(format!(
-                "another store (worker {}) is using this shared backend; one store at a time may use it \
-                 until the timestamp oracle runs as a service",
+                "another store (worker {}) with a timestamp oracle of its own is using this shared backend; \
+                 one such store at a time may use it (hosts that share a backend use the oracle service)",
                 other.trim_start_matches(LEASE_PREFIX).trim_start_matches('0')
             )));
         }
         tracing::info!(worker = %other, "waiting for another worker's lease on the shared backend to expire");
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-/// True if `worker`'s lease is unexpired.
-pub(crate) fn lease_alive(backend: &dyn Bigtable, worker: u64) -> Result<bool> {
-    Ok(backend
-        .meta_get(&lease_key(worker))?
-        .and_then(|v| decode_lease(&v))
-        .is_some_and(|(expiry, _)| expiry > now_ms()))
 }
 
 /// Stops the heartbeat thread when the store is dropped.
@@ -193,7 +287,7 @@ pub(crate) fn spawn_heartbeat(inner: Weak<Inner>, stop: Arc<Stop>, lease: Durati
             while !stop.sleep(lease / 3) {
                 let Some(inner) = inner.upgrade() else { return };
                 // A failed refresh is retried at the next beat; the lease has two beats of slack.
-                let _ = publish(&inner);
+                let _ = inner.liveness.renew(&inner);
             }
         })
         .expect("spawning the lease heartbeat thread");

@@ -1,10 +1,11 @@
 //! A running pipeline: the configuration's bindings, compiled and registered with the store,
 //! replaced as a whole on reload.
 //!
-//! Each binding's run counts (runs, failures, their time) are totals over the store's life:
-//! saved in the store's metadata under `observer/<binding name>` ([`Store::save_totals`]) by
-//! [`Pipeline::persist_counts`] (every 10 s and at a clean stop of `up`), and continued from
-//! there when the binding is first loaded. The run-time histogram is the process's own.
+//! Each binding's run counts (runs, failures, their time) are totals over the store's life and
+//! over every host that shares it: [`Pipeline::persist_counts`] adds what it counted since its
+//! last save to counters in the store's metadata under `observer/<binding name>`
+//! ([`Store::add_totals`]), every 10 s and at a clean stop of `up`, and a binding's first load
+//! continues from the totals. The run-time histogram is the process's own.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -63,7 +64,8 @@ struct Loaded {
 /// A binding's run counters and what of them is saved.
 struct Counted {
     stats: Arc<RunStats>,
-    /// The totals as last saved in (or read from) the store.
+    /// The totals as of the last save (or the read at load): the counts since are what the
+    /// next save adds.
     saved: RunTotals,
 }
 
@@ -79,12 +81,12 @@ pub struct Pipeline {
     counts: Mutex<BTreeMap<String, Counted>>,
 }
 
-/// The metadata key (of [`Store::save_totals`]) of a binding's run counts.
+/// The metadata key (of [`Store::add_totals`]) of a binding's run counts.
 fn counts_key(binding: &str) -> String {
     format!("observer/{binding}")
 }
 
-/// The saved count of runs (a name in [`Store::save_totals`]).
+/// The saved count of runs (a name in [`Store::add_totals`]).
 const RUNS: &str = "runs";
 /// The saved count of failed runs.
 const FAILURES: &str = "failures";
@@ -225,9 +227,14 @@ impl Pipeline {
             if now == c.saved {
                 continue;
             }
-            let nanos = u64::try_from(now.run_time.as_nanos()).unwrap_or(u64::MAX);
-            let named = [(RUNS, now.runs), (FAILURES, now.failures), (RUN_NANOS, nanos)];
-            match self.store.save_totals(&counts_key(name), &named) {
+            // Added, not written whole: hosts that share the store add to one total.
+            let nanos = |t: &RunTotals| u64::try_from(t.run_time.as_nanos()).unwrap_or(u64::MAX);
+            let added = [
+                (RUNS, now.runs.saturating_sub(c.saved.runs)),
+                (FAILURES, now.failures.saturating_sub(c.saved.failures)),
+                (RUN_NANOS, nanos(&now).saturating_sub(nanos(&c.saved))),
+            ];
+            match self.store.add_totals(&counts_key(name), &added) {
                 Ok(()) => c.saved = now,
                 Err(e) => failed.push(format!("binding {name}: {e}")),
             }

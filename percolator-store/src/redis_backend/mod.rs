@@ -22,7 +22,8 @@ mod cluster;
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use redis::{Cmd, Value};
@@ -90,6 +91,8 @@ struct Bucket {
     cells_h: String,
     notify_z: String,
     notify_h: String,
+    /// Prefix of the scanners' row lock keys (the row key follows).
+    row_lock: String,
 }
 
 impl Bucket {
@@ -100,13 +103,16 @@ impl Bucket {
             cells_h: format!("{{{tag}}}cv"),
             notify_z: format!("{{{tag}}}n"),
             notify_h: format!("{{{tag}}}nv"),
+            row_lock: format!("{{{tag}}}r"),
         }
     }
 }
 
 /// [`Bigtable`] over a Redis Cluster. See the module docs.
 pub struct RedisBigtable {
-    cluster: Cluster,
+    cluster: Arc<Cluster>,
+    /// Buckets whose notify cells were set, for the thread that publishes wakeups.
+    wakes: mpsc::Sender<u32>,
     config: RedisConfig,
     buckets: Vec<Bucket>,
     meta: Bucket,
@@ -133,10 +139,13 @@ impl RedisBigtable {
         let timeouts = Timeouts { connect: config.connect_timeout, io: config.io_timeout, retry_for: config.retry_for };
         let mut library = redis::cmd("FUNCTION");
         library.arg("LOAD").arg("REPLACE").arg(LIBRARY);
-        let cluster = Cluster::connect(&config.nodes, timeouts, library)?;
+        let cluster = Arc::new(Cluster::connect(&config.nodes, timeouts, library)?);
         let meta = Bucket::new(&format!("{}:meta", config.namespace));
+        let (wakes, pending) = mpsc::channel();
+        spawn_publisher(cluster.clone(), wake_channel(&config.namespace), meta.slot, pending);
         let mut db = RedisBigtable {
             cluster,
+            wakes,
             config,
             buckets: Vec::new(),
             meta,
@@ -173,9 +182,19 @@ impl RedisBigtable {
         self.buckets.len() as u32
     }
 
+    /// The bucket (notify partition) of a row.
+    pub fn bucket_of(&self, table: &str, row: &[u8]) -> u32 {
+        self.bucket_index(table, row) as u32
+    }
+
     /// The index of a row's bucket.
     fn bucket_index(&self, table: &str, row: &[u8]) -> usize {
-        (fnv1a(&row_prefix(table, row)) % self.buckets.len() as u64) as usize
+        self.bucket_of_key(&row_prefix(table, row))
+    }
+
+    /// The bucket of a row given its row key (`key::row_prefix`).
+    fn bucket_of_key(&self, row_key: &[u8]) -> usize {
+        (fnv1a(row_key) % self.buckets.len() as u64) as usize
     }
 
     fn bucket(&self, table: &str, row: &[u8]) -> &Bucket {
@@ -205,6 +224,74 @@ impl RedisBigtable {
             }
         }
         c
+    }
+}
+
+/// The pub/sub channel of a namespace's wakeups (its messages are bucket numbers).
+fn wake_channel(namespace: &str) -> String {
+    format!("percolator:{namespace}:wake")
+}
+
+/// Publishes the buckets `wake` queues on `channel`, a burst as one `PUBLISH` per bucket, until
+/// the backend (the sender) is dropped. Through any master: Redis Cluster forwards a message
+/// to every node, and a subscriber on any node receives it.
+fn spawn_publisher(cluster: Arc<Cluster>, channel: String, slot: u16, pending: mpsc::Receiver<u32>) {
+    std::thread::Builder::new()
+        .name("percolator-redis-wake".into())
+        .spawn(move || {
+            while let Ok(first) = pending.recv() {
+                let mut buckets = std::collections::BTreeSet::from([first]);
+                buckets.extend(pending.try_iter());
+                let cmds = buckets
+                    .into_iter()
+                    .map(|b| {
+                        let mut c = redis::cmd("PUBLISH");
+                        c.arg(&channel).arg(b);
+                        (slot, c)
+                    })
+                    .collect();
+                if let Err(e) = cluster.batch(cmds, true, None) {
+                    tracing::debug!(error = %e, "publishing a scanner wakeup failed (scanners look again by themselves)");
+                }
+            }
+        })
+        .expect("spawning the Redis wakeup publisher thread");
+}
+
+/// Subscribes to `channel` on the first node of `nodes` that answers and calls `on_wake` per
+/// message until `stop`; reconnects (to the next node) when the connection breaks.
+fn watch(nodes: Vec<String>, channel: String, on_wake: Box<dyn Fn() + Send>, stop: Arc<AtomicBool>) {
+    let mut next = 0usize;
+    let mut failing = false;
+    while !stop.load(Ordering::SeqCst) {
+        let node = &nodes[next % nodes.len()];
+        next += 1;
+        let result = (|| -> redis::RedisResult<()> {
+            let client = redis::Client::open(format!("redis://{node}/"))?;
+            let mut con = client.get_connection_with_timeout(Duration::from_secs(2))?;
+            let mut pubsub = con.as_pubsub();
+            pubsub.set_read_timeout(Some(Duration::from_millis(200)))?;
+            pubsub.subscribe(&channel)?;
+            if std::mem::take(&mut failing) {
+                tracing::info!(%node, "scanner wakeups: subscribed again");
+            }
+            // A missed wakeup while (re)connecting only delays work until the scanners' next look.
+            on_wake();
+            while !stop.load(Ordering::SeqCst) {
+                match pubsub.get_message() {
+                    Ok(_) => on_wake(),
+                    Err(e) if e.is_timeout() => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            if !std::mem::replace(&mut failing, true) {
+                tracing::warn!(%node, error = %e, "scanner wakeups: the subscription failed; trying the next node");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
 }
 
@@ -290,6 +377,7 @@ fn meta_args(op: &Op) -> Option<RowArgs> {
     let args = match op {
         Op::MetaPut { key, value } => vec![b"P".to_vec(), key.as_bytes().to_vec(), value.clone()],
         Op::MetaDelete { key } => vec![b"D".to_vec(), key.as_bytes().to_vec()],
+        Op::MetaAdd { key, delta } => vec![b"A".to_vec(), key.as_bytes().to_vec(), delta.to_le_bytes().to_vec()],
         Op::Row(_) => return None,
     };
     Some(RowArgs { conditions: 0, mutations: 1, args })
@@ -423,6 +511,52 @@ impl Bigtable for RedisBigtable {
 
     fn stats(&self) -> BackendStats {
         BackendStats { commits: self.commits.load(Ordering::Relaxed), ops: self.ops.load(Ordering::Relaxed) }
+    }
+
+    fn notify_partitions(&self) -> u32 {
+        self.buckets.len() as u32
+    }
+
+    fn scan_notify_partition(&self, partition: u32, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
+        let b = self.buckets.get(partition as usize).ok_or_else(|| {
+            Error::InvalidArgument(format!("notify partition {partition} of {} buckets", self.buckets.len()))
+        })?;
+        cells::scan_notify(&Zset { db: self, slot: b.slot, z: &b.notify_z, h: &b.notify_h }, from, limit)
+    }
+
+    fn try_lock_row(&self, row_key: &[u8], owner: u64, ttl: Duration) -> Result<bool> {
+        let b = &self.buckets[self.bucket_of_key(row_key)];
+        let mut key = b.row_lock.as_bytes().to_vec();
+        key.extend_from_slice(row_key);
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(owner).arg("NX").arg("PX").arg(ttl.as_millis().max(1) as u64);
+        // Not idempotent: a SET whose answer was lost may have taken the lock (it then expires).
+        Ok(self.cluster.call(b.slot, set, false)? != Value::Nil)
+    }
+
+    fn unlock_row(&self, row_key: &[u8], owner: u64) -> Result<()> {
+        let b = &self.buckets[self.bucket_of_key(row_key)];
+        let mut key = b.row_lock.as_bytes().to_vec();
+        key.extend_from_slice(row_key);
+        let mut c = redis::cmd("FCALL");
+        c.arg("percolator_unlock_row").arg(1).arg(key).arg(owner);
+        self.cluster.call(b.slot, c, true)?;
+        Ok(())
+    }
+
+    fn wake(&self, row_keys: &[Vec<u8>]) {
+        for k in row_keys {
+            // Only fails once the publisher thread is gone, i.e. never while `self` lives.
+            let _ = self.wakes.send(self.bucket_of_key(k) as u32);
+        }
+    }
+
+    fn watch_wakes(&self, on_wake: Box<dyn Fn() + Send>, stop: Arc<AtomicBool>) {
+        let (nodes, channel) = (self.config.nodes.clone(), wake_channel(&self.config.namespace));
+        std::thread::Builder::new()
+            .name("percolator-redis-watch".into())
+            .spawn(move || watch(nodes, channel, on_wake, stop))
+            .expect("spawning the Redis wakeup subscriber thread");
     }
 }
 

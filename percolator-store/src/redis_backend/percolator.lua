@@ -94,6 +94,22 @@ local function mutate(cz, ch, nz, nh, args, i)
   elseif tag == 'D' then
     redis.call('ZREM', cz, args[i + 1])
     redis.call('HDEL', ch, args[i + 1])
+  elseif tag == 'A' then
+    -- MetaAdd: key, delta (8 bytes little-endian); the sum wraps like u64::wrapping_add.
+    local k, delta = args[i + 1], args[i + 2]
+    local current = redis.call('HGET', ch, k)
+    if not current then current = string.rep('\0', 8) end
+    if #current ~= 8 then
+      error('percolator: corrupt counter ' .. k .. ' (' .. #current .. ' bytes, not 8)')
+    end
+    local out, carry = {}, 0
+    for j = 1, 8 do
+      local sum = current:byte(j) + delta:byte(j) + carry
+      out[j] = string.char(sum % 256)
+      carry = math.floor(sum / 256)
+    end
+    redis.call('ZADD', cz, 0, k)
+    redis.call('HSET', ch, k, table.concat(out))
   elseif tag == 'N' then
     -- SetNotify: key, ts, writer start_ts ('' for none), writer blob
     local k, ts, start, blob = args[i + 1], args[i + 2], args[i + 3], args[i + 4]
@@ -186,5 +202,15 @@ local function range(keys, args)
   return out
 end
 
+-- Releases a scanner's row lock (KEYS[1]) if it still holds the owner ARGV[1]: a lock that
+-- expired and was taken by another scanner stays theirs.
+local function unlock_row(keys, args)
+  if redis.call('GET', keys[1]) == args[1] then
+    return redis.call('DEL', keys[1])
+  end
+  return 0
+end
+
 redis.register_function('percolator_apply', apply)
+redis.register_function('percolator_unlock_row', unlock_row)
 redis.register_function { function_name = 'percolator_range', callback = range, flags = { 'no-writes' } }
