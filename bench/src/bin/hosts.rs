@@ -192,13 +192,13 @@ fn child(args: ChildArgs) -> Res<()> {
         let i = (at.saturating_duration_since(start).as_secs_f64() / args.bucket.as_secs_f64()) as usize;
         i.min(buckets - 1)
     };
-    let notes: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
+    let notes: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let note = |kind: &str, at: Instant, e: &percolator_store::Error| {
         let mut n = notes.lock().unwrap_or_else(|p| p.into_inner());
-        let seen = n.iter().filter(|(k, _)| k.starts_with(kind)).count();
+        let seen = n.iter().filter(|k| k.starts_with(kind)).count();
         if seen < NOTES_PER_KIND {
             let t = at.saturating_duration_since(start).as_secs_f64();
-            n.push((format!("{kind} t={t:.2}s {e}"), 0));
+            n.push(format!("{kind} t={t:.2}s {e}"));
         }
     };
     let seed = u64::from(std::process::id());
@@ -278,7 +278,7 @@ fn child(args: ChildArgs) -> Res<()> {
         }
         writeln!(out, "BUCKET {i} {}", c.line())?;
     }
-    for (n, _) in notes.into_inner().unwrap_or_else(|p| p.into_inner()) {
+    for n in notes.into_inner().unwrap_or_else(|p| p.into_inner()) {
         writeln!(out, "NOTE {n}")?;
     }
     writeln!(out, "END")?;
