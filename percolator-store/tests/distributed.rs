@@ -19,7 +19,8 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use common::*;
-use percolator_store::{OracleServer, StoreConfig};
+use percolator_store::backends::{Bigtable, Mutation, Op, RedisBigtable, RedisConfig, RowMutation};
+use percolator_store::{OracleServer, StoreConfig, Timestamp};
 
 const ACCOUNTS: u64 = 8;
 const INITIAL: u64 = 1000;
@@ -227,4 +228,67 @@ fn gc_on_one_host_keeps_what_another_host_reads() {
     assert_eq!(reader.get("t", "r", "c:v").unwrap(), Some(b"old".to_vec()), "GC removed a version a host reads");
     drop(reader);
     assert_eq!(b.begin().unwrap().get("t", "r", "c:v").unwrap(), Some(b"new".to_vec()));
+}
+
+/// After a master dies its promoted replica has no replica of its own: with the default,
+/// commits on its slots fail (`WAIT 1` is never met) until a replica joins it; with
+/// `degraded_writes` they wait only for the replicas it has, and succeed.
+#[test]
+fn a_master_without_its_replica_takes_commits_only_with_degraded_writes() {
+    let (Some(nodes), Ok(dir)) = (redis_nodes(), std::env::var("PERCOLATOR_DEV_CLUSTER_DIR")) else {
+        assert!(std::env::var("PERCOLATOR_REQUIRE_REDIS").is_err(), "PERCOLATOR_DEV_CLUSTER_DIR is needed");
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Path::new(&dir);
+    let namespace = unique_namespace();
+    let open = |degraded_writes: bool| {
+        let config = RedisConfig {
+            nodes: nodes.clone(),
+            namespace: namespace.clone(),
+            degraded_writes,
+            ..RedisConfig::default()
+        };
+        RedisBigtable::open(config).unwrap()
+    };
+    let (strict, degraded) = (open(false), open(true));
+    // One write in every bucket, so one lands on the master that lost its replica.
+    let write_everywhere = |db: &RedisBigtable, value: &str| -> percolator_store::Result<()> {
+        let ops = (0..64)
+            .map(|i| {
+                Op::Row(RowMutation {
+                    table: "t".into(),
+                    row: format!("r{i}").into_bytes(),
+                    conditions: vec![],
+                    mutations: vec![Mutation::PutData {
+                        column: "c".into(),
+                        start_ts: Timestamp::from_raw(1),
+                        value: value.as_bytes().to_vec(),
+                    }],
+                })
+            })
+            .collect();
+        db.apply(ops).map(|_| ())
+    };
+    write_everywhere(&strict, "before").unwrap();
+    let master = dev_cluster(dir, &["masters"]).lines().next().expect("a master").trim().to_string();
+    let name = dev_cluster(dir, &["status"])
+        .lines()
+        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .find(|cols| cols.len() > 2 && cols[0].starts_with("redis-") && cols[2] == master)
+        .map(|cols| cols[0].clone())
+        .expect("the master in the status");
+    dev_cluster(dir, &["kill", &name]);
+    dev_cluster(dir, &["wait-ok"]);
+    let refused = write_everywhere(&strict, "strict");
+    let taken = write_everywhere(&degraded, "degraded");
+    dev_cluster(dir, &["start", &name]);
+    dev_cluster(dir, &["wait-ok"]);
+    match refused {
+        Err(percolator_store::Error::Unavailable(m)) => assert!(m.contains("replicas"), "{m}"),
+        other => panic!("expected the strict commit to fail for want of a replica, got {other:?}"),
+    }
+    taken.expect("degraded_writes: the master that lost its replica takes commits");
+    // Its replica back, the strict backend commits again.
+    write_everywhere(&strict, "after").unwrap();
 }

@@ -97,6 +97,8 @@ mod raw {
         #[serde(default)]
         pub(super) replicas: Option<Spanned<i64>>,
         #[serde(default)]
+        pub(super) degraded_writes: Option<bool>,
+        #[serde(default)]
         pub(super) etcd: Option<Spanned<Vec<String>>>,
         #[serde(default)]
         pub(super) oracle_listen: Option<Spanned<String>>,
@@ -248,6 +250,8 @@ pub struct RedisSettings {
     pub buckets: u32,
     /// Replicas each commit waits for.
     pub replicas: u32,
+    /// Whether a master that lost a replica waits only for those it has (`RedisConfig::degraded_writes`).
+    pub degraded_writes: bool,
     /// etcd client URLs (from `etcd`, else the `PERCOLATOR_ETCD` environment variable): with
     /// them the timestamp oracle is the shared service and any number of hosts may serve the
     /// store; without, one host at a time.
@@ -283,6 +287,7 @@ impl Backend {
                     namespace: r.namespace.clone(),
                     buckets: r.buckets,
                     replicas: r.replicas,
+                    degraded_writes: r.degraded_writes,
                     ..RedisConfig::default()
                 })?);
                 if r.etcd.is_empty() {
@@ -674,7 +679,8 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
                 })?,
                 None => OracleServiceConfig::default().listen,
             };
-            Ok(Backend::Redis(RedisSettings { nodes, namespace, buckets, replicas, etcd, oracle_listen }))
+            let degraded_writes = r.and_then(|r| r.degraded_writes).unwrap_or(defaults.degraded_writes);
+            Ok(Backend::Redis(RedisSettings { nodes, namespace, buckets, replicas, degraded_writes, etcd, oracle_listen }))
         }
         Some((other, span)) => {
             Err(cx.err(Some(span), "store.backend", format!("{other:?} is not one of \"redb\", \"redis\"")))

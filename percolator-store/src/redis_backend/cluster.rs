@@ -24,6 +24,9 @@ pub(crate) fn slot_of_tag(tag: &str) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(tag.as_bytes()) % SLOTS as u16
 }
 
+/// A pooled connection idle for longer is checked with a `PING` before it is used.
+const IDLE_CHECK: Duration = Duration::from_millis(500);
+
 /// Timeouts and retry bounds of the client.
 #[derive(Clone, Debug)]
 pub(crate) struct Timeouts {
@@ -31,6 +34,9 @@ pub(crate) struct Timeouts {
     pub(crate) io: Duration,
     /// How long a command that did not run (a node down, a failover in progress) is retried.
     pub(crate) retry_for: Duration,
+    /// Whether a master with fewer connected replicas than a `WAIT` asks for waits only for
+    /// those it has (see `RedisConfig::degraded_writes`).
+    pub(crate) degraded_writes: bool,
 }
 
 /// Which master serves each slot.
@@ -63,7 +69,10 @@ pub(crate) struct Cluster {
     library: Cmd,
     timeouts: Timeouts,
     map: RwLock<Arc<SlotMap>>,
-    pools: Mutex<HashMap<String, Vec<Connection>>>,
+    /// Idle connections per node, with when each was put back.
+    pools: Mutex<HashMap<String, Vec<(Connection, Instant)>>>,
+    /// Connected replicas per master and when that was read (with `degraded_writes`).
+    replicas: Mutex<HashMap<String, (u32, Instant)>>,
 }
 
 impl Cluster {
@@ -79,6 +88,7 @@ impl Cluster {
             timeouts,
             map: RwLock::new(Arc::new(SlotMap { owner: vec![u16::MAX; SLOTS], nodes: Vec::new() })),
             pools: Mutex::new(HashMap::new()),
+            replicas: Mutex::new(HashMap::new()),
         };
         cluster.refresh()?;
         cluster.on_every_master(&cluster.library)?;
@@ -152,8 +162,14 @@ impl Cluster {
     }
 
     fn take(&self, addr: &str) -> redis::RedisResult<Connection> {
-        if let Some(c) = self.pools.lock().ok().and_then(|mut p| p.get_mut(addr).and_then(Vec::pop)) {
-            return Ok(c);
+        while let Some((mut c, idle_since)) =
+            self.pools.lock().ok().and_then(|mut p| p.get_mut(addr).and_then(Vec::pop))
+        {
+            // A connection idle for a while may lead to a server that died or restarted since:
+            // a write sent on it would fail with its outcome unknown. A PING first finds out.
+            if idle_since.elapsed() < IDLE_CHECK || redis::cmd("PING").query::<Value>(&mut c).is_ok() {
+                return Ok(c);
+            }
         }
         let client = redis::Client::open(format!("redis://{addr}/"))?;
         let con = client.get_connection_with_timeout(self.timeouts.connect)?;
@@ -166,7 +182,7 @@ impl Cluster {
         if let Ok(mut p) = self.pools.lock() {
             let pool = p.entry(addr.to_string()).or_default();
             if pool.len() < 16 {
-                pool.push(con);
+                pool.push((con, Instant::now()));
             }
         }
     }
@@ -306,6 +322,12 @@ impl Cluster {
         wait: Option<(u32, Duration)>,
     ) -> std::result::Result<Vec<Value>, Failure> {
         let mut con = self.take(node).map_err(|e| Failure::NotRun(e.to_string()))?;
+        let wait = match wait {
+            Some((replicas, timeout)) if self.timeouts.degraded_writes => {
+                Some((self.replicas_to_wait(node, &mut con, replicas), timeout))
+            }
+            other => other,
+        };
         let mut pipe = redis::pipe();
         pipe.ignore_errors();
         let mut n = 0;
@@ -343,6 +365,42 @@ impl Cluster {
             return Err(Failure::Unknown(format!("{node} answered {} of {n} commands", values.len())));
         }
         Ok(values)
+    }
+
+    /// How many replicas a `WAIT` on master `node` asks for, `wanted` at most: those it has
+    /// connected now (read with `ROLE` at most once a second). A master that lost its replica
+    /// (its replica was promoted when it died, and no other replica took its place) then keeps
+    /// taking commits, durable in its append-only file alone until a replica joins it again.
+    fn replicas_to_wait(&self, node: &str, con: &mut Connection, wanted: u32) -> u32 {
+        let cached = self.replicas.lock().ok().and_then(|m| m.get(node).copied());
+        let connected = match cached {
+            Some((n, at)) if at.elapsed() < Duration::from_secs(1) => n,
+            _ => {
+                let n = match redis::cmd("ROLE").query::<Value>(con) {
+                    Ok(Value::Array(role)) => match role.get(2) {
+                        Some(Value::Array(replicas)) => replicas.len() as u32,
+                        _ => wanted,
+                    },
+                    _ => wanted,
+                };
+                if let Ok(mut m) = self.replicas.lock() {
+                    let before = m.insert(node.to_string(), (n, Instant::now())).map(|(b, _)| b);
+                    if n < wanted && before.is_none_or(|b| b >= wanted) {
+                        tracing::warn!(
+                            %node,
+                            connected = n,
+                            wanted,
+                            "Redis master has fewer replicas than commits should wait for: its commits are \
+                             acknowledged by the replicas it has (degraded_writes)"
+                        );
+                    } else if n >= wanted && before.is_some_and(|b| b < wanted) {
+                        tracing::info!(%node, connected = n, "Redis master has its replicas again");
+                    }
+                }
+                n
+            }
+        };
+        connected.min(wanted)
     }
 
     /// Runs `cmd` on every master (to load the function library).

@@ -61,6 +61,12 @@ pub struct RedisConfig {
     pub replicas: u32,
     /// How long a commit waits for those replicas before failing (its outcome then unknown).
     pub replica_timeout: Duration,
+    /// When a master has fewer connected replicas than `replicas` (it lost one: its replica
+    /// was promoted when a master died, or a replica is down), wait for the replicas it has
+    /// instead of failing every commit on its slots until one is back. Trades durability for
+    /// availability while degraded: such commits survive the master process but not the loss
+    /// of its machine. Off by default.
+    pub degraded_writes: bool,
     /// Connecting to one node.
     pub connect_timeout: Duration,
     /// One request on an open connection.
@@ -77,6 +83,7 @@ impl Default for RedisConfig {
             buckets: 16,
             replicas: 1,
             replica_timeout: Duration::from_secs(2),
+            degraded_writes: false,
             connect_timeout: Duration::from_secs(2),
             io_timeout: Duration::from_secs(10),
             retry_for: Duration::from_secs(15),
@@ -136,7 +143,12 @@ impl RedisBigtable {
                 config.buckets
             )));
         }
-        let timeouts = Timeouts { connect: config.connect_timeout, io: config.io_timeout, retry_for: config.retry_for };
+        let timeouts = Timeouts {
+            connect: config.connect_timeout,
+            io: config.io_timeout,
+            retry_for: config.retry_for,
+            degraded_writes: config.degraded_writes,
+        };
         let mut library = redis::cmd("FUNCTION");
         library.arg("LOAD").arg("REPLACE").arg(LIBRARY);
         let cluster = Arc::new(Cluster::connect(&config.nodes, timeouts, library)?);
