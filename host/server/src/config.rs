@@ -680,7 +680,15 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
                 None => OracleServiceConfig::default().listen,
             };
             let degraded_writes = r.and_then(|r| r.degraded_writes).unwrap_or(defaults.degraded_writes);
-            Ok(Backend::Redis(RedisSettings { nodes, namespace, buckets, replicas, degraded_writes, etcd, oracle_listen }))
+            Ok(Backend::Redis(RedisSettings {
+                nodes,
+                namespace,
+                buckets,
+                replicas,
+                degraded_writes,
+                etcd,
+                oracle_listen,
+            }))
         }
         Some((other, span)) => {
             Err(cx.err(Some(span), "store.backend", format!("{other:?} is not one of \"redb\", \"redis\"")))

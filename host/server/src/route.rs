@@ -177,10 +177,7 @@ fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
                     .unwrap_or(defaults.namespace),
                 buckets: int("buckets", defaults.buckets),
                 replicas: int("replicas", defaults.replicas),
-                degraded_writes: r
-                    .get("degraded_writes")
-                    .and_then(|v| v.as_bool())
-                    .unwrap_or(defaults.degraded_writes),
+                degraded_writes: r.get("degraded_writes").and_then(|v| v.as_bool()).unwrap_or(defaults.degraded_writes),
                 etcd: match r.get("etcd").and_then(|n| n.as_array()) {
                     Some(a) => a.iter().filter_map(|n| n.as_str().map(str::to_owned)).collect(),
                     None => env_list(ETCD_ENV).unwrap_or_default(),

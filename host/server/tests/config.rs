@@ -199,7 +199,7 @@ fn the_redis_backend_is_configured_in_store_redis() {
     let tail = "\n[observers]\ndir = \"observers\"\n";
     let body = format!(
         "{head}[store.redis]\nnodes = [\"127.0.0.1:7100\", \"127.0.0.1:7101\"]\nnamespace = \"web\"\nbuckets = 32\n\
-         etcd = [\"http://127.0.0.1:12379\"]\noracle_listen = \"127.0.0.1:7400\"\n{tail}"
+         degraded_writes = true\netcd = [\"http://127.0.0.1:12379\"]\noracle_listen = \"127.0.0.1:7400\"\n{tail}"
     );
     let c = Config::load(&dir.config(&body)).unwrap();
     assert_eq!(
@@ -209,6 +209,7 @@ fn the_redis_backend_is_configured_in_store_redis() {
             namespace: "web".into(),
             buckets: 32,
             replicas: 1,
+            degraded_writes: true,
             etcd: vec!["http://127.0.0.1:12379".into()],
             oracle_listen: "127.0.0.1:7400".parse().unwrap(),
         })
