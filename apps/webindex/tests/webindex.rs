@@ -2,7 +2,8 @@
 //! components: incremental equals batch. A sample crawl with re-crawls is written in random
 //! order by concurrent writers while the pipeline runs; at its fixed point every table equals
 //! `webindex::batch::compute` of the final inputs, value by value. The same again with the host
-//! process killed (SIGKILL) and restarted mid-way, loading through the CLI.
+//! process killed (SIGKILL) and restarted mid-way, loading through the CLI; and on the Redis
+//! backend, with three hosts serving one namespace and one of them killed mid-load.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -300,4 +301,71 @@ fn incremental_equals_batch_across_host_kills_mid_load() {
     assert_equals_batch(&store, &final_inputs(&records));
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The distributed mode: three `percolator up` hosts on one Redis namespace (each with its own
+/// folder and endpoint, all with the same configuration), the crawl loaded through the first,
+/// the second SIGKILLed mid-load (its share of the notify buckets passes to the others when
+/// its etcd lease expires, its locks are resolved by the others): the tables equal the batch
+/// computation's. Runs only on the Redis backend with the oracle service (`scripts/test`).
+#[test]
+fn incremental_equals_batch_on_three_hosts_with_one_killed() {
+    if std::env::var("PERCOLATOR_TEST_BACKEND").as_deref() != Ok("redis") {
+        return;
+    }
+    assert!(std::env::var("PERCOLATOR_ETCD").is_ok(), "the three hosts need the oracle service: PERCOLATOR_ETCD");
+    let first = setup("three-0", "fsync", "[http]\nlisten = \"127.0.0.1:0\"\n");
+    // The same configuration (and so the same namespace) in each host's own folder.
+    let dirs: Vec<PathBuf> = std::iter::once(first.clone())
+        .chain((1..3).map(|i| {
+            let dir = std::env::temp_dir().join(format!("percolator-webindex-three-{i}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("observers")).unwrap();
+            for e in std::fs::read_dir(first.join("observers")).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), dir.join("observers").join(e.file_name())).unwrap();
+            }
+            std::fs::copy(first.join("pipeline.toml"), dir.join("pipeline.toml")).unwrap();
+            dir
+        }))
+        .collect();
+    let mut hosts: Vec<Option<HostProcess>> = dirs.iter().map(|d| Some(HostProcess::start(d))).collect();
+    let crawl = crawl::generate(31, 150);
+    let records = shuffled_records(&crawl, 13);
+    let file = first.join("crawl.jsonl");
+    write_jsonl(&file, &records);
+    let mut load = Command::new(common::percolator_bin())
+        .arg("--config")
+        .arg(first.join("pipeline.toml"))
+        .args(["load", "pages", file.to_str().unwrap(), "--key", "url", "--batch", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill the second host once the pipeline is busy with the load.
+    let endpoint = std::fs::read_to_string(first.join("store.redb.endpoint")).unwrap();
+    let api = Remote::new(endpoint.trim(), None);
+    let scan = ScanRequest { table: schema::PAGES.into(), limit: 40, ..Default::default() };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while api.call::<Scan>(&scan).map(|r| r.cells.len()).unwrap_or(0) < 40 {
+        assert!(Instant::now() < deadline, "the load made no progress: {}", read_log(&first));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(load.try_wait().unwrap().is_none(), "the load finished before the host was killed (proves nothing)");
+    hosts[1].take().unwrap().kill();
+    let output = load.wait_with_output().unwrap();
+    assert!(output.status.success(), "the load failed: {}", String::from_utf8_lossy(&output.stderr));
+    let wait = percolator(&first, &["wait", "--timeout", "300"]);
+    assert!(wait.status.success(), "no fixed point: {}", read_log(&first));
+    for h in hosts.iter_mut().filter_map(Option::take) {
+        h.stop();
+    }
+    let store = open_store(&first);
+    assert!(store.dead_letters().unwrap().is_empty(), "dead letters: {:?}", store.dead_letters().unwrap());
+    assert!(store.pending_notifications(1).unwrap().is_empty(), "notifications left pending");
+    assert_equals_batch(&store, &final_inputs(&records));
+    drop(store);
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
