@@ -662,6 +662,10 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                 ),
                 plural(st.dead_letters, "dead letter", "dead letters")
             ));
+            if !st.registered.is_empty() {
+                let names: Vec<&str> = st.registered.iter().map(|b| b.name.as_str()).collect();
+                out.push_str(&format!("bindings in the store: {}\n", names.join(", ")));
+            }
         }
         Some(h) => {
             out.push_str(&format!("host: {} (pid {}, started {})\n", h.url, h.pid, h.started_at));
@@ -702,6 +706,32 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                     ]);
                 }
                 out.push_str(&table(&rows));
+            }
+            // Hosts that share a store share its registry of bindings, not their components.
+            let missing: Vec<&str> = st
+                .registered
+                .iter()
+                .filter(|r| !h.bindings.iter().any(|b| b.name == r.name))
+                .map(|r| r.name.as_str())
+                .collect();
+            if !missing.is_empty() {
+                out.push_str(&format!(
+                    "bindings in the store that this host has no component for (another host runs them): {}\n",
+                    missing.join(", ")
+                ));
+            }
+            let unregistered: Vec<&str> = h
+                .bindings
+                .iter()
+                .filter(|b| !st.registered.iter().any(|r| r.name == b.name))
+                .map(|b| b.name.as_str())
+                .collect();
+            if !unregistered.is_empty() {
+                out.push_str(&format!(
+                    "bindings loaded here but no longer in the store (another host replaced the bindings; \
+                     they do not run): {}\n",
+                    unregistered.join(", ")
+                ));
             }
             let t = &h.throughput;
             if t.window_secs < 0.5 {
@@ -766,6 +796,74 @@ mod tests {
         }
     }
 
+    /// Several hosts share the store's bindings, not their components: `status` names the
+    /// bindings this host cannot run and those it loaded that the store no longer has.
+    #[test]
+    fn status_names_bindings_the_store_and_this_host_do_not_share() {
+        use percolator_api::{BindingReport, HostReport, RegisteredBinding, Throughput};
+        let registered = |name: &str| RegisteredBinding {
+            name: name.into(),
+            table: "t".into(),
+            column: "c".into(),
+            kind: "strong".into(),
+        };
+        let binding = |name: &str| BindingReport {
+            name: name.into(),
+            table: "t".into(),
+            column: "c".into(),
+            kind: "strong".into(),
+            wasm: format!("observers/{name}.wasm"),
+            source_hash: "0".repeat(64),
+            loaded_at: "2026-11-23T00:00:00Z".into(),
+            runs: 0,
+            failures: 0,
+            mean_run_ms: None,
+            p50_run_ms: None,
+            p90_run_ms: None,
+            p99_run_ms: None,
+            backlog: 0,
+            backlog_capped: false,
+        };
+        let s = StatusReport {
+            host: Some(HostReport {
+                url: "http://127.0.0.1:1".into(),
+                pid: 1,
+                started_at: "2026-11-23T00:00:00Z".into(),
+                generation: 1,
+                loaded_at: None,
+                last_error: None,
+                bindings: vec![binding("both"), binding("local")],
+                throughput: Throughput {
+                    window_secs: 0.0,
+                    observer_runs_per_sec: 0.0,
+                    commits_per_sec: 0.0,
+                    conflicts_per_sec: 0.0,
+                },
+                metrics: Default::default(),
+            }),
+            store: StoreReport {
+                path: "s".into(),
+                pending_notifications: 0,
+                pending_capped: false,
+                dead_letters: 0,
+                registered: vec![registered("both"), registered("remote")],
+            },
+            config_error: None,
+        };
+        let text = render_status(&s);
+        assert!(text.contains("no component for (another host runs them): remote\n"), "{text}");
+        assert!(
+            text.contains("no longer in the store (another host replaced the bindings; they do not run): local\n"),
+            "{text}"
+        );
+        let all_shared = StatusReport {
+            store: StoreReport { registered: vec![registered("both"), registered("local")], ..s.store.clone() },
+            ..s.clone()
+        };
+        let text = render_status(&all_shared);
+        assert!(!text.contains("no component") && !text.contains("no longer in the store"), "{text}");
+    }
+
     #[test]
     fn status_says_when_the_configuration_does_not_load() {
         let s = StatusReport {
@@ -775,6 +873,7 @@ mod tests {
                 pending_notifications: 1,
                 pending_capped: false,
                 dead_letters: 0,
+                registered: vec![],
             },
             config_error: Some("p.toml:3: observers.dir: nowhere is not a directory".into()),
         };

@@ -369,6 +369,23 @@ pub struct StoreReport {
     pub pending_capped: bool,
     /// Dead letters.
     pub dead_letters: u64,
+    /// The bindings the store's registry holds: every writer (any host, a load) sets their
+    /// notify cells, and each host runs those it has a component for.
+    #[serde(default)]
+    pub registered: Vec<RegisteredBinding>,
+}
+
+/// A binding in the store's registry.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RegisteredBinding {
+    /// Binding (and observer) name.
+    pub name: String,
+    /// Observed table.
+    pub table: String,
+    /// Observed column.
+    pub column: String,
+    /// `strong` or `weak`.
+    pub kind: String,
 }
 
 /// What a running host reports.

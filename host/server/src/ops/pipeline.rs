@@ -8,7 +8,7 @@ use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
     ApiError, ApiResult, BindingReport, DeadLetterReport, Empty, GcReport, HealthReport, HostReport, MAX_WAIT_SECS,
-    RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest, WaitResponse,
+    RegisteredBinding, RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest, WaitResponse,
 };
 use percolator_store::Store;
 
@@ -109,6 +109,11 @@ fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> ApiRe
             pending_notifications: backlog.total,
             pending_capped: backlog.capped,
             dead_letters,
+            registered: store
+                .observers()
+                .into_iter()
+                .map(|o| RegisteredBinding { name: o.name, table: o.table, column: o.column, kind: o.kind.to_string() })
+                .collect(),
         },
         config_error: None,
     })
