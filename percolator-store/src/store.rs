@@ -17,7 +17,7 @@ use crate::redb_backend::{RedbBigtable, RedbConfig};
 use crate::registry::{self, Registry};
 use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
-use crate::worker::{self, Liveness, Stop};
+use crate::worker::{self, Liveness, Stop, now_ms};
 
 /// How [`Store::run`] retries conflicts.
 #[derive(Clone, Debug)]
@@ -175,6 +175,12 @@ pub(crate) struct Inner {
     pub(crate) acked_registry: AtomicU64,
     /// Running scanners (a store with one takes a share of the notify partitions).
     pub(crate) scanners: AtomicUsize,
+    /// Until when (wall-clock ms) this worker's lease is surely alive for every other worker;
+    /// `u64::MAX` on an exclusive backend (no other worker).
+    pub(crate) lease_valid_until: AtomicU64,
+    /// Bumped when the lease lapsed before it was renewed: transactions that started before
+    /// may have had versions collected under them by other hosts' GC (see `check_lease`).
+    pub(crate) lease_epoch: AtomicU64,
     pub(crate) signal: Signal,
     pub(crate) fence: OnePcFence,
     /// Advisory row locks taken by scanners (row key prefixes).
@@ -269,7 +275,12 @@ impl Store {
             None => Liveness::Backend,
         };
         let published = worker::Published { oldest: Timestamp::from_raw(worker), ..Default::default() };
-        liveness.write(backend.as_ref(), worker, config.worker_lease, published)?;
+        let renewed = liveness.write(backend.as_ref(), worker, config.worker_lease, published)?;
+        let valid_until = match renewed {
+            _ if backend.exclusive() => u64::MAX,
+            Some(r) => r.expiry.saturating_sub(worker::lease_margin(config.worker_lease)),
+            None => 0,
+        };
         let stop = Arc::new(Stop::default());
         let (lease, poll) = (config.worker_lease, config.registry_poll);
         let inner = Arc::new(Inner {
@@ -282,6 +293,8 @@ impl Store {
             liveness,
             acked_registry: AtomicU64::new(0),
             scanners: AtomicUsize::new(0),
+            lease_valid_until: AtomicU64::new(valid_until),
+            lease_epoch: AtomicU64::new(0),
             signal: Signal::default(),
             fence: OnePcFence::default(),
             row_locks: Mutex::new(HashSet::new()),
@@ -437,6 +450,45 @@ impl Inner {
             keys.dedup();
             self.backend.wake(&keys);
         }
+    }
+
+    /// Records a renewal of this worker's lease. If the lease had lapsed before the renewal
+    /// was sent, other workers may have treated this one as dead meanwhile (GC below its
+    /// running transactions' snapshots): the epoch moves on, and those transactions fail.
+    pub(crate) fn lease_renewed(&self, renewed: worker::Renewed) {
+        if self.backend.exclusive() {
+            return;
+        }
+        let valid = renewed.expiry.saturating_sub(worker::lease_margin(self.config.worker_lease));
+        let before = self.lease_valid_until.load(Ordering::SeqCst);
+        if before < renewed.sent {
+            self.lease_epoch.fetch_add(1, Ordering::SeqCst);
+            tracing::error!(
+                worker = self.worker,
+                "the worker's lease lapsed before it was renewed (the process stalled, or could not reach the \
+                 lease service): transactions that started before fail"
+            );
+        }
+        self.lease_valid_until.fetch_max(valid, Ordering::SeqCst);
+    }
+
+    /// After a read of a transaction that started in lease epoch `epoch`: fails if the lease
+    /// may have lapsed since (another host's GC may then have removed versions the read
+    /// needed, so what it returned cannot be trusted). Reads that return before the lease's
+    /// expiry (less a margin) happened while every other worker still counted this one.
+    pub(crate) fn check_lease(&self, epoch: u64) -> Result<()> {
+        if self.backend.exclusive() {
+            return Ok(());
+        }
+        if self.lease_epoch.load(Ordering::SeqCst) != epoch || now_ms() >= self.lease_valid_until.load(Ordering::SeqCst)
+        {
+            return Err(Error::Unavailable(format!(
+                "worker {}'s lease is not (or was not) renewed in time: this transaction's reads cannot be trusted \
+                 (another host may have collected versions under its snapshot); run it again",
+                self.worker
+            )));
+        }
+        Ok(())
     }
 
     pub(crate) fn worker_alive(&self, worker: u64) -> Result<bool> {

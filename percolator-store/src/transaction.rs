@@ -41,6 +41,8 @@ pub struct Transaction {
     /// False for the inert placeholder [`Transaction::take`] leaves behind: it does not hold
     /// the start timestamp in the active set.
     registered: bool,
+    /// The worker's lease epoch when the transaction started (see `Inner::check_lease`).
+    epoch: u64,
 }
 
 /// A reusable backend read view. Safe to keep because every transaction that committed before
@@ -67,8 +69,10 @@ impl Drop for Transaction {
 
 impl Transaction {
     pub(crate) fn begin(inner: Arc<Inner>) -> Result<Transaction> {
+        let epoch = inner.lease_epoch.load(std::sync::atomic::Ordering::SeqCst);
         let start_ts = inner.register_active()?;
         Ok(Transaction {
+            epoch,
             inner,
             start_ts,
             writes: BTreeMap::new(),
@@ -90,6 +94,7 @@ impl Transaction {
             weak: BTreeSet::new(),
             view: Mutex::new(None),
             registered: false,
+            epoch: self.epoch,
         };
         std::mem::replace(self, placeholder)
     }
@@ -275,6 +280,7 @@ impl Transaction {
                 }
             }
             if !blocked {
+                self.inner.check_lease(self.epoch)?;
                 return Ok(reads);
             }
             self.drop_view();
@@ -283,10 +289,12 @@ impl Transaction {
 
     /// Scans through the read view (see [`Transaction::read_row`]).
     fn scan_view(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
-        self.with_view(|v| match v {
+        let cells = self.with_view(|v| match v {
             Some(v) => v.scan(range),
             None => self.inner.backend.scan(range),
-        })
+        })?;
+        self.inner.check_lease(self.epoch)?;
+        Ok(cells)
     }
 
     /// Runs `f` on the current read view, (re)opening it if there is none, if a one-phase

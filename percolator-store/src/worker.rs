@@ -77,30 +77,37 @@ impl Liveness {
     }
 
     /// Writes `worker`'s lease (taking an etcd lease first if it has none): expiring `period`
-    /// from now, with what it publishes.
+    /// from now, with what it publishes. Returns the lease's new expiry and when the request
+    /// that set it was sent (wall-clock ms), if this write (re)started the lease's period.
     pub(crate) fn write(
         &self,
         backend: &dyn Bigtable,
         worker: u64,
         period: Duration,
         published: Published,
-    ) -> Result<()> {
+    ) -> Result<Option<Renewed>> {
+        let sent = now_ms();
         match self {
             Liveness::Backend => {
-                let value = encode_lease(now_ms() + period.as_millis() as u64, published);
+                let expiry = sent + period.as_millis() as u64;
+                let value = encode_lease(expiry, published);
                 backend.apply(vec![Op::MetaPut { key: lease_key(worker), value }])?;
+                Ok(Some(Renewed { sent, expiry }))
             }
             Liveness::Etcd { etcd, prefix, lease } => {
                 let mut id = lease.load(Ordering::SeqCst);
-                if id == 0 {
+                let granted = id == 0;
+                if granted {
                     id = etcd.grant(period)?;
                     lease.store(id, Ordering::SeqCst);
                 }
                 // etcd expires the key: the value's own expiry never does.
                 etcd.put(&format!("{prefix}{worker:020}"), &encode_lease(u64::MAX, published), id)?;
+                // etcd's TTL is whole seconds (rounded down, as `grant` asks).
+                let expiry = sent + period.as_secs().max(1) * 1000;
+                Ok(granted.then_some(Renewed { sent, expiry }))
             }
         }
-        Ok(())
     }
 
     /// Renews the lease (the heartbeat). An etcd lease found expired (the worker stalled for a
@@ -109,12 +116,18 @@ impl Liveness {
     fn renew(&self, inner: &Inner) -> Result<()> {
         if let Liveness::Etcd { etcd, lease, .. } = self {
             let id = lease.load(Ordering::SeqCst);
-            if id != 0 && etcd.keepalive(id)?.is_none() {
-                tracing::error!(
-                    worker = inner.worker,
-                    "the worker's etcd lease expired (the process stalled for a lease period); taking a new one"
-                );
-                lease.store(0, Ordering::SeqCst);
+            let sent = now_ms();
+            if id != 0 {
+                match etcd.keepalive(id)? {
+                    Some(ttl) => inner.lease_renewed(Renewed { sent, expiry: sent + ttl.as_millis() as u64 }),
+                    None => {
+                        tracing::error!(
+                            worker = inner.worker,
+                            "the worker's etcd lease expired (the process stalled for a lease period); taking a new one"
+                        );
+                        lease.store(0, Ordering::SeqCst);
+                    }
+                }
             }
         }
         publish(inner)
@@ -163,6 +176,13 @@ impl Liveness {
     }
 }
 
+/// A lease (re)started: when the request was sent and the expiry it set (wall-clock ms).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Renewed {
+    pub(crate) sent: u64,
+    pub(crate) expiry: u64,
+}
+
 /// Writes this store's lease now, with what it publishes now.
 pub(crate) fn publish(inner: &Inner) -> Result<()> {
     let published = Published {
@@ -170,7 +190,18 @@ pub(crate) fn publish(inner: &Inner) -> Result<()> {
         acked_registry: inner.acked_registry.load(Ordering::SeqCst),
         scanning: inner.scanners.load(Ordering::SeqCst) > 0,
     };
-    inner.liveness.write(inner.backend.as_ref(), inner.worker, inner.config.worker_lease, published)
+    if let Some(renewed) =
+        inner.liveness.write(inner.backend.as_ref(), inner.worker, inner.config.worker_lease, published)?
+    {
+        inner.lease_renewed(renewed);
+    }
+    Ok(())
+}
+
+/// Reads of a transaction on a shared backend are trusted only while the worker's lease is
+/// surely alive in every other worker's eyes: until its expiry less this margin (clock rates).
+pub(crate) fn lease_margin(period: Duration) -> u64 {
+    (period.as_millis() as u64 / 10).max(500)
 }
 
 /// A lease value's expiry and what it publishes. Older leases lack fields: a lease without an
@@ -286,6 +317,10 @@ pub(crate) fn spawn_heartbeat(inner: Weak<Inner>, stop: Arc<Stop>, lease: Durati
         .spawn(move || {
             while !stop.sleep(lease / 3) {
                 let Some(inner) = inner.upgrade() else { return };
+                #[cfg(feature = "failpoints")]
+                if fail::eval("lease-heartbeat", |_| ()).is_some() {
+                    continue;
+                }
                 // A failed refresh is retried at the next beat; the lease has two beats of slack.
                 let _ = inner.liveness.renew(&inner);
             }

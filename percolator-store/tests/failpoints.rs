@@ -14,7 +14,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use fail::FailScenario;
-use percolator_store::{Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, Transaction};
+use percolator_store::{
+    Error, Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, StoreConfig, Transaction,
+};
 
 const ROWS: [&str; 4] = ["a", "b", "c", "d"];
 
@@ -370,4 +372,40 @@ fn a_one_phase_commit_s_weak_notification_survives_a_crash_after_the_write() {
     assert_eq!(s.metrics().one_pc_commits, one_pc_before + 1);
     scenario.teardown();
     assert!(runs.iter().any(|&ts| ts > commit_ts), "the weak notification was lost: runs {runs:?}");
+}
+
+/// A worker whose lease lapses (its heartbeat stalls) stops trusting its reads on a shared
+/// backend: another host's GC may have collected under its snapshots. A transaction that
+/// started before the lapse keeps failing after the lease is renewed; a new one reads again.
+#[test]
+fn reads_fail_once_the_workers_lease_lapsed() {
+    if test_backend() != "redis" {
+        // An exclusive backend has no other worker to count this one dead.
+        return;
+    }
+    let scenario = FailScenario::setup();
+    let s = test_store(StoreConfig { worker_lease: Duration::from_millis(1500), ..fast_locks() });
+    s.run(|t| t.set("t", "r", "c:v", b"1".to_vec())).unwrap();
+    let old = s.begin().unwrap();
+    assert_eq!(old.get("t", "r", "c:v").unwrap(), Some(b"1".to_vec()));
+    fail::cfg("lease-heartbeat", "return").unwrap();
+    std::thread::sleep(Duration::from_millis(1600));
+    match old.get("t", "r", "c:v") {
+        Err(Error::Unavailable(m)) => assert!(m.contains("lease"), "{m}"),
+        other => panic!("a read after the lease lapsed must fail, got {other:?}"),
+    }
+    fail::remove("lease-heartbeat");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match s.begin().and_then(|t| t.get("t", "r", "c:v")) {
+            Ok(v) => {
+                assert_eq!(v, Some(b"1".to_vec()));
+                break;
+            }
+            Err(e) => assert!(std::time::Instant::now() < deadline, "the lease was not renewed: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(matches!(old.get("t", "r", "c:v"), Err(Error::Unavailable(_))), "the old transaction stays failed");
+    scenario.teardown();
 }
