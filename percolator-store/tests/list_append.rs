@@ -140,10 +140,18 @@ impl Client {
     /// The broken client of the negative controls: reads `key` in one transaction, then
     /// after `pause` writes the list it read, extended, in a second one that does not read it
     /// again — and records the second as if it had read at its own snapshot. Both records.
-    fn stale_append(&mut self, store: &Store, key: Key, pause: Duration) -> Vec<Record> {
+    fn stale_append(
+        &mut self,
+        store: &Store,
+        key: Key,
+        before_write: &dyn Fn(),
+        after_write: &dyn Fn(),
+    ) -> Vec<Record> {
         let mut records = Vec::new();
         let reader = store.begin().unwrap();
         let Ok(list) = read_list(&reader, key) else {
+            before_write();
+            after_write();
             return records; // met a lock for too long: nothing to record
         };
         let at = reader.start_ts().raw();
@@ -151,7 +159,7 @@ impl Client {
             at,
             Txn { process: self.process, outcome: Outcome::Committed, ops: vec![MicroOp::Read(key, list.clone())] },
         ));
-        std::thread::sleep(pause);
+        before_write();
         let v = self.next_value();
         let mut writer = store.begin().unwrap();
         let mut extended = list.clone();
@@ -165,6 +173,7 @@ impl Client {
         };
         let ops = vec![MicroOp::Read(key, list), MicroOp::Append(key, v)];
         records.push((at, Txn { process: self.process, outcome, ops }));
+        after_write();
         records
     }
 }
@@ -446,14 +455,30 @@ fn a_stale_overwrite_is_caught() {
 fn stale_overwrites_under_load_are_caught() {
     let _serial = serial_if_redis();
     let store = test_store(StoreConfig::default());
+    // Every round, all four clients read before any of them writes, and on each key one client
+    // writes after the other's write finished: both read the same list and write it back
+    // extended, so each round the second write overwrites the first one's append.
+    let (read, first_wrote) = (std::sync::Barrier::new(4), std::sync::Barrier::new(4));
     let records: Vec<Record> = std::thread::scope(|s| {
         let threads: Vec<_> = (1..=4u64)
             .map(|p| {
-                let store = &store;
+                let (store, read, first_wrote) = (&store, &read, &first_wrote);
                 s.spawn(move || {
                     let mut client = Client::new(p);
-                    (0..40)
-                        .flat_map(|_| client.stale_append(store, p % 2, Duration::from_millis(2)))
+                    let first = p <= 2;
+                    let before_write = || {
+                        read.wait();
+                        if !first {
+                            first_wrote.wait();
+                        }
+                    };
+                    let after_write = || {
+                        if first {
+                            first_wrote.wait();
+                        }
+                    };
+                    (0..20)
+                        .flat_map(|_| client.stale_append(store, p % 2, &before_write, &after_write))
                         .collect::<Vec<_>>()
                 })
             })
