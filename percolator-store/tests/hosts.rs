@@ -245,3 +245,22 @@ fn hosts_lease_in_etcd_and_their_namespace_refuses_a_private_oracle() {
         other => panic!("expected a refusal, got {:?}", other.map(|_| "a store")),
     }
 }
+
+/// Hosts add to one total of each counter and of each user's named counts; none overwrites
+/// another's.
+#[test]
+fn hosts_add_to_the_same_totals() {
+    let Some((a, b)) = two_hosts(StoreConfig::default()) else { return };
+    let before = a.metrics().commits;
+    a.run(|t| t.set("docs", "r1", "raw:text", "a")).unwrap();
+    b.run(|t| t.set("docs", "r2", "raw:text", "b")).unwrap();
+    b.run(|t| t.set("docs", "r3", "raw:text", "b")).unwrap();
+    a.persist_metrics().unwrap();
+    b.persist_metrics().unwrap();
+    a.persist_metrics().unwrap();
+    assert_eq!(a.metrics().commits, before + 3, "A's and B's commits, each once");
+    a.add_totals("observer/x", &[("runs", 2), ("failures", 1)]).unwrap();
+    b.add_totals("observer/x", &[("runs", 5)]).unwrap();
+    let totals = b.saved_totals("observer/x").unwrap();
+    assert_eq!((totals["runs"], totals["failures"]), (7, 1));
+}

@@ -94,6 +94,10 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..3u8, prop::collection::vec(any::<u8>(), 0..3))
             .prop_map(|(k, value)| Op::MetaPut { key: format!("m/{k}"), value }),
         1 => (0..3u8).prop_map(|k| Op::MetaDelete { key: format!("m/{k}") }),
+        // Counters: added to (wrapping near u64::MAX too) and deleted, never put.
+        1 => (0..3u8, prop_oneof![0..1000u64, (u64::MAX - 1000)..=u64::MAX])
+            .prop_map(|(k, delta)| Op::MetaAdd { key: format!("m/n{k}"), delta }),
+        1 => (0..3u8).prop_map(|k| Op::MetaDelete { key: format!("m/n{k}") }),
     ]
 }
 

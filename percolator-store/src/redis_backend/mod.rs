@@ -389,7 +389,7 @@ fn meta_args(op: &Op) -> Option<RowArgs> {
     let args = match op {
         Op::MetaPut { key, value } => vec![b"P".to_vec(), key.as_bytes().to_vec(), value.clone()],
         Op::MetaDelete { key } => vec![b"D".to_vec(), key.as_bytes().to_vec()],
-        Op::MetaAdd { key, delta } => vec![b"A".to_vec(), key.as_bytes().to_vec(), delta.to_le_bytes().to_vec()],
+        Op::MetaAdd { key, delta } => vec![b"+".to_vec(), key.as_bytes().to_vec(), delta.to_le_bytes().to_vec()],
         Op::Row(_) => return None,
     };
     Some(RowArgs { conditions: 0, mutations: 1, args })

@@ -49,7 +49,7 @@ local function encode_notify(ts, writers)
 end
 
 -- Arguments each operation tag takes (after the tag).
-local ARGC = { L = 2, W = 2, A = 1, I = 1, P = 2, D = 1, N = 4, X = 2, C = 2 }
+local ARGC = { L = 2, W = 2, A = 1, I = 1, P = 2, D = 1, N = 4, X = 2, C = 2, ['+'] = 2 }
 
 local WRITE_ROLLBACK = 3
 
@@ -94,7 +94,7 @@ local function mutate(cz, ch, nz, nh, args, i)
   elseif tag == 'D' then
     redis.call('ZREM', cz, args[i + 1])
     redis.call('HDEL', ch, args[i + 1])
-  elseif tag == 'A' then
+  elseif tag == '+' then
     -- MetaAdd: key, delta (8 bytes little-endian); the sum wraps like u64::wrapping_add.
     local k, delta = args[i + 1], args[i + 2]
     local current = redis.call('HGET', ch, k)
