@@ -16,18 +16,21 @@
 //!    etcd and the hosts over the measured window.
 //! 2. **Failover** (Figure 10): 3 hosts for 50 s in 0.5 s buckets; at 15 s the master that
 //!    serves the first slots is SIGKILLed (`scripts/dev-cluster kill`), its replica takes over;
-//!    at 30 s it is started again and rejoins as a replica. Run twice: with the store's default
-//!    (each commit waits for one replica, `WAIT 1`), then with commits acknowledged by the
-//!    master alone (`RedisConfig::replicas = 0`), which shows what `WAIT` costs while the
-//!    promoted master has no replica. Writes `figure10.svg` / `.csv` and `figure10-wait0.svg` /
-//!    `.csv` (into `docs/figures`, or `--figure-dir DIR`), and checks after each run that the
-//!    sum of all balances is unchanged.
+//!    at 30 s it is started again and rejoins as a replica. Run three times: with the store's
+//!    default (each commit waits for one replica, `WAIT 1`), then with commits acknowledged by
+//!    the master alone (`RedisConfig::replicas = 0`), which shows what `WAIT` costs while the
+//!    promoted master has no replica, then with `WAIT 1` and `RedisConfig::degraded_writes` (a
+//!    master without its replica waits for none). Writes `figure10.svg` / `.csv`,
+//!    `figure10-wait0.svg` / `.csv` and `figure10-degraded.svg` / `.csv` (into `docs/figures`,
+//!    or `--figure-dir DIR`), and checks after each run that the sum of all balances is
+//!    unchanged.
 //!
 //! Needs the dev cluster: `scripts/dev-cluster up`, `set -a; . target/dev-cluster/env; set +a`,
-//! then `cargo run --release -p percolator-bench --bin hosts` (about 6 minutes). The failover
+//! then `cargo run --release -p percolator-bench --bin hosts` (about 7 minutes). The failover
 //! part kills servers of the cluster in `PERCOLATOR_DEV_CLUSTER_DIR` (default
-//! `target/dev-cluster`). `--quick`: shorter runs, one round, figure into the temp directory.
-//! `--only scaling` / `--only failover`: one part. `--threads T` (default 8).
+//! `target/dev-cluster`). `--quick`: shorter runs, one round, figures into the temp directory.
+//! `--only scaling` / `--only failover`: one part; `--only failover-wait1`, `failover-wait0`,
+//! `failover-degraded`: one failover run. `--threads T` (default 8).
 
 use std::error::Error;
 use std::fmt::Write as _;
@@ -62,13 +65,53 @@ fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
-/// A host's store over `namespace`, this process an oracle candidate; each commit waits for
-/// `replicas` replicas (`WAIT`).
-fn open_host(nodes: &[String], etcd: &[String], namespace: &str, replicas: u32) -> Res<Store> {
+/// How a host's commits are made durable: the `RedisConfig` fields of the same names.
+#[derive(Clone, Copy)]
+struct Durability {
+    /// Replicas each commit waits for (`WAIT`).
+    replicas: u32,
+    /// A master with fewer connected replicas than `replicas` waits only for those it has.
+    degraded_writes: bool,
+}
+
+impl Default for Durability {
+    /// The store's default.
+    fn default() -> Durability {
+        let c = RedisConfig::default();
+        Durability { replicas: c.replicas, degraded_writes: c.degraded_writes }
+    }
+}
+
+impl Durability {
+    /// The flags that pass it to a host process (`--replicas R`, and `--degraded-writes`).
+    fn flags(&self) -> Vec<String> {
+        let mut f = vec!["--replicas".to_string(), self.replicas.to_string()];
+        if self.degraded_writes {
+            f.push("--degraded-writes".into());
+        }
+        f
+    }
+}
+
+impl std::fmt::Display for Durability {
+    /// `WAIT 1`, `WAIT 0`, `WAIT 1, degraded_writes`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WAIT {}", self.replicas)?;
+        if self.degraded_writes {
+            write!(f, ", degraded_writes")?;
+        }
+        Ok(())
+    }
+}
+
+/// A host's store over `namespace`, this process an oracle candidate; its commits made durable
+/// as `durability` says.
+fn open_host(nodes: &[String], etcd: &[String], namespace: &str, durability: Durability) -> Res<Store> {
     let backend = std::sync::Arc::new(RedisBigtable::open(RedisConfig {
         nodes: nodes.to_vec(),
         namespace: namespace.into(),
-        replicas,
+        replicas: durability.replicas,
+        degraded_writes: durability.degraded_writes,
         ..RedisConfig::default()
     })?);
     let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
@@ -151,7 +194,7 @@ impl Counts {
 
 struct ChildArgs {
     namespace: String,
-    replicas: u32,
+    durability: Durability,
     threads: usize,
     duration: Duration,
     bucket: Duration,
@@ -178,7 +221,7 @@ fn transfer(store: &Store, from: u64, to: u64, amount: u64) -> Result<(), (bool,
 fn child(args: ChildArgs) -> Res<()> {
     let nodes = env_list("PERCOLATOR_REDIS")?;
     let etcd = env_list("PERCOLATOR_ETCD")?;
-    let store = open_host(&nodes, &etcd, &args.namespace, args.replicas)?;
+    let store = open_host(&nodes, &etcd, &args.namespace, args.durability)?;
     let oracle = store.oracle().candidate().map(|c| c.address().to_string()).unwrap_or_default();
     println!("READY {oracle}");
     std::io::stdout().flush()?;
@@ -295,9 +338,17 @@ struct Host {
 }
 
 impl Host {
-    fn spawn(namespace: &str, replicas: u32, threads: usize, duration: Duration, bucket: Duration) -> Res<Host> {
+    fn spawn(
+        namespace: &str,
+        durability: Durability,
+        threads: usize,
+        duration: Duration,
+        bucket: Duration,
+    ) -> Res<Host> {
         let mut child = Command::new(std::env::current_exe()?)
-            .args(["--child", namespace, "--replicas", &replicas.to_string(), "--threads", &threads.to_string()])
+            .args(["--child", namespace])
+            .args(durability.flags())
+            .args(["--threads", &threads.to_string()])
             .args(["--duration-ms", &duration.as_millis().to_string(), "--bucket-ms", &bucket.as_millis().to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -487,7 +538,7 @@ impl RunResult {
 
 /// Fills `namespace` with the accounts (each holding `INITIAL`), from this process.
 fn preload(nodes: &[String], etcd: &[String], namespace: &str) -> Res<()> {
-    let store = open_host(nodes, etcd, namespace, 1)?;
+    let store = open_host(nodes, etcd, namespace, Durability::default())?;
     for chunk in (0..ACCOUNTS).collect::<Vec<_>>().chunks(250) {
         store.run(|t| {
             for &i in chunk {
@@ -502,7 +553,7 @@ fn preload(nodes: &[String], etcd: &[String], namespace: &str) -> Res<()> {
 /// The sum of all balances, read in one transaction (retried on conflict: a lock left by a
 /// transfer whose outcome was unknown is resolved by this read).
 fn total_balance(nodes: &[String], etcd: &[String], namespace: &str) -> Res<u64> {
-    let store = open_host(nodes, etcd, namespace, 1)?;
+    let store = open_host(nodes, etcd, namespace, Durability::default())?;
     Ok(store.run(|t| (0..ACCOUNTS).map(|i| balance(t, i)).sum::<percolator_store::Result<u64>>())?)
 }
 
@@ -511,7 +562,7 @@ fn total_balance(nodes: &[String], etcd: &[String], namespace: &str) -> Res<u64>
 #[allow(clippy::too_many_arguments)]
 fn run_hosts(
     namespace: &str,
-    replicas: u32,
+    durability: Durability,
     hosts: usize,
     threads: usize,
     duration: Duration,
@@ -520,7 +571,7 @@ fn run_hosts(
     during: impl FnOnce(Instant),
 ) -> Res<RunResult> {
     let mut procs: Vec<Host> =
-        (0..hosts).map(|_| Host::spawn(namespace, replicas, threads, duration, bucket)).collect::<Res<_>>()?;
+        (0..hosts).map(|_| Host::spawn(namespace, durability, threads, duration, bucket)).collect::<Res<_>>()?;
     for h in &procs {
         h.expect("READY", Duration::from_secs(60))?;
     }
@@ -553,7 +604,8 @@ struct Config {
     quick: bool,
     threads: usize,
     scaling: bool,
-    failover: bool,
+    /// The failover runs to make.
+    failover: Vec<&'static FailoverRun>,
     figure_dir: PathBuf,
 }
 
@@ -573,7 +625,16 @@ fn scaling(cfg: &Config, nodes: &[String], etcd: &[String], cluster: Option<&Dev
     let mut best: Vec<Option<(f64, RunResult)>> = setups.iter().map(|_| None).collect();
     for round in 0..rounds {
         for (k, &(name, hosts, threads)) in setups.iter().enumerate() {
-            let r = run_hosts(&format!("{base}-{name}"), 1, hosts, threads, duration, duration, cluster, |_| {})?;
+            let r = run_hosts(
+                &format!("{base}-{name}"),
+                Durability::default(),
+                hosts,
+                threads,
+                duration,
+                duration,
+                cluster,
+                |_| {},
+            )?;
             let rate = r.total().committed as f64 / duration.as_secs_f64();
             let c = r.total();
             println!(
@@ -664,13 +725,44 @@ fn rejoined(addr: &str) -> bool {
     check().unwrap_or(false)
 }
 
-/// One failover run, the hosts' commits waiting for `replicas` replicas; its figures are named
-/// `failover_…` (`failover_wait<replicas>_…` unless 1) and its files `figure10` (`figure10-wait<replicas>`).
-fn failover(cfg: &Config, nodes: &[String], etcd: &[String], cluster: &DevCluster, replicas: u32) -> Res<()> {
-    let (prefix, stem) = match replicas {
-        1 => ("failover".to_string(), "figure10".to_string()),
-        r => (format!("failover_wait{r}"), format!("figure10-wait{r}")),
-    };
+/// One failover run: how the hosts commit, and the names of what it writes.
+struct FailoverRun {
+    /// For `--only failover-<name>`.
+    name: &'static str,
+    /// Of its printed figures (`<prefix>_before_tx_per_s`, …).
+    prefix: &'static str,
+    /// Of its files (`<stem>.svg`, `<stem>.csv`).
+    stem: &'static str,
+    durability: Durability,
+}
+
+/// The store's default (every commit on a replica too); commits acknowledged by the master
+/// alone (the difference is what `WAIT` costs while a master has no replica); the default with
+/// `degraded_writes` (a master without its replica waits for none).
+const FAILOVER_RUNS: [FailoverRun; 3] = [
+    FailoverRun {
+        name: "wait1",
+        prefix: "failover",
+        stem: "figure10",
+        durability: Durability { replicas: 1, degraded_writes: false },
+    },
+    FailoverRun {
+        name: "wait0",
+        prefix: "failover_wait0",
+        stem: "figure10-wait0",
+        durability: Durability { replicas: 0, degraded_writes: false },
+    },
+    FailoverRun {
+        name: "degraded",
+        prefix: "failover_degraded",
+        stem: "figure10-degraded",
+        durability: Durability { replicas: 1, degraded_writes: true },
+    },
+];
+
+/// One failover run: its figures printed, its series written to `<stem>.csv` and `.svg`.
+fn failover(cfg: &Config, nodes: &[String], etcd: &[String], cluster: &DevCluster, run: &FailoverRun) -> Res<()> {
+    let FailoverRun { prefix, stem, durability, .. } = *run;
     let out = |name: &str, v: f64| print(&format!("{prefix}_{name}"), v);
     let (duration, kill_at, restart_at) = if cfg.quick {
         (Duration::from_secs(24), Duration::from_secs(6), Duration::from_secs(14))
@@ -682,7 +774,7 @@ fn failover(cfg: &Config, nodes: &[String], etcd: &[String], cluster: &DevCluste
     let (victim, victim_addr) = cluster.first_master()?;
     let witness = nodes.iter().find(|n| **n != victim_addr).ok_or("no other node")?.clone();
     println!(
-        "# 2. failover, commits wait for {replicas} replica(s): 3 hosts x {} threads for {} s in {} ms buckets; {victim} ({victim_addr}) SIGKILLed at {} s, started at {} s",
+        "# 2. failover, commits {durability}: 3 hosts x {} threads for {} s in {} ms buckets; {victim} ({victim_addr}) SIGKILLed at {} s, started at {} s",
         cfg.threads,
         duration.as_secs(),
         bucket.as_millis(),
@@ -693,7 +785,7 @@ fn failover(cfg: &Config, nodes: &[String], etcd: &[String], cluster: &DevCluste
     preload(nodes, etcd, &namespace)?;
     let events = Mutex::new(Events { victim: victim.clone(), ..Events::default() });
     let mut failure = None;
-    let result = run_hosts(&namespace, replicas, 3, cfg.threads, duration, bucket, Some(cluster), |start| {
+    let result = run_hosts(&namespace, durability, 3, cfg.threads, duration, bucket, Some(cluster), |start| {
         let since = |at: Instant| at.duration_since(start).as_secs_f64();
         let mut ev = events.lock().unwrap_or_else(|p| p.into_inner());
         std::thread::sleep((start + kill_at).saturating_duration_since(Instant::now()));
@@ -781,7 +873,7 @@ fn failover(cfg: &Config, nodes: &[String], etcd: &[String], cluster: &DevCluste
     let csv = cfg.figure_dir.join(format!("{stem}.csv"));
     let svg = cfg.figure_dir.join(format!("{stem}.svg"));
     std::fs::write(&csv, figure_csv(&result, &ev, bucket))?;
-    std::fs::write(&svg, figure_svg(&result, &ev, bucket, cfg.threads, replicas))?;
+    std::fs::write(&svg, figure_svg(&result, &ev, bucket, cfg.threads, durability))?;
     println!("# wrote {} and {}", svg.display(), csv.display());
     Ok(())
 }
@@ -829,7 +921,7 @@ fn event_list(ev: &Events) -> Vec<(f64, String)> {
 
 /// The Figure 10 analog as an SVG: committed transfers/s of the 3 hosts together and of each,
 /// failed transfers as bars along the bottom, the events as vertical lines.
-fn figure_svg(r: &RunResult, ev: &Events, bucket: Duration, threads: usize, replicas: u32) -> String {
+fn figure_svg(r: &RunResult, ev: &Events, bucket: Duration, threads: usize, durability: Durability) -> String {
     let (w, h) = (900.0, 480.0);
     let (left, right, top, bottom) = (75.0, 25.0, 55.0, 95.0);
     let (pw, ph) = (w - left - right, h - top - bottom);
@@ -854,9 +946,8 @@ fn figure_svg(r: &RunResult, ev: &Events, bucket: Duration, threads: usize, repl
     );
     let _ = writeln!(
         s,
-        r##"<text x="{}" y="40" text-anchor="middle" fill="#555">Percolator on a 3-master Redis Cluster (commits WAIT for {replicas} replica{}); bank transfers, {threads} threads per host; {} ms buckets</text>"##,
+        r##"<text x="{}" y="40" text-anchor="middle" fill="#555">Percolator on a 3-master Redis Cluster (commits {durability}); bank transfers, {threads} threads per host; {} ms buckets</text>"##,
         w / 2.0,
-        if replicas == 1 { "" } else { "s" },
         bucket.as_millis()
     );
     // Grid and axes.
@@ -987,10 +1078,13 @@ fn main() -> Res<()> {
     };
     let threads: usize = value("--threads").map(|t| t.parse()).transpose()?.unwrap_or(8);
     if let Some(namespace) = value("--child") {
-        let replicas = value("--replicas").ok_or("--replicas is missing")?.parse()?;
+        let durability = Durability {
+            replicas: value("--replicas").ok_or("--replicas is missing")?.parse()?,
+            degraded_writes: args.iter().any(|a| a == "--degraded-writes"),
+        };
         return child(ChildArgs {
             namespace,
-            replicas,
+            durability,
             threads,
             duration: ms("--duration-ms")?,
             bucket: ms("--bucket-ms")?,
@@ -998,12 +1092,15 @@ fn main() -> Res<()> {
     }
     let quick = args.iter().any(|a| a == "--quick");
     let only = value("--only");
-    if let Some(o) = &only
-        && o != "scaling"
-        && o != "failover"
-    {
-        return Err(format!("--only takes scaling or failover, not {o}").into());
-    }
+    let failover_runs: Vec<&FailoverRun> = match only.as_deref() {
+        None | Some("failover") => FAILOVER_RUNS.iter().collect(),
+        Some("scaling") => Vec::new(),
+        Some(o) => {
+            let run = o.strip_prefix("failover-").and_then(|n| FAILOVER_RUNS.iter().find(|r| r.name == n));
+            let names: Vec<String> = FAILOVER_RUNS.iter().map(|r| format!("failover-{}", r.name)).collect();
+            vec![run.ok_or_else(|| format!("--only takes scaling, failover or {}, not {o}", names.join(", ")))?]
+        }
+    };
     let figure_dir = value("--figure-dir").map(PathBuf::from).unwrap_or_else(|| {
         if quick {
             std::env::temp_dir().join("percolator-bench-figures")
@@ -1014,8 +1111,8 @@ fn main() -> Res<()> {
     let cfg = Config {
         quick,
         threads,
-        scaling: only.as_deref() != Some("failover"),
-        failover: only.as_deref() != Some("scaling"),
+        scaling: only.is_none() || only.as_deref() == Some("scaling"),
+        failover: failover_runs,
         figure_dir,
     };
     let nodes = env_list("PERCOLATOR_REDIS")?;
@@ -1029,14 +1126,13 @@ fn main() -> Res<()> {
     if cfg.scaling {
         scaling(&cfg, &nodes, &etcd, cluster.as_ref())?;
     }
-    if cfg.failover {
+    if !cfg.failover.is_empty() {
         let cluster = cluster
             .as_ref()
             .ok_or("the failover part needs PERCOLATOR_DEV_CLUSTER_DIR (scripts/dev-cluster's --dir)")?;
-        // The store's default (every commit on a replica too), then commits acknowledged by the
-        // master alone: the difference is what WAIT costs while a master has no replica.
-        failover(&cfg, &nodes, &etcd, cluster, 1)?;
-        failover(&cfg, &nodes, &etcd, cluster, 0)?;
+        for run in &cfg.failover {
+            failover(&cfg, &nodes, &etcd, cluster, run)?;
+        }
     }
     Ok(())
 }
