@@ -213,3 +213,26 @@ fn bad_configurations_and_unreachable_clusters_are_named() {
     });
     assert!(matches!(&e, Error::Unavailable(m) if m.contains("127.0.0.1:1")), "{e}");
 }
+
+/// A namespace written by the version that kept cells in hashes (layout 1: a bucket count but
+/// no layout) is refused with what to do, not misread.
+#[test]
+fn a_namespace_of_the_earlier_layout_is_refused() {
+    let Some(nodes) = common::redis_nodes() else { return };
+    let namespace = common::unique_namespace();
+    let config = RedisConfig { nodes: nodes.clone(), namespace: namespace.clone(), ..RedisConfig::default() };
+    drop(RedisBigtable::open(config.clone()).unwrap());
+    // Make it look like layout 1: remove the layout, on whichever master serves the metadata.
+    let meta = format!("{{{namespace}:meta}}cv");
+    let removed = nodes.iter().any(|node| {
+        let Ok(mut con) = redis::Client::open(format!("redis://{node}/")).and_then(|c| c.get_connection()) else {
+            return false;
+        };
+        redis::cmd("HDEL").arg(&meta).arg("backend/redis/layout").query::<i64>(&mut con) == Ok(1)
+    });
+    assert!(removed, "no master removed the layout of {namespace}");
+    match RedisBigtable::open(config) {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("earlier version") && m.contains("new namespace"), "{m}"),
+        other => panic!("expected a refusal, got {:?}", other.map(|_| "a backend")),
+    }
+}

@@ -5,9 +5,11 @@
 //! `{<namespace>:<bucket>}`, so the bucket lives in one cluster slot, and a row operation (or a
 //! batch of them) is one atomic call of the `percolator_apply` function (`percolator.lua`) that
 //! checks the conditions and applies the mutations server-side: the paper's conditional row
-//! mutation in one round trip. A bucket holds, each as a sorted set of keys (score 0, ordered
-//! bytewise) beside a hash of values: the cells (the same version keys as redb's `cells`
-//! table, [`crate::key`]) and the notify cells. Metadata lives under `{<namespace>:meta}`.
+//! mutation in one round trip. A bucket holds two sorted sets (score 0, ordered bytewise) whose
+//! members are key ‖ value: the cells (the same version keys as redb's `cells` table,
+//! [`crate::key`]) and the notify cells; no key is a prefix of another, so members sort by key
+//! and a plain `ZRANGE BYLEX` reads keys with their values. Metadata lives under
+//! `{<namespace>:meta}`, a sorted set of keys beside a hash of values (its keys are free-form).
 //!
 //! Reads run the same code as the embedded backends (`cells.rs`) over a view of one bucket, or,
 //! for scans, a merge of every bucket's ordered stream (a scan costs one round trip per bucket
@@ -44,6 +46,13 @@ const MAX_BUCKETS: u32 = 4096;
 
 /// Where the bucket count of a store is recorded (in its metadata hash).
 const BUCKETS_KEY: &str = "backend/redis/buckets";
+
+/// Metadata key of the namespace's layout ([`LAYOUT`]).
+const LAYOUT_KEY: &str = "backend/redis/layout";
+
+/// The layout this version reads and writes: 2, cells and notify cells packed as key ‖ value
+/// members of one sorted set per bucket (1, before: a sorted set of keys beside a hash).
+const LAYOUT: &str = "2";
 
 /// Settings of the Redis backend.
 #[derive(Clone, Debug)]
@@ -164,6 +173,33 @@ impl RedisBigtable {
             commits: AtomicU64::new(0),
             ops: AtomicU64::new(0),
         };
+        // The layout: a namespace made before cells were packed into sorted-set members has a
+        // bucket count but no layout, and cannot be read by this version. A new namespace gets
+        // its layout before its bucket count, so a count without a layout is always an old one.
+        let mut get = redis::cmd("HMGET");
+        get.arg(&db.meta.cells_h).arg(LAYOUT_KEY).arg(BUCKETS_KEY);
+        if let Value::Array(found) = db.cluster.call(db.meta.slot, get, true)? {
+            match (found.first(), found.get(1)) {
+                (Some(Value::Nil), Some(Value::BulkString(_))) => {
+                    return Err(Error::InvalidArgument(format!(
+                        "Redis namespace {:?} was created by an earlier version of percolator (cells in hashes, \
+                         layout 1); this version reads layout {LAYOUT} only: use a new namespace",
+                        db.config.namespace
+                    )));
+                }
+                (Some(Value::BulkString(l)), _) if l.as_slice() != LAYOUT.as_bytes() => {
+                    return Err(Error::InvalidArgument(format!(
+                        "Redis namespace {:?} has layout {}; this version reads layout {LAYOUT} only",
+                        db.config.namespace,
+                        String::from_utf8_lossy(l)
+                    )));
+                }
+                _ => {}
+            }
+        }
+        let mut set = redis::cmd("HSETNX");
+        set.arg(&db.meta.cells_h).arg(LAYOUT_KEY).arg(LAYOUT);
+        db.cluster.call(db.meta.slot, set, true)?;
         // The first opener fixes the bucket count (HSETNX); everyone reads the winner's.
         let mut set = redis::cmd("HSETNX");
         set.arg(&db.meta.cells_h).arg(BUCKETS_KEY).arg(db.config.buckets.to_string());
@@ -214,7 +250,15 @@ impl RedisBigtable {
     }
 
     fn cells_view<'a>(&'a self, b: &'a Bucket) -> Zset<'a> {
-        Zset { db: self, slot: b.slot, z: &b.cells_z, h: &b.cells_h }
+        Zset { db: self, slot: b.slot, z: &b.cells_z, layout: Layout::Cells }
+    }
+
+    fn notify_view<'a>(&'a self, b: &'a Bucket) -> Zset<'a> {
+        Zset { db: self, slot: b.slot, z: &b.notify_z, layout: Layout::Notify }
+    }
+
+    fn meta_view(&self) -> Zset<'_> {
+        Zset { db: self, slot: self.meta.slot, z: &self.meta.cells_z, layout: Layout::Hashed(&self.meta.cells_h) }
     }
 
     fn merged_cells(&self) -> Merged<'_> {
@@ -222,12 +266,19 @@ impl RedisBigtable {
     }
 
     fn merged_notify(&self) -> Merged<'_> {
-        Merged(self.buckets.iter().map(|b| Zset { db: self, slot: b.slot, z: &b.notify_z, h: &b.notify_h }).collect())
+        Merged(self.buckets.iter().map(|b| self.notify_view(b)).collect())
     }
 
-    fn apply_cmd(&self, b: &Bucket, rows: &[&RowArgs]) -> Cmd {
+    /// One `percolator_apply` call: a bucket's (2 keys: packed sorted sets) or the metadata's
+    /// (4 keys: sorted sets of keys beside hashes of values).
+    fn apply_cmd(&self, b: &Bucket, meta: bool, rows: &[&RowArgs]) -> Cmd {
         let mut c = redis::cmd("FCALL");
-        c.arg("percolator_apply").arg(4).arg(&b.cells_z).arg(&b.cells_h).arg(&b.notify_z).arg(&b.notify_h);
+        c.arg("percolator_apply");
+        if meta {
+            c.arg(4).arg(&b.cells_z).arg(&b.cells_h).arg(&b.notify_z).arg(&b.notify_h);
+        } else {
+            c.arg(2).arg(&b.cells_z).arg(&b.notify_z);
+        }
         c.arg(rows.len());
         for r in rows {
             c.arg(r.conditions).arg(r.mutations);
@@ -457,7 +508,7 @@ impl Bigtable for RedisBigtable {
             };
             for chunk in rows.chunks(ROWS_PER_CALL) {
                 let args: Vec<&RowArgs> = chunk.iter().map(|(_, a)| a).collect();
-                cmds.push((b.slot, self.apply_cmd(b, &args)));
+                cmds.push((b.slot, self.apply_cmd(b, bucket.is_none(), &args)));
                 targets.push(chunk.iter().map(|(i, _)| *i).collect());
             }
         }
@@ -510,11 +561,11 @@ impl Bigtable for RedisBigtable {
     }
 
     fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.cells_view(&self.meta).get(key.as_bytes())
+        self.meta_view().get(key.as_bytes())
     }
 
     fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        cells::meta_scan(&self.cells_view(&self.meta), prefix)
+        cells::meta_scan(&self.meta_view(), prefix)
     }
 
     fn exclusive(&self) -> bool {
@@ -533,7 +584,7 @@ impl Bigtable for RedisBigtable {
         let b = self.buckets.get(partition as usize).ok_or_else(|| {
             Error::InvalidArgument(format!("notify partition {partition} of {} buckets", self.buckets.len()))
         })?;
-        cells::scan_notify(&Zset { db: self, slot: b.slot, z: &b.notify_z, h: &b.notify_h }, from, limit)
+        cells::scan_notify(&self.notify_view(b), from, limit)
     }
 
     fn try_lock_row(&self, row_key: &[u8], owner: u64, ttl: Duration) -> Result<bool> {
@@ -574,19 +625,56 @@ impl Bigtable for RedisBigtable {
 
 // ---- reads: the ordered-map views `cells.rs` runs on ----------------------------------------
 
-/// One sorted set + hash pair of one bucket, read in pages.
+/// One sorted set of one bucket (or of the metadata), read in pages.
 struct Zset<'a> {
     db: &'a RedisBigtable,
     slot: u16,
     z: &'a str,
-    h: &'a str,
+    layout: Layout<'a>,
+}
+
+/// How a sorted set holds values.
+#[derive(Clone, Copy)]
+enum Layout<'a> {
+    /// Members are cell version keys followed by their values: three `key::enc` components and
+    /// 9 fixed bytes of key.
+    Cells,
+    /// Members are notify keys (three `key::enc` components) followed by their values.
+    Notify,
+    /// Members are keys; the values are in this hash (the metadata, whose keys are free-form).
+    Hashed(&'a str),
 }
 
 /// First page of a range read; later pages double up to [`MAX_PAGE`].
 const FIRST_PAGE: usize = 16;
 const MAX_PAGE: usize = 1024;
 
+/// The length of the key at the front of a packed member: `parts` order-preserving components
+/// (`key::enc`: bytes with 0 escaped as 0 0xFF, ended by 0 1), then `tail` fixed bytes.
+fn key_len(member: &[u8], parts: usize, tail: usize) -> Option<usize> {
+    let mut i = 0;
+    for _ in 0..parts {
+        loop {
+            let zero = i + member.get(i..)?.iter().position(|&b| b == 0)?;
+            i = zero + 2;
+            match member.get(zero + 1)? {
+                1 => break,
+                0xFF => {}
+                _ => return None,
+            }
+        }
+    }
+    (i + tail <= member.len()).then_some(i + tail)
+}
+
+/// A page of a range read: its (key, value) pairs, and where the next page starts (exclusive)
+/// if this one was full.
+type Page = (Vec<(Vec<u8>, Vec<u8>)>, Option<Vec<u8>>);
+
 impl Zset<'_> {
+    /// Reads up to `limit` entries from `from` (inclusive, or exclusive: a cursor a page
+    /// returned) to `to` (exclusive): a plain `ZRANGE BYLEX` of a packed set, the
+    /// `percolator_range` function (sorted set + hash) for the metadata.
     fn range_cmd(&self, from: &[u8], inclusive: bool, to: Option<&[u8]>, limit: usize) -> Cmd {
         let mut lo = vec![if inclusive { b'[' } else { b'(' }];
         lo.extend_from_slice(from);
@@ -598,9 +686,55 @@ impl Zset<'_> {
             }
             None => b"+".to_vec(),
         };
-        let mut c = redis::cmd("FCALL_RO");
-        c.arg("percolator_range").arg(2).arg(self.z).arg(self.h).arg(lo).arg(hi).arg(limit);
-        c
+        match self.layout {
+            Layout::Hashed(h) => {
+                let mut c = redis::cmd("FCALL_RO");
+                c.arg("percolator_range").arg(2).arg(self.z).arg(h).arg(lo).arg(hi).arg(limit);
+                c
+            }
+            Layout::Cells | Layout::Notify => {
+                let mut c = redis::cmd("ZRANGE");
+                c.arg(self.z).arg(lo).arg(hi).arg("BYLEX").arg("LIMIT").arg(0).arg(limit);
+                c
+            }
+        }
+    }
+
+    /// Splits a packed member into key and value.
+    fn split(&self, mut member: Vec<u8>) -> Result<(Vec<u8>, Vec<u8>)> {
+        let n = match self.layout {
+            Layout::Cells => key_len(&member, 3, 9),
+            Layout::Notify => key_len(&member, 3, 0),
+            Layout::Hashed(_) => None,
+        }
+        .ok_or_else(|| Error::Corrupt(format!("Redis member {member:02x?} of {} holds no key", self.z)))?;
+        let value = member.split_off(n);
+        Ok((member, value))
+    }
+
+    /// Decodes an answer of [`Zset::range_cmd`] with `limit`.
+    fn page(&self, v: Value, limit: usize) -> Result<Page> {
+        let Layout::Hashed(_) = self.layout else {
+            let Value::Array(items) = v else {
+                return Err(Error::Storage(format!("ZRANGE answered {}", describe(&v))));
+            };
+            let full = items.len() == limit;
+            let mut out = Vec::with_capacity(items.len());
+            let mut last = None;
+            for item in items {
+                let Value::BulkString(member) = item else {
+                    return Err(Error::Storage(format!("ZRANGE answered a member {}", describe(&item))));
+                };
+                if full {
+                    last = Some(member.clone());
+                }
+                out.push(self.split(member)?);
+            }
+            return Ok((out, last));
+        };
+        let got = entries(v)?;
+        let next = if got.len() == limit { got.last().map(|(k, _)| k.clone()) } else { None };
+        Ok((got, next))
     }
 }
 
@@ -625,13 +759,19 @@ fn entries(v: Value) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
 
 impl KvRead for Zset<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let mut c = redis::cmd("HGET");
-        c.arg(self.h).arg(key);
-        match self.db.cluster.call(self.slot, c, true)? {
-            Value::Nil => Ok(None),
-            Value::BulkString(v) => Ok(Some(v)),
-            other => Err(Error::Storage(format!("HGET answered {}", describe(&other)))),
+        if let Layout::Hashed(h) = self.layout {
+            let mut c = redis::cmd("HGET");
+            c.arg(h).arg(key);
+            return match self.db.cluster.call(self.slot, c, true)? {
+                Value::Nil => Ok(None),
+                Value::BulkString(v) => Ok(Some(v)),
+                other => Err(Error::Storage(format!("HGET answered {}", describe(&other)))),
+            };
         }
+        // The first member at or after the key is the key's, if the key is there (no key is a
+        // prefix of another).
+        let answer = self.db.cluster.call(self.slot, self.range_cmd(key, true, None, 1), true)?;
+        Ok(self.page(answer, 1)?.0.into_iter().next().filter(|(k, _)| k == key).map(|(_, v)| v))
     }
 
     fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
@@ -640,16 +780,16 @@ impl KvRead for Zset<'_> {
         }
         let (mut cursor, mut inclusive, mut page) = (from.to_vec(), true, FIRST_PAGE);
         loop {
-            let got = entries(self.db.cluster.call(self.slot, self.range_cmd(&cursor, inclusive, to, page), true)?)?;
-            let full = got.len() == page;
+            let answer = self.db.cluster.call(self.slot, self.range_cmd(&cursor, inclusive, to, page), true)?;
+            let (got, next) = self.page(answer, page)?;
             for (k, v) in &got {
                 if !f(k, v)? {
                     return Ok(());
                 }
             }
-            match got.into_iter().last() {
-                Some((k, _)) if full => (cursor, inclusive) = (k, false),
-                _ => return Ok(()),
+            match next {
+                Some(next) => (cursor, inclusive) = (next, false),
+                None => return Ok(()),
             }
             page = (page * 2).min(MAX_PAGE);
         }
@@ -662,7 +802,7 @@ struct Merged<'a>(Vec<Zset<'a>>);
 /// One bucket's buffered page in a merge.
 struct Stream {
     buffer: std::vec::IntoIter<(Vec<u8>, Vec<u8>)>,
-    /// The last key read, when more may follow.
+    /// Where the next page starts (exclusive), when more may follow.
     more_after: Option<Vec<u8>>,
     page: usize,
     /// The value of this stream's key in the heap.
@@ -670,8 +810,7 @@ struct Stream {
 }
 
 impl Stream {
-    fn new(got: Vec<(Vec<u8>, Vec<u8>)>, page: usize) -> Stream {
-        let more_after = if got.len() == page { got.last().map(|(k, _)| k.clone()) } else { None };
+    fn new((got, more_after): Page, page: usize) -> Stream {
         Stream { buffer: got.into_iter(), more_after, page, current: None }
     }
 }
@@ -690,8 +829,8 @@ impl Merged<'_> {
         {
             let page = (s.page * 2).min(MAX_PAGE);
             let z = &self.0[i];
-            let got = entries(z.db.cluster.call(z.slot, z.range_cmd(&after, false, to, page), true)?)?;
-            *s = Stream::new(got, page);
+            let answer = z.db.cluster.call(z.slot, z.range_cmd(&after, false, to, page), true)?;
+            *s = Stream::new(z.page(answer, page)?, page);
         }
         if let Some((k, v)) = s.buffer.next() {
             s.current = Some(v);
@@ -718,7 +857,8 @@ impl KvRead for Merged<'_> {
             .cluster
             .batch(cmds, true, None)?
             .into_iter()
-            .map(|v| Ok(Stream::new(entries(v)?, FIRST_PAGE)))
+            .zip(&self.0)
+            .map(|(v, z)| Ok(Stream::new(z.page(v, FIRST_PAGE)?, FIRST_PAGE)))
             .collect::<Result<_>>()?;
         // The smallest unread key of each bucket; its value waits in `current`.
         let mut heap: BinaryHeap<Reverse<(Vec<u8>, usize)>> = BinaryHeap::new();
@@ -733,5 +873,27 @@ impl KvRead for Merged<'_> {
             self.advance(i, &mut streams[i], to, &mut heap)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{cell_prefix, version_key};
+
+    #[test]
+    fn packed_members_split_at_the_end_of_their_key() {
+        // Zero bytes inside the components (escaped) must not end a component.
+        let cell = cell_prefix("t\0x", b"r\0\0w", "c:\0");
+        let key = version_key(&cell, Kind::Write, Timestamp::from_raw(7));
+        for value in [&b""[..], b"\0\x01\0\x01", b"value"] {
+            let member = [key.as_slice(), value].concat();
+            assert_eq!(key_len(&member, 3, 9), Some(key.len()), "{value:?}");
+            assert_eq!(key_len(&[cell.as_slice(), value].concat(), 3, 0), Some(cell.len()));
+        }
+        // Not a key: a component that never ends, a bad escape, too short a tail.
+        assert_eq!(key_len(b"abc", 3, 0), None);
+        assert_eq!(key_len(b"a\0\x07b\0\x01c\0\x01", 3, 0), None);
+        assert_eq!(key_len(&cell, 3, 9), None);
     }
 }

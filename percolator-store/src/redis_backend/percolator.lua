@@ -5,9 +5,13 @@
 -- the protocol is in docs/design.md ("The Redis backend"), and this file mirrors
 -- `cells::apply_row` operation for operation (a differential test keeps them equal).
 --
--- Every key of one bucket shares a hash tag: KEYS = cells zset, cells hash, notify zset,
--- notify hash. A zset holds the keys (score 0, so ZRANGE BYLEX orders them bytewise like
--- redb), the hash holds the values. The client computes every key; this file never encodes one.
+-- Every key of one bucket shares a hash tag. A bucket's cells and its notify cells are each
+-- one sorted set whose members are key ‖ value (score 0, so ZRANGE BYLEX orders them bytewise
+-- like redb's keys: no key is a prefix of another, so a member sorts where its key does, and a
+-- plain ZRANGE BYLEX reads keys and values without a function call). The metadata, whose keys
+-- are free-form, is a sorted set of keys beside a hash of values. KEYS = cells zset, notify
+-- zset (a bucket), or cells zset, cells hash, notify zset, notify hash (the metadata). The
+-- client computes every key; this file never encodes one.
 -- Timestamps are 8-byte big-endian strings compared bytewise: Lua numbers are doubles, and
 -- Lua's `<` on strings uses the C locale's collation.
 
@@ -20,6 +24,35 @@ local function ts_lt(a, b)
     if x ~= y then return x < y end
   end
   return false
+end
+
+-- The value of key k in the map (z, h): h given, a zset of keys and a hash of values; h nil,
+-- a zset of key ‖ value members. Returns the value and (packed) the member, or false.
+local function get(z, h, k)
+  if h then return redis.call('HGET', h, k) end
+  local m = redis.call('ZRANGE', z, '[' .. k, '+', 'BYLEX', 'LIMIT', 0, 1)[1]
+  if m and string.sub(m, 1, #k) == k then return string.sub(m, #k + 1), m end
+  return false
+end
+
+local function del(z, h, k)
+  if h then
+    redis.call('ZREM', z, k)
+    redis.call('HDEL', h, k)
+    return
+  end
+  local _, m = get(z, nil, k)
+  if m then redis.call('ZREM', z, m) end
+end
+
+local function put(z, h, k, v)
+  if h then
+    redis.call('ZADD', z, 0, k)
+    redis.call('HSET', h, k, v)
+    return
+  end
+  del(z, nil, k)
+  redis.call('ZADD', z, 0, k .. v)
 end
 
 -- A notify value: ts (8 bytes BE), then writers, each start_ts (8 bytes LE) and three
@@ -57,29 +90,42 @@ local WRITE_ROLLBACK = 3
 local function check(cz, ch, index, args, i)
   local tag = args[i]
   if tag == 'L' then
-    -- NoLock: any lock key in [from, to).
-    local r = redis.call('ZRANGE', cz, '[' .. args[i + 1], '(' .. args[i + 2], 'BYLEX', 'LIMIT', 0, 1)
-    if #r > 0 then return { index, 'lock', r[1], redis.call('HGET', ch, r[1]) } end
+    -- NoLock: any lock key in [from, to) (every version key of one cell has from's length).
+    local from = args[i + 1]
+    local r = redis.call('ZRANGE', cz, '[' .. from, '(' .. args[i + 2], 'BYLEX', 'LIMIT', 0, 1)
+    if #r > 0 then
+      if ch then return { index, 'lock', r[1], redis.call('HGET', ch, r[1]) } end
+      return { index, 'lock', string.sub(r[1], 1, #from), string.sub(r[1], #from + 1) }
+    end
   elseif tag == 'W' then
     -- NoWriteSince: a write record in [from, to) that is not a rollback, or any record at `to`
     -- (this transaction's own rollback record, at its start timestamp).
-    local from, to = '[' .. args[i + 1], args[i + 2]
+    local first, to = args[i + 1], args[i + 2]
+    local from = '[' .. first
     while true do
       local r = redis.call('ZRANGE', cz, from, '(' .. to, 'BYLEX', 'LIMIT', 0, 64)
       if #r == 0 then break end
-      local vs = redis.call('HMGET', ch, unpack(r))
-      for j = 1, #r do
-        if string.byte(vs[j], 1) ~= WRITE_ROLLBACK then return { index, 'write', r[j] } end
+      if ch then
+        local vs = redis.call('HMGET', ch, unpack(r))
+        for j = 1, #r do
+          if string.byte(vs[j], 1) ~= WRITE_ROLLBACK then return { index, 'write', r[j] } end
+        end
+      else
+        for j = 1, #r do
+          if string.byte(r[j], #first + 1) ~= WRITE_ROLLBACK then
+            return { index, 'write', string.sub(r[j], 1, #first) }
+          end
+        end
       end
       from = '(' .. r[#r]
     end
-    if redis.call('HEXISTS', ch, to) == 1 then return { index, 'write', to } end
+    if get(cz, ch, to) then return { index, 'write', to } end
   elseif tag == 'A' then
     -- LockAbsent
-    if redis.call('HEXISTS', ch, args[i + 1]) == 1 then return { index, 'lockpresent' } end
+    if get(cz, ch, args[i + 1]) then return { index, 'lockpresent' } end
   elseif tag == 'I' then
     -- LockIs
-    if redis.call('HEXISTS', ch, args[i + 1]) == 0 then return { index, 'nolock' } end
+    if not get(cz, ch, args[i + 1]) then return { index, 'nolock' } end
   else
     error('percolator: unknown condition ' .. tostring(tag))
   end
@@ -89,15 +135,13 @@ end
 local function mutate(cz, ch, nz, nh, args, i)
   local tag = args[i]
   if tag == 'P' then
-    redis.call('ZADD', cz, 0, args[i + 1])
-    redis.call('HSET', ch, args[i + 1], args[i + 2])
+    put(cz, ch, args[i + 1], args[i + 2])
   elseif tag == 'D' then
-    redis.call('ZREM', cz, args[i + 1])
-    redis.call('HDEL', ch, args[i + 1])
+    del(cz, ch, args[i + 1])
   elseif tag == '+' then
     -- MetaAdd: key, delta (8 bytes little-endian); the sum wraps like u64::wrapping_add.
     local k, delta = args[i + 1], args[i + 2]
-    local current = redis.call('HGET', ch, k)
+    local current = get(cz, ch, k)
     if not current then current = string.rep('\0', 8) end
     if #current ~= 8 then
       error('percolator: corrupt counter ' .. k .. ' (' .. #current .. ' bytes, not 8)')
@@ -108,12 +152,11 @@ local function mutate(cz, ch, nz, nh, args, i)
       out[j] = string.char(sum % 256)
       carry = math.floor(sum / 256)
     end
-    redis.call('ZADD', cz, 0, k)
-    redis.call('HSET', ch, k, table.concat(out))
+    put(cz, ch, k, table.concat(out))
   elseif tag == 'N' then
     -- SetNotify: key, ts, writer start_ts ('' for none), writer blob
     local k, ts, start, blob = args[i + 1], args[i + 2], args[i + 3], args[i + 4]
-    local v = redis.call('HGET', nh, k)
+    local v = get(nz, nh, k)
     local current, writers = nil, {}
     if v then current, writers = decode_notify(v) end
     if start ~= '' then
@@ -121,16 +164,14 @@ local function mutate(cz, ch, nz, nh, args, i)
         if w.start == start then return end
       end
       writers[#writers + 1] = { start = start, blob = blob }
-      redis.call('ZADD', nz, 0, k)
-      redis.call('HSET', nh, k, encode_notify(current or ZERO, writers))
+      put(nz, nh, k, encode_notify(current or ZERO, writers))
     elseif current == nil or ts_lt(current, ts) then
-      redis.call('ZADD', nz, 0, k)
-      redis.call('HSET', nh, k, encode_notify(ts, writers))
+      put(nz, nh, k, encode_notify(ts, writers))
     end
   elseif tag == 'X' then
     -- DropNotifyWriter: key, writer start_ts
     local k, start = args[i + 1], args[i + 2]
-    local v = redis.call('HGET', nh, k)
+    local v = get(nz, nh, k)
     if not v then return end
     local ts, writers = decode_notify(v)
     local kept = {}
@@ -139,24 +180,22 @@ local function mutate(cz, ch, nz, nh, args, i)
     end
     if #kept ~= #writers then
       if #kept == 0 and ts == ZERO then
-        redis.call('ZREM', nz, k)
-        redis.call('HDEL', nh, k)
+        del(nz, nh, k)
       else
-        redis.call('HSET', nh, k, encode_notify(ts, kept))
+        put(nz, nh, k, encode_notify(ts, kept))
       end
     end
   elseif tag == 'C' then
     -- ClearNotify: key, max_ts
     local k, max_ts = args[i + 1], args[i + 2]
-    local v = redis.call('HGET', nh, k)
+    local v = get(nz, nh, k)
     if not v then return end
     local ts, writers = decode_notify(v)
     if not ts_lt(max_ts, ts) then
       if #writers == 0 then
-        redis.call('ZREM', nz, k)
-        redis.call('HDEL', nh, k)
+        del(nz, nh, k)
       elseif ts ~= ZERO then
-        redis.call('HSET', nh, k, encode_notify(ZERO, writers))
+        put(nz, nh, k, encode_notify(ZERO, writers))
       end
     end
   else
@@ -168,7 +207,12 @@ end
 -- the whole call is one atomic step). ARGV: row count, then per row: condition count, mutation
 -- count, the conditions, the mutations. Returns per row 0 (applied) or {index, found, ...}.
 local function apply(keys, args)
-  local cz, ch, nz, nh = keys[1], keys[2], keys[3], keys[4]
+  local cz, ch, nz, nh
+  if #keys == 2 then
+    cz, nz = keys[1], keys[2]
+  else
+    cz, ch, nz, nh = keys[1], keys[2], keys[3], keys[4]
+  end
   local out = {}
   local i = 2
   for r = 1, tonumber(args[1]) do
@@ -188,8 +232,9 @@ local function apply(keys, args)
   return out
 end
 
--- Up to `limit` entries of a zset+hash pair in [from, to) (ZRANGE BYLEX bounds), as a flat
--- list key, value, key, value, ...
+-- Up to `limit` entries of a zset+hash pair (the metadata) in [from, to) (ZRANGE BYLEX
+-- bounds), as a flat list key, value, key, value, ... (A bucket's packed sorted sets are read
+-- with a plain ZRANGE.)
 local function range(keys, args)
   local ks = redis.call('ZRANGE', keys[1], args[1], args[2], 'BYLEX', 'LIMIT', 0, tonumber(args[3]))
   if #ks == 0 then return {} end
