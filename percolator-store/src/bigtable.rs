@@ -235,6 +235,51 @@ pub enum Outcome {
     },
 }
 
+/// What [`Bigtable::apply_atomic`] did: everything, or nothing because of one condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AtomicOutcome {
+    /// Every row's conditions held and every mutation was applied.
+    Applied,
+    /// Nothing was applied: condition `index` of row `op` did not hold.
+    ConditionFailed {
+        /// Which row of the call.
+        op: usize,
+        /// Which condition of that row.
+        index: usize,
+        /// What violated it.
+        found: Found,
+    },
+}
+
+/// Checks a group for [`Bigtable::apply_atomic`]: its rows are distinct and share `backend`'s
+/// atomic unit.
+pub fn check_atomic_group<B: Bigtable + ?Sized>(backend: &B, rows: &[RowMutation]) -> crate::error::Result<()> {
+    let Some(first) = rows.first() else { return Ok(()) };
+    let unit = backend.atomic_unit(&first.table, &first.row).ok_or_else(|| {
+        crate::error::Error::InvalidArgument("this backend applies one row at a time atomically".into())
+    })?;
+    let mut seen = std::collections::BTreeSet::new();
+    for m in rows {
+        if !seen.insert((m.table.as_str(), m.row.as_slice())) {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "an atomic group names row {}/{} twice",
+                m.table,
+                String::from_utf8_lossy(&m.row)
+            )));
+        }
+        if backend.atomic_unit(&m.table, &m.row) != Some(unit) {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "row {}/{} is not in the atomic unit of row {}/{}",
+                m.table,
+                String::from_utf8_lossy(&m.row),
+                first.table,
+                String::from_utf8_lossy(&first.row)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// One operation of a group-committed batch.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Op {
@@ -430,6 +475,23 @@ pub trait Bigtable: Send + Sync + 'static {
 
     /// Commit counters.
     fn stats(&self) -> BackendStats;
+
+    /// The atomic unit of a row: rows of one unit can be changed together in one
+    /// [`Bigtable::apply_atomic`] call (redb and memory: every row is in unit 0; Redis: the
+    /// rows of one bucket, which is one cluster slot). `None`, the default: one row at a time.
+    fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
+        let _ = (table, row);
+        None
+    }
+
+    /// Applies mutations of distinct rows that share one atomic unit as one atomic step: the
+    /// conditions of every row are checked, and only if all hold are the mutations of every
+    /// row applied (see [`check_atomic_group`]). The default refuses: a backend without
+    /// multi-row atomicity.
+    fn apply_atomic(&self, rows: Vec<RowMutation>) -> Result<AtomicOutcome> {
+        check_atomic_group(self, &rows)?;
+        Err(crate::error::Error::InvalidArgument("this backend applies one row at a time atomically".into()))
+    }
 
     /// How many partitions the notify group has for scanners of several processes to share
     /// out (see "Several hosts" in `docs/design.md`); 1 (the default) if it is one range.

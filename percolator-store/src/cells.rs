@@ -31,11 +31,45 @@ pub(crate) trait KvWrite: KvRead {
 
 /// Checks every condition, then applies every mutation of one row.
 pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &RowMutation) -> Result<Outcome> {
-    for (index, c) in m.conditions.iter().enumerate() {
-        if let Some(found) = check(cells, &m.table, &m.row, c)? {
-            return Ok(Outcome::ConditionFailed { index, found });
+    if let Some((index, found)) = first_failed(cells, m)? {
+        return Ok(Outcome::ConditionFailed { index, found });
+    }
+    mutate_row(cells, notify, m)?;
+    Ok(Outcome::Applied)
+}
+
+/// Rows applied as one atomic step ([`Bigtable::apply_atomic`](crate::backends::Bigtable::apply_atomic)):
+/// the conditions of every row first, then, if all hold, the mutations of every row. The rows
+/// are distinct, so checking them all before any mutation is the same as checking each before
+/// its own.
+pub(crate) fn apply_rows_atomically(
+    cells: &mut dyn KvWrite,
+    notify: &mut dyn KvWrite,
+    rows: &[RowMutation],
+) -> Result<AtomicOutcome> {
+    for (op, m) in rows.iter().enumerate() {
+        if let Some((index, found)) = first_failed(cells, m)? {
+            return Ok(AtomicOutcome::ConditionFailed { op, index, found });
         }
     }
+    for m in rows {
+        mutate_row(cells, notify, m)?;
+    }
+    Ok(AtomicOutcome::Applied)
+}
+
+/// The first condition of `m` that does not hold, and what violates it.
+fn first_failed(cells: &dyn KvRead, m: &RowMutation) -> Result<Option<(usize, Found)>> {
+    for (index, c) in m.conditions.iter().enumerate() {
+        if let Some(found) = check(cells, &m.table, &m.row, c)? {
+            return Ok(Some((index, found)));
+        }
+    }
+    Ok(None)
+}
+
+/// Applies every mutation of one row (its conditions were checked).
+fn mutate_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &RowMutation) -> Result<()> {
     for mu in &m.mutations {
         match mu {
             Mutation::PutLock { column, start_ts, lock } => {
@@ -105,7 +139,7 @@ pub(crate) fn apply_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &R
             }
         }
     }
-    Ok(Outcome::Applied)
+    Ok(())
 }
 
 fn vk(m: &RowMutation, column: &str, kind: Kind, ts: Timestamp) -> Vec<u8> {

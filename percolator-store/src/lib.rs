@@ -64,9 +64,9 @@ mod worker;
 /// of it.
 pub mod backends {
     pub use crate::bigtable::{
-        BackendStats, Bigtable, CellRead, CellVersions, Condition, Found, LockRecord, Mutation, NotifyEntry, Op,
-        Outcome, RowMutation, RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord, Writer,
-        notify_position,
+        AtomicOutcome, BackendStats, Bigtable, CellRead, CellVersions, Condition, Found, LockRecord, Mutation,
+        NotifyEntry, Op, Outcome, RowMutation, RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord,
+        Writer, check_atomic_group, notify_position,
     };
     pub use crate::mem_backend::MemBigtable;
     pub use crate::redb_backend::RedbBigtable;

@@ -80,6 +80,14 @@ impl Bigtable for MemBigtable {
             })
             .collect()
     }
+    fn atomic_unit(&self, _table: &str, _row: &[u8]) -> Option<u64> {
+        Some(0)
+    }
+    fn apply_atomic(&self, rows: Vec<RowMutation>) -> Result<AtomicOutcome> {
+        check_atomic_group(self, &rows)?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.with(|m| cells::apply_rows_atomically(&mut m.cells, &mut m.notify, &rows))
+    }
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
         self.with(|m| cells::read_row(&m.cells, table, row, columns, ts))
     }

@@ -196,6 +196,33 @@ impl Bigtable for RedbBigtable {
         self.group.submit(ops, &|groups| self.commit_batch(groups))
     }
 
+    fn atomic_unit(&self, _table: &str, _row: &[u8]) -> Option<u64> {
+        Some(0)
+    }
+
+    fn apply_atomic(&self, rows: Vec<RowMutation>) -> Result<AtomicOutcome> {
+        check_atomic_group(self, &rows)?;
+        // One write transaction of its own (beside the group commit's): all rows or none.
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(match self.config.durability {
+            Durability::Fsync => redb::Durability::Immediate,
+            Durability::None => redb::Durability::None,
+        })?;
+        let outcome = {
+            let mut cells = W(tx.open_table(CELLS)?);
+            let mut notify = W(tx.open_table(NOTIFY)?);
+            cells::apply_rows_atomically(&mut cells, &mut notify, &rows)?
+        };
+        if outcome != AtomicOutcome::Applied {
+            tx.abort()?;
+            return Ok(outcome);
+        }
+        tx.commit()?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.ops.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        Ok(outcome)
+    }
+
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
         self.read(CELLS, |c| cells::read_row(c, table, row, columns, ts))
     }

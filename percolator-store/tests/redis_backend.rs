@@ -136,6 +136,134 @@ proptest! {
     }
 }
 
+/// A call of the differential test of atomic groups: ops one by one, or rows as one group.
+#[derive(Clone, Debug)]
+enum Call {
+    Apply(Vec<Op>),
+    Atomic(Vec<RowMutation>),
+}
+
+fn call() -> impl Strategy<Value = Call> {
+    prop_oneof![
+        prop::collection::vec(op(), 1..4).prop_map(Call::Apply),
+        // Distinct rows: a subset of ROWS, each with its own conditions and mutations.
+        (
+            prop::sample::subsequence(vec![0usize, 1, 2], 1..=3),
+            prop::collection::vec(
+                (prop::collection::vec(condition(), 0..3), prop::collection::vec(mutation(), 0..4)),
+                3
+            )
+        )
+            .prop_map(|(rows, parts)| Call::Atomic(
+                rows.into_iter()
+                    .zip(parts)
+                    .map(|(r, (conditions, mutations))| RowMutation {
+                        table: "t".into(),
+                        row: ROWS[r].to_vec(),
+                        conditions,
+                        mutations
+                    })
+                    .collect()
+            )),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(32))]
+
+    /// `apply_atomic` on Redis (one bucket, so every row shares the atomic unit) applies all or
+    /// nothing exactly like the in-memory reference.
+    #[test]
+    fn redis_applies_atomic_groups_like_the_reference(calls in prop::collection::vec(call(), 1..10)) {
+        let Some(nodes) = common::redis_nodes() else { return Ok(()) };
+        let reference = MemBigtable::new();
+        let redis = RedisBigtable::open(RedisConfig {
+            nodes,
+            namespace: common::unique_namespace(),
+            buckets: 1,
+            ..RedisConfig::default()
+        })
+        .unwrap();
+        for c in calls {
+            match c {
+                Call::Apply(ops) => {
+                    prop_assert_eq!(redis.apply(ops.clone()).unwrap(), reference.apply(ops.clone()).unwrap(), "{:?}", ops);
+                }
+                Call::Atomic(rows) => {
+                    prop_assert_eq!(
+                        redis.apply_atomic(rows.clone()).unwrap(),
+                        reference.apply_atomic(rows.clone()).unwrap(),
+                        "{:?}",
+                        rows
+                    );
+                }
+            }
+        }
+        prop_assert_eq!(redis.scan_versions(None, 100).unwrap(), reference.scan_versions(None, 100).unwrap());
+        prop_assert_eq!(redis.scan_notify(None, 100).unwrap(), reference.scan_notify(None, 100).unwrap());
+    }
+}
+
+/// Groups that are not one atomic unit of distinct rows are refused, on every backend that
+/// has atomic groups; one failing condition applies nothing.
+#[test]
+fn atomic_groups_apply_all_or_nothing_and_are_checked() {
+    let put = |row: &[u8], conditions: Vec<Condition>| RowMutation {
+        table: "t".into(),
+        row: row.to_vec(),
+        conditions,
+        mutations: vec![Mutation::PutData { column: "c:v".into(), start_ts: ts(1), value: b"v".to_vec() }],
+    };
+    let dir = common::TempDir::new("atomic-groups");
+    let mut backends: Vec<Box<dyn Bigtable>> = vec![
+        Box::new(MemBigtable::new()),
+        Box::new(percolator_store::backends::RedbBigtable::open(dir.file("s.redb"), Default::default()).unwrap()),
+    ];
+    if let Some(nodes) = common::redis_nodes() {
+        let namespace = common::unique_namespace();
+        backends.push(Box::new(
+            RedisBigtable::open(RedisConfig { nodes, namespace, buckets: 1, ..RedisConfig::default() }).unwrap(),
+        ));
+    }
+    for b in &backends {
+        // A lock on row a: the group's condition on it fails, so row b is not written either.
+        b.apply(vec![Op::Row(RowMutation {
+            table: "t".into(),
+            row: b"a".to_vec(),
+            conditions: vec![],
+            mutations: vec![Mutation::PutLock {
+                column: "c:v".into(),
+                start_ts: ts(2),
+                lock: LockRecord { primary: CellRef::new("t", "a", "c:v"), wall_ms: 0, ttl_ms: 0, worker: 0 },
+            }],
+        })])
+        .unwrap();
+        let got = b
+            .apply_atomic(vec![put(b"b", vec![]), put(b"a", vec![Condition::NoLock { column: "c:v".into() }])])
+            .unwrap();
+        assert!(
+            matches!(got, percolator_store::backends::AtomicOutcome::ConditionFailed { op: 1, index: 0, .. }),
+            "{got:?}"
+        );
+        assert_eq!(b.read_data(&CellRef::new("t", "b", "c:v"), ts(1)).unwrap(), None, "nothing applied");
+        let got = b.apply_atomic(vec![put(b"b", vec![]), put(b"c", vec![])]).unwrap();
+        assert_eq!(got, percolator_store::backends::AtomicOutcome::Applied);
+        assert_eq!(b.read_data(&CellRef::new("t", "c", "c:v"), ts(1)).unwrap(), Some(b"v".to_vec()));
+        let twice = b.apply_atomic(vec![put(b"b", vec![]), put(b"b", vec![])]).unwrap_err();
+        assert!(matches!(&twice, Error::InvalidArgument(m) if m.contains("twice")), "{twice}");
+    }
+    // Redis with several buckets: rows of different buckets are refused.
+    if let Some(nodes) = common::redis_nodes() {
+        let redis =
+            RedisBigtable::open(RedisConfig { nodes, namespace: common::unique_namespace(), ..RedisConfig::default() })
+                .unwrap();
+        let rows: Vec<Vec<u8>> = (0..64u8).map(|i| vec![b'r', i]).collect();
+        let other = rows.iter().find(|r| redis.bucket_of("t", r) != redis.bucket_of("t", &rows[0])).unwrap();
+        let e = redis.apply_atomic(vec![put(&rows[0], vec![]), put(other, vec![])]).unwrap_err();
+        assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("atomic unit")), "{e}");
+    }
+}
+
 /// Scans merge every bucket in key order, across pages of every size.
 #[test]
 fn scans_merge_buckets_in_key_order() {

@@ -576,6 +576,45 @@ impl Bigtable for RedisBigtable {
         BackendStats { commits: self.commits.load(Ordering::Relaxed), ops: self.ops.load(Ordering::Relaxed) }
     }
 
+    fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
+        // A bucket is one hash tag, so one slot on one master: one function call is atomic.
+        Some(self.bucket_index(table, row) as u64)
+    }
+
+    fn apply_atomic(&self, rows: Vec<RowMutation>) -> Result<AtomicOutcome> {
+        check_atomic_group(self, &rows)?;
+        let Some(first) = rows.first() else { return Ok(AtomicOutcome::Applied) };
+        let b = self.bucket(&first.table, &first.row);
+        let args: Vec<RowArgs> = rows.iter().map(row_args).collect();
+        let mut c = redis::cmd("FCALL");
+        c.arg("percolator_apply_atomic").arg(2).arg(&b.cells_z).arg(&b.notify_z).arg(args.len());
+        for r in &args {
+            c.arg(r.conditions).arg(r.mutations);
+            for a in &r.args {
+                c.arg(a.as_slice());
+            }
+        }
+        let wait = (self.config.replicas > 0).then_some((self.config.replicas, self.config.replica_timeout));
+        let answer = self.cluster.batch(vec![(b.slot, c)], false, wait)?.pop().unwrap_or(Value::Nil);
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        self.ops.fetch_add(rows.len() as u64, Ordering::Relaxed);
+        match &answer {
+            Value::Int(0) => Ok(AtomicOutcome::Applied),
+            Value::Array(items) => match (items.first(), items.get(1)) {
+                (Some(Value::Int(op)), Some(failed)) if *op >= 0 => match outcome(failed)? {
+                    Outcome::ConditionFailed { index, found } => {
+                        Ok(AtomicOutcome::ConditionFailed { op: *op as usize, index, found })
+                    }
+                    Outcome::Applied => {
+                        Err(Error::Storage(format!("percolator_apply_atomic answered {}", describe(&answer))))
+                    }
+                },
+                _ => Err(Error::Storage(format!("percolator_apply_atomic answered {}", describe(&answer)))),
+            },
+            other => Err(Error::Storage(format!("percolator_apply_atomic answered {}", describe(other)))),
+        }
+    }
+
     fn notify_partitions(&self) -> u32 {
         self.buckets.len() as u32
     }

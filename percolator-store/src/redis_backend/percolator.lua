@@ -232,6 +232,36 @@ local function apply(keys, args)
   return out
 end
 
+-- Applies the rows like `apply`, but as one all-or-nothing step: the conditions of every row
+-- first (the rows are distinct), then, if all hold, the mutations of every row. Returns 0, or
+-- {row, {index, found, ...}} for the first condition that does not hold (nothing applied).
+local function apply_atomic(keys, args)
+  local cz, nz = keys[1], keys[2]
+  local starts = {}
+  local i = 2
+  for r = 1, tonumber(args[1]) do
+    local nconds, nmuts = tonumber(args[i]), tonumber(args[i + 1])
+    i = i + 2
+    for c = 1, nconds do
+      local failed = check(cz, nil, c - 1, args, i)
+      if failed then return { r - 1, failed } end
+      i = i + 1 + ARGC[args[i]]
+    end
+    starts[r] = { i, nmuts }
+    for _ = 1, nmuts do
+      i = i + 1 + ARGC[args[i]]
+    end
+  end
+  for _, s in ipairs(starts) do
+    local j = s[1]
+    for _ = 1, s[2] do
+      mutate(cz, nil, nz, nil, args, j)
+      j = j + 1 + ARGC[args[j]]
+    end
+  end
+  return 0
+end
+
 -- Up to `limit` entries of a zset+hash pair (the metadata) in [from, to) (ZRANGE BYLEX
 -- bounds), as a flat list key, value, key, value, ... (A bucket's packed sorted sets are read
 -- with a plain ZRANGE.)
@@ -257,5 +287,6 @@ local function unlock_row(keys, args)
 end
 
 redis.register_function('percolator_apply', apply)
+redis.register_function('percolator_apply_atomic', apply_atomic)
 redis.register_function('percolator_unlock_row', unlock_row)
 redis.register_function { function_name = 'percolator_range', callback = range, flags = { 'no-writes' } }
