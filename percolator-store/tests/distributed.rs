@@ -13,7 +13,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command};
+use std::process::Child;
 use std::sync::Mutex;
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
@@ -111,21 +111,6 @@ impl Host {
     }
 }
 
-fn dev_cluster(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(workspace().join("scripts/dev-cluster"))
-        .args(args)
-        .arg("--dir")
-        .arg(dir)
-        .output()
-        .expect("running scripts/dev-cluster");
-    assert!(out.status.success(), "dev-cluster {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn workspace() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
 #[test]
 fn bank_transfers_from_three_hosts_survive_kills() {
     if redis_nodes().is_none() || etcd_endpoints().is_none() {
@@ -161,15 +146,7 @@ fn bank_transfers_from_three_hosts_survive_kills() {
     match std::env::var("PERCOLATOR_DEV_CLUSTER_DIR") {
         Ok(dir) => {
             let dir = Path::new(&dir);
-            let master = dev_cluster(dir, &["masters"]).lines().next().expect("a master").trim().to_string();
-            let status = dev_cluster(dir, &["status"]);
-            let name = status
-                .lines()
-                .map(|l| l.split_whitespace().collect::<Vec<_>>())
-                .find(|cols| cols.len() > 2 && cols[0].starts_with("redis-") && cols[2] == master)
-                .map(|cols| cols[0])
-                .expect("the master in the status")
-                .to_string();
+            let name = first_master(dir);
             dev_cluster(dir, &["kill", &name]);
             dev_cluster(dir, &["wait-ok"]);
             settle();
@@ -271,13 +248,7 @@ fn a_master_without_its_replica_takes_commits_only_with_degraded_writes() {
         db.apply(ops).map(|_| ())
     };
     write_everywhere(&strict, "before").unwrap();
-    let master = dev_cluster(dir, &["masters"]).lines().next().expect("a master").trim().to_string();
-    let name = dev_cluster(dir, &["status"])
-        .lines()
-        .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
-        .find(|cols| cols.len() > 2 && cols[0].starts_with("redis-") && cols[2] == master)
-        .map(|cols| cols[0].clone())
-        .expect("the master in the status");
+    let name = first_master(dir);
     dev_cluster(dir, &["kill", &name]);
     dev_cluster(dir, &["wait-ok"]);
     let refused = write_everywhere(&strict, "strict");

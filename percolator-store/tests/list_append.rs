@@ -20,7 +20,6 @@ mod common;
 mod elle;
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -386,28 +385,13 @@ fn three_hosts_through_a_redis_master_failover() {
     let dir = Path::new(&dir);
     let failover = || {
         std::thread::sleep(Duration::from_secs(2));
-        let master = dev_cluster(dir, &["masters"]).lines().next().expect("a master").trim().to_string();
-        let status = dev_cluster(dir, &["status"]);
-        let name = status
-            .lines()
-            .map(|l| l.split_whitespace().collect::<Vec<_>>())
-            .find(|cols| cols.len() > 2 && cols[0].starts_with("redis-") && cols[2] == master)
-            .map(|cols| cols[0])
-            .expect("the master in the status")
-            .to_string();
+        let name = first_master(dir);
         dev_cluster(dir, &["kill", &name]);
         dev_cluster(dir, &["wait-ok"]);
         dev_cluster(dir, &["start", &name]);
         dev_cluster(dir, &["wait-ok"]);
     };
     three_hosts(HOST_RUN + Duration::from_secs(4), failover, "three hosts through a Redis master failover");
-}
-
-fn dev_cluster(dir: &Path, args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/dev-cluster");
-    let out = Command::new(script).args(args).arg("--dir").arg(dir).output().expect("running scripts/dev-cluster");
-    assert!(out.status.success(), "dev-cluster {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 // ---- negative controls ----------------------------------------------------------------------

@@ -13,7 +13,6 @@
 //! Needs a cluster: `scripts/dev-cluster up`, then `set -a; . target/dev-cluster/env; set +a`
 //! and `cargo run --release -p percolator-bench --bin distributed` (about a minute).
 
-use std::error::Error;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -22,20 +21,12 @@ use percolator_store::backends::{RedisBigtable, RedisConfig};
 use percolator_store::{Oracle, OracleServer, OracleServiceConfig, Store, StoreConfig};
 use redis::{Connection, Value};
 
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+#[path = "../cluster.rs"]
+mod cluster;
+use cluster::{Res, env_list, print};
 
 const ROWS: usize = 2000;
 const VALUE: [u8; 16] = *b"0123456789abcdef";
-
-fn env_list(name: &str) -> Res<Vec<String>> {
-    let v =
-        std::env::var(name).map_err(|_| format!("{name} is not set: run scripts/dev-cluster up and source its env"))?;
-    Ok(v.split(',').map(|s| s.trim().to_string()).collect())
-}
-
-fn print(name: &str, value: f64) {
-    println!("{name} {value:.3}");
-}
 
 /// Operations per second of `op` over `dur` (after a short warm-up), best of `rounds`.
 fn rate(rounds: usize, dur: Duration, mut op: impl FnMut() -> Res<()>) -> Res<f64> {

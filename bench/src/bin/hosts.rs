@@ -32,7 +32,6 @@
 //! `--only scaling` / `--only failover`: one part; `--only failover-wait1`, `failover-wait0`,
 //! `failover-degraded`: one failover run. `--threads T` (default 8).
 
-use std::error::Error;
 use std::fmt::Write as _;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -44,22 +43,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use percolator_store::backends::{RedisBigtable, RedisConfig};
 use percolator_store::{Oracle, OracleServiceConfig, Store, StoreConfig, Transaction};
 
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+#[path = "../cluster.rs"]
+mod cluster;
+use cluster::{Res, env_list, print};
 
 const ACCOUNTS: u64 = 4000;
 const INITIAL: u64 = 1000;
 /// Error messages a host reports per kind (the counts are complete; the texts are samples).
 const NOTES_PER_KIND: usize = 3;
-
-fn env_list(name: &str) -> Res<Vec<String>> {
-    let v =
-        std::env::var(name).map_err(|_| format!("{name} is not set: run scripts/dev-cluster up and source its env"))?;
-    Ok(v.split(',').map(|s| s.trim().to_string()).collect())
-}
-
-fn print(name: &str, value: f64) {
-    println!("{name} {value:.3}");
-}
 
 fn unix_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)

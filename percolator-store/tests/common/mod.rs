@@ -134,6 +134,31 @@ pub fn shared_store(namespace: &str, config: StoreConfig) -> TestStore {
     TestStore { store: Store::with_oracle(backend.clone(), oracle, config).unwrap(), backend }
 }
 
+/// Runs `scripts/dev-cluster <args> --dir <dir>` and returns what it printed; fails the test if
+/// it fails.
+pub fn dev_cluster(dir: &Path, args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/dev-cluster");
+    let out = std::process::Command::new(script)
+        .args(args)
+        .arg("--dir")
+        .arg(dir)
+        .output()
+        .expect("running scripts/dev-cluster");
+    assert!(out.status.success(), "dev-cluster {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The dev cluster's name (`redis-N`, what `kill` and `start` take) of its first Redis master.
+pub fn first_master(dir: &Path) -> String {
+    let master = dev_cluster(dir, &["masters"]).lines().next().expect("a master").trim().to_string();
+    dev_cluster(dir, &["status"])
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cols| cols.len() > 2 && cols[0].starts_with("redis-") && cols[2] == master)
+        .map(|cols| cols[0].to_string())
+        .expect("the master in the status")
+}
+
 /// A namespace no other test (or earlier run) uses.
 pub fn unique_namespace() -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
