@@ -923,6 +923,7 @@ mod tests {
         let cx = percolator_server::ops::Context {
             store,
             store_path: std::sync::Arc::new(PathBuf::from("mem")),
+            store_name: "mem".into(),
             host: None,
             config_error: None,
         };

@@ -361,7 +361,7 @@ pub struct StatusReport {
 /// Store-level status (known with or without a host).
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct StoreReport {
-    /// The store file.
+    /// The store: its file, or its Redis namespace and cluster.
     pub path: String,
     /// Pending notify cells (counted up to [`StoreReport::pending_capped`]).
     pub pending_notifications: u64,

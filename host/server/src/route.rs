@@ -63,7 +63,13 @@ impl Direct {
         let observers = config.bindings.iter().map(|b| (b.spec(), Arc::new(Parked) as Arc<dyn Observer>)).collect();
         store.set_observers(observers).map_err(|e| format!("{}: {e}", config.file.display()))?;
         Ok(Direct {
-            cx: Context { store, store_path: Arc::new(config.store_path.clone()), host: None, config_error: None },
+            cx: Context {
+                store,
+                store_path: Arc::new(config.store_path.clone()),
+                store_name: config.backend.describe(&config.store_path).into(),
+                host: None,
+                config_error: None,
+            },
         })
     }
 
@@ -71,9 +77,15 @@ impl Direct {
     /// why). Its bindings are unknown, so a write could not set the notifications they need:
     /// writes are refused (naming the configuration's problem); reads, `gc`, `wait` and dead
     /// letters work.
-    pub fn without_bindings(store: Store, path: PathBuf, config_error: String) -> Direct {
+    pub fn without_bindings(store: Store, path: PathBuf, store_name: String, config_error: String) -> Direct {
         Direct {
-            cx: Context { store, store_path: Arc::new(path), host: None, config_error: Some(config_error.into()) },
+            cx: Context {
+                store,
+                store_path: Arc::new(path),
+                store_name: store_name.into(),
+                host: None,
+                config_error: Some(config_error.into()),
+            },
         }
     }
 }
@@ -289,7 +301,7 @@ pub fn connect(config: &Path, url: Option<&str>, creates: bool) -> Result<Route,
     })?;
     let direct = match &target.config {
         Ok(config) => Direct::open(config, store)?,
-        Err(e) => Direct::without_bindings(store, path.clone(), e.clone()),
+        Err(e) => Direct::without_bindings(store, path.clone(), target.backend.describe(path), e.clone()),
     };
     Ok(Route::Direct(direct))
 }

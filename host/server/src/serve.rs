@@ -112,6 +112,7 @@ async fn serve(
     let cx = Context {
         store: store.clone(),
         store_path: Arc::new(config.store_path.clone()),
+        store_name: config.backend.describe(&config.store_path).into(),
         host: Some(host),
         config_error: None,
     };

@@ -45,8 +45,11 @@ pub struct HostContext {
 pub struct Context {
     /// The store.
     pub store: Store,
-    /// Its file.
+    /// Its file (with Redis: the local state path that anchors the host's endpoint file).
     pub store_path: Arc<PathBuf>,
+    /// What it is, for people: its file, or its Redis namespace and cluster
+    /// ([`Backend::describe`](crate::config::Backend::describe)).
+    pub store_name: Arc<str>,
     /// The host serving it, if the command runs in one (`None`: the command line opened the
     /// store file itself).
     pub host: Option<Arc<HostContext>>,
@@ -107,7 +110,7 @@ pub fn call<E: Op>(cx: &Context, request: E::Request) -> ApiResult<E::Response> 
             "{e}\nno host is running and the configuration does not load, so nothing is written to \
              {}: a write must notify the observers of the configuration's bindings; fix the \
              configuration and try again",
-            cx.store_path.display()
+            cx.store_name
         )));
     }
     E::run(cx, request)

@@ -1,7 +1,6 @@
 //! The pipeline's state and upkeep: health, status, dead letters and their retry, gc, wait.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use std::time::{Duration, UNIX_EPOCH};
 
 use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
@@ -57,13 +56,13 @@ impl Op for Status {
     /// The store's status, and the host's when one runs here (with the configuration's
     /// problem on the no-host route).
     fn run(cx: &Context, _: Empty) -> ApiResult<StatusReport> {
-        let mut s = status(&cx.store, &cx.store_path, cx.host.as_deref())?;
+        let mut s = status(&cx.store, &cx.store_name, cx.host.as_deref())?;
         s.config_error = cx.config_error.as_deref().map(str::to_owned);
         Ok(s)
     }
 }
 
-fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> ApiResult<StatusReport> {
+fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiResult<StatusReport> {
     let backlog = backlog(store)?;
     let dead_letters = store.dead_letters()?.len() as u64;
     let host = host.map(|h| {
@@ -105,7 +104,7 @@ fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> ApiRe
     Ok(StatusReport {
         host,
         store: StoreReport {
-            path: store_path.display().to_string(),
+            path: store_name.to_owned(),
             pending_notifications: backlog.total,
             pending_capped: backlog.capped,
             dead_letters,

@@ -41,7 +41,13 @@ fn a_batch_counts_only_the_records_it_writes() {
 
 fn mem_store() -> Context {
     let store = Store::in_memory(Default::default()).unwrap();
-    Context { store, store_path: Arc::new(PathBuf::from("mem")), host: None, config_error: None }
+    Context {
+        store,
+        store_path: Arc::new(PathBuf::from("mem")),
+        store_name: "mem".into(),
+        host: None,
+        config_error: None,
+    }
 }
 
 #[test]
