@@ -366,6 +366,9 @@ fn every_verb_against_a_running_host() {
     assert_eq!(binding(&status, "upper")["backlog"], 0);
     assert!(binding(&status, "upper")["mean_run_ms"].as_f64().unwrap() > 0.0);
     assert_eq!(binding(&status, "denied")["failures"], 1);
+    // The declared writes: the dashboard's edges.
+    assert_eq!(binding(&status, "upper")["writes"], serde_json::json!(["docs/derived:upper"]));
+    assert_eq!(binding(&status, "denied")["writes"], serde_json::json!([]));
     assert_eq!(status["store"]["dead_letters"], 1);
     assert_eq!(status["store"]["pending_notifications"], 0);
     assert_eq!(status["host"]["metrics"]["observer_runs"], 5);

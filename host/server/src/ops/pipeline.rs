@@ -76,6 +76,7 @@ fn status(store: &Store, store_path: &Path, host: Option<&HostContext>) -> ApiRe
                 table: b.table.clone(),
                 column: b.column.clone(),
                 kind: b.kind.to_string(),
+                writes: b.writes.clone(),
                 wasm: b.wasm.display().to_string(),
                 source_hash: b.source_hash.clone(),
                 loaded_at: rfc3339(b.loaded_at),
