@@ -434,9 +434,13 @@
     while (seq.length < order.length) {
       let next = order.find((k) => !placed.has(k) && indeg.get(k) === 0);
       if (next === undefined) {
-        // A cycle: take the node with the fewest unplaced predecessors (ties: first seen).
+        // A cycle: take the column with the fewest unplaced predecessors (ties: first seen).
+        // Every cycle passes through a column, and a binding then always follows its own
+        // column, so that only edges out of bindings can point backwards.
         let best = Infinity;
-        for (const k of order) if (!placed.has(k) && indeg.get(k) < best) [best, next] = [indeg.get(k), k];
+        for (const k of order) {
+          if (!placed.has(k) && nodes.get(k).type === 'column' && indeg.get(k) < best) [best, next] = [indeg.get(k), k];
+        }
       }
       placed.add(next);
       seq.push(next);
@@ -565,23 +569,36 @@
     return t;
   }
 
-  function edgePath(x1, y1, x2, y2) {
+  /** Room on each side for the turns of backward edges. */
+  const BACK_TURN = 40;
+
+  /**
+   * A forward edge is an S-curve; a backward one (a cycle) turns down to its own lane `lane`
+   * below every node, runs back along it and turns up into its target.
+   */
+  function edgePath(x1, y1, x2, y2, lane) {
     if (x2 > x1 + 4) {
       const dx = (x2 - x1) / 2;
       return `M${x1},${y1} C${x1 + dx},${y1} ${x2 - dx},${y2} ${x2},${y2}`;
     }
-    // Backwards (a cycle): around, above both ends.
-    const up = Math.min(y1, y2) - 46;
-    return `M${x1},${y1} C${x1 + 70},${y1} ${x1 + 70},${up} ${(x1 + x2) / 2},${up} S${x2 - 70},${y2} ${x2},${y2}`;
+    const t = BACK_TURN;
+    return `M${x1},${y1} C${x1 + t},${y1} ${x1 + t},${lane} ${x1},${lane} L${x2},${lane} C${x2 - t},${lane} ${x2 - t},${y2} ${x2},${y2}`;
   }
 
   function renderGraph(status, dead) {
     const svg = $('graph');
     const g = graphOf(status);
     const layers = layer(g);
-    const { width, height } = place(g, layers);
+    const drawn = place(g, layers);
+    // Backward edges (cycles) get a lane each below the nodes, and room for their turns.
+    const nodes = [...g.nodes.values()];
+    const back = nodes.filter((n) => n.type === 'binding').flatMap((n) => n.succ.filter((t) => g.nodes.get(t).x <= n.x).map((t) => `${n.key}>${t}`));
+    const lanes = new Map(back.map((e, i) => [e, drawn.height + 6 + 10 * i]));
+    const side = back.length ? BACK_TURN : 0;
+    const width = drawn.width + 2 * side;
+    const height = drawn.height + (back.length ? 10 * back.length + 8 : 0);
     svg.replaceChildren();
-    svg.setAttribute('viewBox', `0 0 ${width} ${height}`);
+    svg.setAttribute('viewBox', `${-side} 0 ${width} ${height}`);
     svg.setAttribute('height', String(height));
     svg.setAttribute('width', String(width));
     // As wide as the card allows, never wider than drawn (the height follows the width).
@@ -614,7 +631,7 @@
       for (const t of n.succ) {
         const d = g.nodes.get(t);
         const x2 = d.x - 1;
-        svgEl('path', { d: edgePath(n.x + n.w, n.y, x2 - 6, d.y), class: cls, 'data-binding': b.name }, edges);
+        svgEl('path', { d: edgePath(n.x + n.w, n.y, x2 - 6, d.y, lanes.get(`${n.key}>${t}`)), class: cls, 'data-binding': b.name }, edges);
         svgEl('path', { d: `M${x2 - 8},${d.y - 4.5} L${x2},${d.y} L${x2 - 8},${d.y + 4.5} Z`, class: arrowCls }, edges);
       }
       // The label: the binding's name and numbers.
