@@ -144,14 +144,16 @@ async function main() {
     log('loading the crawl');
     const load = percolator(['load', 'pages', path.join(DIR, 'crawl.jsonl'), '--key', 'url']);
     let loadedAt = null;
+    let loadError = null;
     load.then(
       () => (loadedAt = Date.now()),
-      () => (loadedAt = Date.now()),
+      (e) => (loadError = e),
     );
     let peak = 0;
     let active = 0;
     let shotTaken = false;
     for (;;) {
+      if (loadError) throw loadError;
       const n = await tileNumber(page, 'v-backlog');
       peak = Math.max(peak, n);
       active = Math.max(active, await page.locator('#graph g.label.active').count());
@@ -212,6 +214,8 @@ async function main() {
     log('generation 2 is loaded; clicking Retry');
     await row.locator('button.retry').click();
     await page.locator('#dead-empty').waitFor({ state: 'visible', timeout: 30_000 });
+    // The retried notification is pending now: its run, and no dead letter after it.
+    await percolator(['wait', '--timeout', '60']);
     const upper = await percolator(['get', 'alerts', 'a1', 'derived:upper']);
     check(upper.trim() === 'HELLO', `the retried run wrote derived:upper (${upper.trim()})`);
     check((await tileNumber(page, 'v-dead')) === 0, 'no dead letter left on the page');
