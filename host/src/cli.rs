@@ -812,6 +812,7 @@ mod tests {
             table: "t".into(),
             column: "c".into(),
             kind: "strong".into(),
+            writes: Vec::new(),
             wasm: format!("observers/{name}.wasm"),
             source_hash: "0".repeat(64),
             loaded_at: "2026-11-23T00:00:00Z".into(),

@@ -3,7 +3,8 @@
 //! every verb, located errors for bad input with nothing written, resumable and idempotent
 //! loads (in batches bounded by size), the token, what the API refuses (browser-sendable POSTs,
 //! foreign `Host`s, unknown fields, oversized requests, other methods, bodies that are no JSON
-//! object), a clean stop during a `wait`, run counts across a restart, and `/metrics`. Hosts
+//! object), a clean stop during a `wait`, run counts across a restart, `/metrics`, and the
+//! dashboard's files (served without the token that guards its data). Hosts
 //! are stopped with SIGTERM by a drop guard.
 
 use std::io::{Read, Write};
@@ -366,6 +367,9 @@ fn every_verb_against_a_running_host() {
     assert_eq!(binding(&status, "upper")["backlog"], 0);
     assert!(binding(&status, "upper")["mean_run_ms"].as_f64().unwrap() > 0.0);
     assert_eq!(binding(&status, "denied")["failures"], 1);
+    // The declared writes: the dashboard's edges.
+    assert_eq!(binding(&status, "upper")["writes"], serde_json::json!(["docs/derived:upper"]));
+    assert_eq!(binding(&status, "denied")["writes"], serde_json::json!([]));
     assert_eq!(status["store"]["dead_letters"], 1);
     assert_eq!(status["store"]["pending_notifications"], 0);
     assert_eq!(status["host"]["metrics"]["observer_runs"], 5);
@@ -630,6 +634,31 @@ fn a_token_is_required_when_configured() {
     let e = Remote::new(url, None).metrics().unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unauthorized, "{e}");
     check_exposition(&Remote::new(url, Some("s3cret".into())).metrics().unwrap());
+
+    // The dashboard's files need no token (the page asks for it); its data does.
+    let authority = url.strip_prefix("http://").unwrap();
+    for (path, content_type, marker) in [
+        ("/", "text/html", "<script src=\"/dashboard.js\" defer></script>"),
+        ("/dashboard.js", "text/javascript", "'/v1/dead-letters/retry'"),
+        ("/dashboard.css", "text/css", "#graph"),
+    ] {
+        let r = raw_http(url, "GET", path, &[("Host", authority)], "");
+        assert_eq!(r.status, 200, "GET {path}: {}", r.body);
+        assert!(r.head.contains(&format!("\r\ncontent-type: {content_type}; charset=utf-8")), "{path}: {}", r.head);
+        assert!(r.head.contains("\r\ncontent-security-policy: default-src 'none'; script-src 'self';"), "{}", r.head);
+        assert!(r.head.contains("\r\nx-content-type-options: nosniff"), "{}", r.head);
+        assert!(r.body.contains(marker), "{path} lacks {marker:?}");
+        let r = raw_http(url, "POST", path, &[("Host", authority), ("Content-Type", "application/json")], "{}");
+        assert_eq!(r.status, 401, "POST {path} is no dashboard file: the token comes first");
+    }
+    let r = raw_http(url, "GET", "/v1/status", &[("Host", authority)], "");
+    assert_eq!(r.status, 401, "{}", r.body);
+    let r = raw_http(url, "GET", "/dashboard.jsx", &[("Host", authority)], "");
+    assert_eq!(r.status, 401, "only the dashboard's own files are public");
+    let r = raw_http(url, "GET", "/", &[("Host", "evil.example")], "");
+    assert_eq!(r.status, 403, "the Host check applies to the dashboard too: {}", r.body);
+    let r = raw_http(url, "POST", "/", &[("Host", authority), ("Authorization", "Bearer s3cret")], "");
+    assert_eq!(r.status, 405, "{}", r.body);
 }
 
 #[test]

@@ -423,6 +423,11 @@ pub struct BindingReport {
     pub column: String,
     /// `strong` or `weak`.
     pub kind: String,
+    /// The columns it may write or weakly notify, as declared (`writes` in the configuration):
+    /// `table/column`, or `table/family:*` for every column of a family. The pipeline's edges:
+    /// a run may change these, and so notify their observers.
+    #[serde(default)]
+    pub writes: Vec<String>,
     /// The component file.
     pub wasm: String,
     /// SHA-256 of the component, hex.

@@ -12,6 +12,10 @@
 //! checked by the route, so that a POST to a GET route is answered 405, the wrong method). When
 //! a token is configured every request must carry `Authorization: Bearer <token>` (it must be on
 //! any other listener, so there the `Host` is not checked). A request body is a JSON object.
+//!
+//! Beside the API, `/` serves the [`dashboard`]: a page, a script and a style
+//! sheet, the only routes that need no token (they hold no data; the page asks for the token
+//! and sends it with its API requests). The `Host` check applies to them too.
 
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
@@ -20,7 +24,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -29,6 +33,7 @@ use percolator_api::{ApiError, ErrorBody, ErrorKind, MAX_REQUEST_BYTES};
 use serde::de::DeserializeOwned;
 use sha2::{Digest, Sha256};
 
+use crate::dashboard;
 use crate::ops::{self, Context, Op, Registry};
 
 /// What the handlers share.
@@ -76,6 +81,9 @@ pub fn router(state: AppState) -> Router {
         .unwrap_or_default()
         .route(METRICS_PATH, get(metrics))
         .route(OPENAPI_PATH, get(openapi))
+        .route(dashboard::INDEX_PATH, get(dashboard::index))
+        .route(dashboard::SCRIPT_PATH, get(dashboard::script))
+        .route(dashboard::STYLE_PATH, get(dashboard::style))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
@@ -141,8 +149,9 @@ pub fn is_loopback_host(host: &str) -> bool {
     name.eq_ignore_ascii_case("localhost") || name.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
 }
 
-/// Refuses what a rebound DNS name could send, checks the token, and refuses a body over the
-/// limit by its `Content-Length` (the POST routes check the content type).
+/// Refuses what a rebound DNS name could send, checks the token (except for the dashboard's
+/// files), and refuses a body over the limit by its `Content-Length` (the POST routes check the
+/// content type).
 async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if state.check_host {
         let host = req.headers().get(header::HOST).map(|h| h.to_str().map_err(|_| h));
@@ -164,7 +173,9 @@ async fn guard(State(state): State<AppState>, req: Request, next: Next) -> Respo
             );
         }
     }
-    if let Some(expected) = &state.token {
+    // The dashboard's files hold no data, and the page must load to ask for the token.
+    let public = dashboard::is_asset(req.uri().path()) && matches!(*req.method(), Method::GET | Method::HEAD);
+    if let Some(expected) = state.token.as_ref().filter(|_| !public) {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)

@@ -9,8 +9,9 @@
 //!   files and applies changes; [`sampler`] keeps throughput samples;
 //! - [`ops`]: every API command as an [`Op`](ops::Op) over a store, listed once in
 //!   [`ops::register`]; [`metrics`] renders `/metrics`;
-//! - [`http`]: the routes derived from that list; [`route`]: a client's choice between a
-//!   running host and the store file; [`serve`]: `up` itself.
+//! - [`http`]: the routes derived from that list, and the [`dashboard`]'s page at `/`;
+//!   [`route`]: a client's choice between a running host and the store file; [`serve`]: `up`
+//!   itself.
 //!
 //! ```no_run
 //! // Serve the pipeline of a configuration until Ctrl-C (what `percolator up` does).
@@ -19,6 +20,7 @@
 //! ```
 
 pub mod config;
+pub mod dashboard;
 pub mod http;
 pub mod metrics;
 pub mod ops;

@@ -30,6 +30,8 @@ pub struct BindingStatus {
     pub column: String,
     /// Strong or weak.
     pub kind: NotifyKind,
+    /// The declared writable columns (`table/column` or `table/family:*`).
+    pub writes: Vec<String>,
     /// The component file.
     pub wasm: PathBuf,
     /// SHA-256 of the component it runs.
@@ -261,6 +263,7 @@ impl Pipeline {
                 table: l.binding.table.clone(),
                 column: l.binding.column.clone(),
                 kind: l.binding.kind,
+                writes: l.binding.access.writes.iter().map(ToString::to_string).collect(),
                 wasm: l.binding.wasm.clone(),
                 source_hash: l.observer.source_hash().to_owned(),
                 loaded_at: l.loaded_at,

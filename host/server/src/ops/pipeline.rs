@@ -75,6 +75,7 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                 table: b.table.clone(),
                 column: b.column.clone(),
                 kind: b.kind.to_string(),
+                writes: b.writes.clone(),
                 wasm: b.wasm.display().to_string(),
                 source_hash: b.source_hash.clone(),
                 loaded_at: rfc3339(b.loaded_at),
