@@ -159,19 +159,25 @@ pub(crate) fn load(inner: &Arc<Inner>) -> Result<(Timestamp, BTreeMap<String, Ob
 }
 
 /// Changes the saved bindings in a transaction (retried on conflict): `change` gets the current
-/// ones and edits them. Returns the new version and bindings.
+/// ones and edits them. Returns the new version and bindings. A change that changes nothing
+/// writes nothing (a host restarting, or the CLI opening the store, with the same bindings) and
+/// returns the current version.
 pub(crate) fn save(
     store: &Store,
     mut change: impl FnMut(&mut BTreeMap<String, ObserverSpec>) -> Result<()>,
 ) -> Result<(Timestamp, BTreeMap<String, ObserverSpec>)> {
-    let (specs, version) = store.run_for_commit_ts(|txn| {
-        let (_, mut specs) = read(txn)?;
+    let ((specs, unchanged_at), commit_ts) = store.run_for_commit_ts(|txn| {
+        let (at, mut specs) = read(txn)?;
+        let before = specs.clone();
         change(&mut specs)?;
         check_kinds(&specs)?;
+        if specs == before {
+            return Ok((specs, Some(at)));
+        }
         txn.set_reserved(crate::bigtable::CellRef::new(TABLE, ROW, COLUMN), Some(encode(&specs)));
-        Ok(specs)
+        Ok((specs, None))
     })?;
-    Ok((version, specs))
+    Ok((unchanged_at.unwrap_or(commit_ts), specs))
 }
 
 /// Swaps in a registry built from `version`/`specs` (keeping this process's implementations
