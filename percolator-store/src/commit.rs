@@ -197,7 +197,7 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
         let ops = rows.iter().map(|r| Op::Row(commit_op(r, txn.start_ts, ts, None))).collect();
         inner.backend.apply(ops)?;
         Ok(ts)
-    } else if writing == 1 && inner.config.one_phase_commit && inner.backend.exclusive() {
+    } else if one_phase_applies(&inner, &rows) {
         span.record("mode", "one_pc");
         one_phase(&inner, &registry, &rows, txn.start_ts)
     } else {
@@ -229,7 +229,7 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
 }
 
 /// Leaves the 1PC fence even if the commit fails or panics.
-struct FenceGuard<'a>(&'a Inner, Vec<u8>);
+struct FenceGuard<'a>(&'a Inner, Vec<Vec<u8>>);
 
 impl Drop for FenceGuard<'_> {
     fn drop(&mut self) {
@@ -237,36 +237,58 @@ impl Drop for FenceGuard<'_> {
     }
 }
 
-/// One row op: check for conflicts and write the commit records directly. The row sits in the
-/// 1PC fence from before commit_ts is taken until the write is visible, so no reader with a
-/// later start_ts can miss it.
+/// Whether `rows` can commit in one step: one-phase commit is on, no other process reads the
+/// backend (the fence is in this process), and every row is in one atomic unit.
+fn one_phase_applies(inner: &Inner, rows: &[RowWrites]) -> bool {
+    if !inner.config.one_phase_commit || !inner.backend.exclusive() || rows.len() > ONE_PHASE_MAX_ROWS {
+        return false;
+    }
+    let unit = inner.backend.atomic_unit(&rows[0].table, &rows[0].row);
+    unit.is_some() && rows[1..].iter().all(|r| inner.backend.atomic_unit(&r.table, &r.row) == unit)
+}
+
+/// Rows of the largest one-phase commit: a larger transaction prewrites in batches (2PC).
+const ONE_PHASE_MAX_ROWS: usize = SECONDARY_BATCH;
+
+/// One atomic step: check every written cell for conflicts and write the commit records
+/// directly, with the notifications. The written rows sit in the 1PC fence from before
+/// commit_ts is taken until the write is visible, so no reader with a later start_ts can miss
+/// any of them (the argument is in `docs/design.md`, "One-phase commit").
 fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: Timestamp) -> Result<Timestamp> {
-    let r = &rows[0];
-    let row_key = key::row_prefix(&r.table, &r.row);
-    inner.fence.enter(&row_key);
-    let _guard = FenceGuard(inner, row_key);
+    let fenced: Vec<Vec<u8>> =
+        rows.iter().filter(|r| !r.cells.is_empty()).map(|r| key::row_prefix(&r.table, &r.row)).collect();
+    inner.fence.enter(&fenced);
+    let _guard = FenceGuard(inner, fenced);
     let commit_ts = inner.oracle.next()?;
-    let mut conditions = Vec::with_capacity(2 * r.cells.len());
-    for (column, _) in &r.cells {
-        conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
-        conditions.push(Condition::NoLock { column: column.clone() });
-    }
-    // Weak notifications of other rows first, at commit_ts: a crash or a failed condition
-    // after them leaves only a spurious notification, where a crash between the write and
-    // them would lose them. A run they trigger reads this row at a later timestamp, so it
-    // waits at the fence until the write is in (or has failed).
-    let weak: Vec<Op> = rows[1..].iter().map(|w| Op::Row(commit_op(w, start_ts, commit_ts, None))).collect();
-    if !weak.is_empty() {
-        inner.backend.apply(weak)?;
-    }
-    // No lock and no staged data exist to remove: the write records go straight in, with the
-    // strong notifications in the same row op (exactly as durable as the write).
-    let mut mutations = Vec::with_capacity(r.cells.len() + 1);
-    write_records(r, start_ts, commit_ts, &mut mutations);
-    strong_notifies(registry, r, commit_ts, &mut mutations);
-    let op = RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations };
-    let outcomes = inner.backend.apply(vec![Op::Row(op)])?;
-    if let Outcome::ConditionFailed { index, found } = &outcomes[0] {
+    fail_point!("before-one-phase-write", |_| Err(Error::Storage("failpoint before-one-phase-write".into())));
+    let group: Vec<RowMutation> = rows
+        .iter()
+        .map(|r| {
+            let mut conditions = Vec::with_capacity(2 * r.cells.len());
+            for (column, _) in &r.cells {
+                conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
+                conditions.push(Condition::NoLock { column: column.clone() });
+            }
+            // No lock and no staged data exist to remove: the write records go straight in,
+            // with the strong and weak notifications in the same step (exactly as durable as
+            // the write).
+            let mut mutations = Vec::with_capacity(r.cells.len() + r.weak.len() + 1);
+            write_records(r, start_ts, commit_ts, &mut mutations);
+            strong_notifies(registry, r, commit_ts, &mut mutations);
+            RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations }
+        })
+        .collect();
+    let outcome = if group.len() == 1 {
+        // One row: a plain row op (every backend's row ops are atomic).
+        match inner.backend.apply(group.into_iter().map(Op::Row).collect())?.pop() {
+            Some(Outcome::ConditionFailed { index, found }) => AtomicOutcome::ConditionFailed { op: 0, index, found },
+            _ => AtomicOutcome::Applied,
+        }
+    } else {
+        inner.backend.apply_atomic(group)?
+    };
+    if let AtomicOutcome::ConditionFailed { op, index, found } = &outcome {
+        let r = &rows[*op];
         let column = &r.cells[index / 2].0;
         resolve_found(inner, found, CellRef::new(r.table.clone(), r.row.clone(), column.clone()));
         return Err(conflict(found, &r.table, &r.row, column));

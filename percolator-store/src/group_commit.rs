@@ -16,26 +16,30 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::bigtable::{Op, Outcome};
 use crate::error::{Error, Result};
 
 /// Upper bound of ops in one underlying commit (bounds the write transaction's size).
 const MAX_BATCH_OPS: usize = 4096;
 
+/// What one caller submits: its size counts against [`MAX_BATCH_OPS`].
+pub(crate) trait Work {
+    /// How many ops (rows, metadata keys) this is.
+    fn weight(&self) -> usize;
+}
+
 /// Longest a leader waits for more callers before committing.
 const MAX_GATHER: Duration = Duration::from_millis(2);
 
-/// Where a leader puts one caller's outcomes; the caller reads it after `leader_done`.
-type Slot = Arc<Mutex<Option<Result<Vec<Outcome>>>>>;
+/// Where a leader puts one caller's outcome; the caller reads it after `leader_done`.
+type Slot<O> = Arc<Mutex<Option<Result<O>>>>;
 
-struct Pending {
-    ops: Vec<Op>,
-    slot: Slot,
+struct Pending<W, O> {
+    work: W,
+    slot: Slot<O>,
 }
 
-#[derive(Default)]
-struct Queue {
-    pending: VecDeque<Pending>,
+struct Queue<W, O> {
+    pending: VecDeque<Pending<W, O>>,
     leader_active: bool,
     /// Callers seen around the last round (its size plus those who queued during it): how
     /// many a leader expects to gather.
@@ -44,30 +48,37 @@ struct Queue {
     last_commit: Duration,
 }
 
-/// Commits a batch (one slice of ops per caller) in one underlying transaction.
-pub(crate) type CommitFn<'a> = dyn Fn(&[&[Op]]) -> Result<Vec<Vec<Outcome>>> + 'a;
+impl<W, O> Default for Queue<W, O> {
+    fn default() -> Queue<W, O> {
+        Queue { pending: VecDeque::new(), leader_active: false, expected: 0, last_commit: Duration::ZERO }
+    }
+}
 
-/// Batches ops from concurrent callers into shared commits.
-pub(crate) struct GroupCommit {
-    queue: Mutex<Queue>,
+/// Commits a batch (one work item per caller) in one underlying transaction, returning one
+/// outcome per item.
+pub(crate) type CommitFn<'a, W, O> = dyn Fn(&[&W]) -> Result<Vec<O>> + 'a;
+
+/// Batches work from concurrent callers into shared commits.
+pub(crate) struct GroupCommit<W, O> {
+    queue: Mutex<Queue<W, O>>,
     /// Signalled when a leader finishes, so a waiting caller can take over leadership.
     leader_done: Condvar,
     /// Signalled when a caller queues, for a leader that is gathering.
     arrived: Condvar,
 }
 
-impl GroupCommit {
-    pub(crate) fn new() -> GroupCommit {
+impl<W: Work, O> GroupCommit<W, O> {
+    pub(crate) fn new() -> GroupCommit<W, O> {
         GroupCommit { queue: Mutex::new(Queue::default()), leader_done: Condvar::new(), arrived: Condvar::new() }
     }
 
-    /// Submits `ops` and returns their outcomes once they are committed. `commit` applies a
-    /// batch in one underlying transaction; it returns one outcome list per submitted group, or
-    /// an error that fails the whole batch.
-    pub(crate) fn submit(&self, ops: Vec<Op>, commit: &CommitFn<'_>) -> Result<Vec<Outcome>> {
-        let slot: Slot = Arc::new(Mutex::new(None));
+    /// Submits `work` and returns its outcome once it is committed. `commit` applies a batch in
+    /// one underlying transaction; it returns one outcome per submitted item, or an error that
+    /// fails the whole batch.
+    pub(crate) fn submit(&self, work: W, commit: &CommitFn<'_, W, O>) -> Result<O> {
+        let slot: Slot<O> = Arc::new(Mutex::new(None));
         let mut q = self.queue.lock().map_err(|_| Error::Closed)?;
-        q.pending.push_back(Pending { ops, slot: slot.clone() });
+        q.pending.push_back(Pending { work, slot: slot.clone() });
         if q.leader_active {
             self.arrived.notify_one();
         }
@@ -96,9 +107,9 @@ impl GroupCommit {
             }
             let mut batch = Vec::new();
             let mut n = 0;
-            while !q.pending.is_empty() && (n == 0 || n + q.pending[0].ops.len() <= MAX_BATCH_OPS) {
+            while !q.pending.is_empty() && (n == 0 || n + q.pending[0].work.weight() <= MAX_BATCH_OPS) {
                 let p = q.pending.pop_front().expect("checked non-empty");
-                n += p.ops.len();
+                n += p.work.weight();
                 batch.push(p);
             }
             drop(q);
@@ -107,7 +118,7 @@ impl GroupCommit {
                 // panic): give up rather than spin.
                 return Err(Error::Closed);
             }
-            let groups: Vec<&[Op]> = batch.iter().map(|p| p.ops.as_slice()).collect();
+            let groups: Vec<&W> = batch.iter().map(|p| &p.work).collect();
             let started = Instant::now();
             // If `commit` panics, every caller of this round gets an error instead of waiting
             // forever for an answer.
@@ -140,9 +151,9 @@ impl GroupCommit {
 }
 
 /// Answers every caller of a round with `Closed` if the round unwinds before answering.
-struct Undelivered<'a>(&'a [Pending]);
+struct Undelivered<'a, W, O>(&'a [Pending<W, O>]);
 
-impl Drop for Undelivered<'_> {
+impl<W, O> Drop for Undelivered<'_, W, O> {
     fn drop(&mut self) {
         for p in self.0 {
             deliver(&p.slot, Err(Error::Closed));
@@ -150,9 +161,9 @@ impl Drop for Undelivered<'_> {
     }
 }
 
-struct LeaderGuard<'a>(&'a GroupCommit);
+struct LeaderGuard<'a, W, O>(&'a GroupCommit<W, O>);
 
-impl Drop for LeaderGuard<'_> {
+impl<W, O> Drop for LeaderGuard<'_, W, O> {
     fn drop(&mut self) {
         if let Ok(mut q) = self.0.queue.lock() {
             q.leader_active = false;
@@ -161,7 +172,7 @@ impl Drop for LeaderGuard<'_> {
     }
 }
 
-fn deliver(slot: &Slot, r: Result<Vec<Outcome>>) {
+fn deliver<O>(slot: &Slot<O>, r: Result<O>) {
     if let Ok(mut g) = slot.lock() {
         *g = Some(r);
     }

@@ -13,7 +13,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use crate::bigtable::*;
 use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, Result};
-use crate::group_commit::GroupCommit;
+use crate::group_commit::{GroupCommit, Work};
 use crate::timestamp::Timestamp;
 
 const CELLS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("cells");
@@ -46,11 +46,33 @@ impl Default for RedbConfig {
     }
 }
 
+/// One caller's share of a group commit.
+enum Batch {
+    /// Independent ops, each with its own outcome.
+    Ops(Vec<Op>),
+    /// An atomic group ([`Bigtable::apply_atomic`]): all rows or none.
+    Atomic(Vec<RowMutation>),
+}
+
+enum Done {
+    Ops(Vec<Outcome>),
+    Atomic(AtomicOutcome),
+}
+
+impl Work for Batch {
+    fn weight(&self) -> usize {
+        match self {
+            Batch::Ops(ops) => ops.len(),
+            Batch::Atomic(rows) => rows.len(),
+        }
+    }
+}
+
 /// [`Bigtable`] over one redb file.
 pub struct RedbBigtable {
     db: Database,
     config: RedbConfig,
-    group: GroupCommit,
+    group: GroupCommit<Batch, Done>,
     commits: AtomicU64,
     ops: AtomicU64,
 }
@@ -72,7 +94,7 @@ impl RedbBigtable {
         Ok(RedbBigtable { db, config, group: GroupCommit::new(), commits: AtomicU64::new(0), ops: AtomicU64::new(0) })
     }
 
-    fn commit_batch(&self, groups: &[&[Op]]) -> Result<Vec<Vec<Outcome>>> {
+    fn commit_batch(&self, groups: &[&Batch]) -> Result<Vec<Done>> {
         let mut tx = self.db.begin_write()?;
         tx.set_durability(match self.config.durability {
             Durability::Fsync => redb::Durability::Immediate,
@@ -83,17 +105,24 @@ impl RedbBigtable {
             let mut cells = W(tx.open_table(CELLS)?);
             let mut notify = W(tx.open_table(NOTIFY)?);
             let mut meta = W(tx.open_table(META)?);
-            for ops in groups {
-                let mut outcomes = Vec::with_capacity(ops.len());
-                for op in *ops {
-                    outcomes.push(cells::apply_op(&mut cells, &mut notify, &mut meta, op)?);
-                }
-                out.push(outcomes);
+            for group in groups {
+                out.push(match group {
+                    Batch::Ops(ops) => {
+                        let mut outcomes = Vec::with_capacity(ops.len());
+                        for op in ops {
+                            outcomes.push(cells::apply_op(&mut cells, &mut notify, &mut meta, op)?);
+                        }
+                        Done::Ops(outcomes)
+                    }
+                    // Every row's conditions are checked before any is written, so a failed
+                    // group leaves nothing behind in the shared transaction.
+                    Batch::Atomic(rows) => Done::Atomic(cells::apply_rows_atomically(&mut cells, &mut notify, rows)?),
+                });
             }
         }
         tx.commit()?;
         self.commits.fetch_add(1, Ordering::Relaxed);
-        self.ops.fetch_add(groups.iter().map(|g| g.len() as u64).sum(), Ordering::Relaxed);
+        self.ops.fetch_add(groups.iter().map(|g| g.weight() as u64).sum(), Ordering::Relaxed);
         Ok(out)
     }
 
@@ -193,7 +222,10 @@ impl Bigtable for RedbBigtable {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        self.group.submit(ops, &|groups| self.commit_batch(groups))
+        match self.group.submit(Batch::Ops(ops), &|groups| self.commit_batch(groups))? {
+            Done::Ops(outcomes) => Ok(outcomes),
+            Done::Atomic(_) => Err(Error::Storage("group commit answered ops with an atomic outcome".into())),
+        }
     }
 
     fn atomic_unit(&self, _table: &str, _row: &[u8]) -> Option<u64> {
@@ -202,25 +234,15 @@ impl Bigtable for RedbBigtable {
 
     fn apply_atomic(&self, rows: Vec<RowMutation>) -> Result<AtomicOutcome> {
         check_atomic_group(self, &rows)?;
-        // One write transaction of its own (beside the group commit's): all rows or none.
-        let mut tx = self.db.begin_write()?;
-        tx.set_durability(match self.config.durability {
-            Durability::Fsync => redb::Durability::Immediate,
-            Durability::None => redb::Durability::None,
-        })?;
-        let outcome = {
-            let mut cells = W(tx.open_table(CELLS)?);
-            let mut notify = W(tx.open_table(NOTIFY)?);
-            cells::apply_rows_atomically(&mut cells, &mut notify, &rows)?
-        };
-        if outcome != AtomicOutcome::Applied {
-            tx.abort()?;
-            return Ok(outcome);
+        if rows.is_empty() {
+            return Ok(AtomicOutcome::Applied);
         }
-        tx.commit()?;
-        self.commits.fetch_add(1, Ordering::Relaxed);
-        self.ops.fetch_add(rows.len() as u64, Ordering::Relaxed);
-        Ok(outcome)
+        // Group-committed like any op: it shares the write transaction (and the fsync) of
+        // whatever else is queued, and stays all-or-nothing inside it.
+        match self.group.submit(Batch::Atomic(rows), &|groups| self.commit_batch(groups))? {
+            Done::Atomic(outcome) => Ok(outcome),
+            Done::Ops(_) => Err(Error::Storage("group commit answered an atomic group with op outcomes".into())),
+        }
     }
 
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {

@@ -51,8 +51,10 @@ pub struct StoreConfig {
     pub lock_wait: Duration,
     /// Worker lease period; a worker that misses it is dead and its locks are cleaned at once.
     pub worker_lease: Duration,
-    /// Commit single-row transactions in one row operation. Used only on exclusive backends,
-    /// where every reader passes this process's 1PC fence (see `docs/design.md`).
+    /// Commit a transaction whose rows share one atomic unit (on redb: any transaction of at
+    /// most 1,024 rows) in one atomic step instead of prewrite and commit. Used only on
+    /// exclusive backends, where every reader passes this process's 1PC fence (see
+    /// `docs/design.md`, "One-phase commit").
     pub one_phase_commit: bool,
     /// Conflict retries of [`Store::run`].
     pub retry: RetryPolicy,
@@ -118,22 +120,28 @@ pub(crate) struct OnePcFence {
     /// One-phase commits finished so far: a read view opened before a 1PC finished may miss
     /// its write, so views are reopened when this changes.
     exits: AtomicU64,
-    rows: Mutex<HashMap<Vec<u8>, usize>>,
+    /// Fenced row keys (`key::row_prefix`), with multiplicity; ordered, so a scan's range is
+    /// one range lookup.
+    rows: Mutex<BTreeMap<Vec<u8>, usize>>,
     cv: Condvar,
 }
 
 impl OnePcFence {
-    pub(crate) fn enter(&self, row_key: &[u8]) {
+    pub(crate) fn enter(&self, row_keys: &[Vec<u8>]) {
         let mut rows = self.rows.lock().expect("1PC fence poisoned");
-        *rows.entry(row_key.to_vec()).or_default() += 1;
+        for k in row_keys {
+            *rows.entry(k.clone()).or_default() += 1;
+        }
         self.count.fetch_add(1, Ordering::SeqCst);
     }
-    pub(crate) fn exit(&self, row_key: &[u8]) {
+    pub(crate) fn exit(&self, row_keys: &[Vec<u8>]) {
         let mut rows = self.rows.lock().expect("1PC fence poisoned");
-        if let Some(n) = rows.get_mut(row_key) {
-            *n -= 1;
-            if *n == 0 {
-                rows.remove(row_key);
+        for k in row_keys {
+            if let Some(n) = rows.get_mut(k) {
+                *n -= 1;
+                if *n == 0 {
+                    rows.remove(k);
+                }
             }
         }
         self.exits.fetch_add(1, Ordering::SeqCst);
@@ -144,18 +152,33 @@ impl OnePcFence {
         self.exits.load(Ordering::SeqCst)
     }
 
-    /// Waits while any fenced row satisfies `hit` (one atomic load when nothing is fenced).
-    pub(crate) fn wait(&self, hit: impl Fn(&[u8]) -> bool) {
+    /// Waits while a row key in `[lo, hi)` (`hi = None`: unbounded) is fenced; one atomic load
+    /// when nothing is.
+    pub(crate) fn wait(&self, lo: &[u8], hi: Option<&[u8]>) {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        self.wait_slow(hit)
+        self.wait_slow(lo, hi)
+    }
+
+    /// Waits while `row_key` is fenced.
+    pub(crate) fn wait_row(&self, row_key: &[u8]) {
+        if self.count.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let rows = self.rows.lock().expect("1PC fence poisoned");
+        let _unused = self.cv.wait_while(rows, |rows| rows.contains_key(row_key)).expect("1PC fence poisoned");
     }
 
     #[cold]
-    fn wait_slow(&self, hit: impl Fn(&[u8]) -> bool) {
+    fn wait_slow(&self, lo: &[u8], hi: Option<&[u8]>) {
+        use std::ops::Bound;
+        let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
         let rows = self.rows.lock().expect("1PC fence poisoned");
-        let _unused = self.cv.wait_while(rows, |rows| rows.keys().any(|k| hit(k))).expect("1PC fence poisoned");
+        let _unused = self
+            .cv
+            .wait_while(rows, |rows| rows.range::<[u8], _>((Bound::Included(lo), upper)).next().is_some())
+            .expect("1PC fence poisoned");
     }
 }
 

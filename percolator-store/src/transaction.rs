@@ -182,12 +182,11 @@ impl Transaction {
         // The last cell consumed: the next page starts strictly after it.
         let mut cursor: (Vec<u8>, Option<String>) = (start.to_vec(), None);
         let mut waiter = LockWaiter::new();
-        let tp = key::table_prefix(table);
+        // Row keys of this table sort below `table_end` (the table prefix's successor).
+        let table_end = key::prefix_end(&key::table_prefix(table));
         let (lo, hi) = (key::row_prefix(table, start), end.map(|e| key::row_prefix(table, e)));
         'pages: while merged.len() < fetch {
-            self.inner
-                .fence
-                .wait(|k| k.starts_with(&tp) && k >= lo.as_slice() && hi.as_ref().is_none_or(|h| k < h.as_slice()));
+            self.inner.fence.wait(&lo, hi.as_deref().or(table_end.as_deref()));
             let want = fetch - merged.len();
             let page = self.scan_view(&ScanRange {
                 table,
@@ -267,7 +266,7 @@ impl Transaction {
     pub(crate) fn read_row(&self, table: &str, row: &[u8], columns: &[&str]) -> Result<Vec<CellRead>> {
         let mut waiter = LockWaiter::new();
         loop {
-            self.inner.fence.wait(|k| k == key::row_prefix(table, row).as_slice());
+            self.inner.fence.wait_row(&key::row_prefix(table, row));
             let reads = self.with_view(|v| match v {
                 Some(v) => v.read_row(table, row, columns, self.start_ts),
                 None => self.inner.backend.read_row(table, row, columns, self.start_ts),

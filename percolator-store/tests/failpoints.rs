@@ -20,8 +20,16 @@ use percolator_store::{
 
 const ROWS: [&str; 4] = ["a", "b", "c", "d"];
 
+/// Two-phase commit whatever the backend: the failpoints between its phases are what is tested.
+fn two_phase() -> StoreConfig {
+    StoreConfig { one_phase_commit: false, ..fast_locks() }
+}
+
 fn seeded() -> TestStore {
-    let store = test_store(fast_locks());
+    seeded_with(test_store(two_phase()))
+}
+
+fn seeded_with(store: TestStore) -> TestStore {
     store
         .run(|t| {
             for r in ROWS {
@@ -62,21 +70,24 @@ fn assert_clean(store: &TestStore) {
 }
 
 fn crash_at(failpoint: &str, committed: bool) {
+    crash_in(&seeded(), failpoint, committed)
+}
+
+fn crash_in(store: &TestStore, failpoint: &str, committed: bool) {
     let scenario = FailScenario::setup();
-    let store = seeded();
     fail::cfg(failpoint, "return").unwrap();
-    let result = transfer(&store);
+    let result = transfer(store);
     fail::remove(failpoint);
     // The commit stopped at the failpoint; locks it wrote are still there.
     assert_eq!(result.is_ok(), committed, "{failpoint}: {result:?}");
-    let after = balances(&store);
+    let after = balances(store);
     let want = if committed { vec![90, 104, 106, 100] } else { vec![100; 4] };
     assert_eq!(after, want, "after a crash at {failpoint}");
     assert_eq!(after.iter().sum::<u64>(), 400);
-    assert_clean(&store);
+    assert_clean(store);
     // And the store keeps working.
-    transfer(&store).unwrap();
-    assert_eq!(balances(&store).iter().sum::<u64>(), 400);
+    transfer(store).unwrap();
+    assert_eq!(balances(store).iter().sum::<u64>(), 400);
     scenario.teardown();
 }
 
@@ -93,6 +104,19 @@ fn crash_after_some_secondaries_rolls_back() {
 #[test]
 fn crash_before_commit_point_rolls_back() {
     crash_at("before-commit-primary", false);
+}
+
+/// The three-row transfer as one atomic step (one-phase commit on an exclusive backend): a
+/// crash between taking commit_ts and the write leaves nothing; after the write, everything.
+#[test]
+fn multi_row_one_phase_commit_is_all_or_nothing_across_a_crash() {
+    for (failpoint, committed) in [("before-one-phase-write", false), ("after-one-phase-write", true)] {
+        let store = seeded_with(mem_store(fast_locks()));
+        crash_in(&store, failpoint, committed);
+        // The seeding and the last transfer completed their one-phase commits; the crashed one
+        // stopped at its failpoint, before counting.
+        assert_eq!(store.metrics().one_pc_commits, 2, "{failpoint}");
+    }
 }
 
 #[test]
@@ -246,7 +270,7 @@ fn weak_spec() -> ObserverSpec {
 #[test]
 fn weak_notification_survives_a_crash_after_the_commit_point() {
     let scenario = FailScenario::setup();
-    let s = test_store(fast_locks());
+    let s = test_store(two_phase());
     let obs = Arc::new(ReadsA(Mutex::new(vec![])));
     s.register_observer(weak_spec(), obs.clone()).unwrap();
     let handle: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::new(Mutex::new(None));
@@ -298,14 +322,14 @@ impl Observer for RunStarts {
 #[test]
 fn a_second_weak_writer_does_not_erase_the_first_ones_name() {
     let scenario = FailScenario::setup();
-    let s = test_store(fast_locks());
+    let s = test_store(two_phase());
     let runs = Arc::new(RunStarts(Mutex::new(vec![])));
     let spec = weak_spec();
     s.register_observer(spec, runs.clone()).unwrap();
     let s2 = s.clone();
     fail::cfg_callback("after-prewrite-first-secondary", move || {
         // While the first writer is prewritten: a second weak writer of the same cell commits
-        // (one row: one-phase commit, a newer notification), and a scanner comes by.
+        // (a newer notification), and a scanner comes by.
         let mut t2 = s2.begin().unwrap();
         t2.set("t", "c", "z:v", b"2".to_vec()).unwrap();
         t2.notify_weak("t", "c", "w:n").unwrap();
@@ -339,8 +363,8 @@ fn a_second_weak_writer_does_not_erase_the_first_ones_name() {
 }
 
 /// A one-phase commit (one written row) with a weak notification of another row: the
-/// notification goes in before the write, so a crash right after the write cannot lose it (it
-/// used to be applied after the write).
+/// notification goes in with the write, in one atomic step, so a crash right after the write
+/// cannot lose it (it used to be applied after the write, then before it).
 #[test]
 fn a_one_phase_commit_s_weak_notification_survives_a_crash_after_the_write() {
     let scenario = FailScenario::setup();
