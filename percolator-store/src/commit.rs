@@ -19,9 +19,9 @@ use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
 use crate::worker::now_ms;
 
-/// Rows per prewrite/commit batch of secondaries; between batches the primary's lock is
-/// refreshed if the commit is running long (the heartbeat).
-const SECONDARY_BATCH: usize = 1024;
+/// Rows per prewrite batch of secondaries; between batches the primary's lock is refreshed if
+/// the commit is running long (the heartbeat).
+use crate::secondaries::SECONDARY_BATCH;
 
 /// One row's share of a transaction.
 struct RowWrites {
@@ -261,37 +261,46 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     let _guard = FenceGuard(inner, fenced);
     let commit_ts = inner.oracle.next()?;
     fail_point!("before-one-phase-write", |_| Err(Error::Storage("failpoint before-one-phase-write".into())));
-    let group: Vec<RowMutation> = rows
-        .iter()
-        .map(|r| {
-            let mut conditions = Vec::with_capacity(2 * r.cells.len());
-            for (column, _) in &r.cells {
-                conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
-                conditions.push(Condition::NoLock { column: column.clone() });
-            }
-            // No lock and no staged data exist to remove: the write records go straight in,
-            // with the strong and weak notifications in the same step (exactly as durable as
-            // the write).
-            let mut mutations = Vec::with_capacity(r.cells.len() + r.weak.len() + 1);
-            write_records(r, start_ts, commit_ts, &mut mutations);
-            strong_notifies(registry, r, commit_ts, &mut mutations);
-            RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations }
-        })
-        .collect();
-    let outcome = if group.len() == 1 {
-        // One row: a plain row op (every backend's row ops are atomic).
-        match inner.backend.apply(group.into_iter().map(Op::Row).collect())?.pop() {
-            Some(Outcome::ConditionFailed { index, found }) => AtomicOutcome::ConditionFailed { op: 0, index, found },
-            _ => AtomicOutcome::Applied,
-        }
-    } else {
-        inner.backend.apply_atomic(group)?
+    // Built again for a retry rather than cloned on every commit.
+    let group = || -> Vec<RowMutation> {
+        rows.iter()
+            .map(|r| {
+                let mut conditions = Vec::with_capacity(2 * r.cells.len());
+                for (column, _) in &r.cells {
+                    conditions.push(Condition::NoWriteSince { column: column.clone(), since: start_ts });
+                    conditions.push(Condition::NoLock { column: column.clone() });
+                }
+                // No lock and no staged data exist to remove: the write records go straight in,
+                // with the strong and weak notifications in the same step (exactly as durable as
+                // the write).
+                let mut mutations = Vec::with_capacity(r.cells.len() + r.weak.len() + 1);
+                write_records(r, start_ts, commit_ts, &mut mutations);
+                strong_notifies(registry, r, commit_ts, &mut mutations);
+                RowMutation { table: r.table.clone(), row: r.row.clone(), conditions, mutations }
+            })
+            .collect()
     };
-    if let AtomicOutcome::ConditionFailed { op, index, found } = &outcome {
+    let mut retries = 0;
+    loop {
+        let outcome = if rows.len() == 1 {
+            // One row: a plain row op (every backend's row ops are atomic).
+            match inner.backend.apply(group().into_iter().map(Op::Row).collect())?.pop() {
+                Some(Outcome::ConditionFailed { index, found }) => {
+                    AtomicOutcome::ConditionFailed { op: 0, index, found }
+                }
+                _ => AtomicOutcome::Applied,
+            }
+        } else {
+            inner.backend.apply_atomic(group())?
+        };
+        let AtomicOutcome::ConditionFailed { op, index, found } = &outcome else { break };
         let r = &rows[*op];
         let column = &r.cells[index / 2].0;
-        resolve_found(inner, found, CellRef::new(r.table.clone(), r.row.clone(), column.clone()));
-        return Err(conflict(found, &r.table, &r.row, column));
+        let resolved = resolve_found(inner, found, CellRef::new(r.table.clone(), r.row.clone(), column.clone()));
+        if !resolved || retries == RESOLVED_RETRIES {
+            return Err(conflict(found, &r.table, &r.row, column));
+        }
+        retries += 1;
     }
     fail_point!("after-one-phase-write", |_| Ok(commit_ts));
     inner.counters.one_pc_commits.fetch_add(1, Ordering::Relaxed);
@@ -302,12 +311,24 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
 /// forward or back through its primary), so the retry can win. Resolving only the primary is not
 /// enough: a cell that is only ever written, never read (an index entry), would keep a dead
 /// transaction's secondary lock forever and every later writer would conflict on it.
-fn resolve_found(inner: &Inner, found: &Found, cell: CellRef) {
-    if let Found::Lock { start_ts, lock } = found {
+///
+/// Returns whether the lock is gone now (its transaction was decided: committed and rolled
+/// forward, or rolled back), so the row's conditions are worth checking again at once: a lock
+/// left by a committed transaction whose secondaries are still being written (asynchronously)
+/// is not a conflict for a writer that started after that commit.
+fn resolve_found(inner: &Inner, found: &Found, cell: CellRef) -> bool {
+    match found {
         // Errors here change nothing: we conflict anyway, and the retry meets the lock again.
-        let _ = lock::resolve(inner, &cell, *start_ts, lock, Force::No);
+        Found::Lock { start_ts, lock } => matches!(
+            lock::resolve(inner, &cell, *start_ts, lock, Force::No),
+            Ok(lock::TxnStatus::Committed(_) | lock::TxnStatus::RolledBack)
+        ),
+        _ => false,
     }
 }
+
+/// Times a row's conditions are checked again after the lock they met was resolved.
+const RESOLVED_RETRIES: usize = 3;
 
 fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: Timestamp) -> Result<Timestamp> {
     let primary_row = &rows[0];
@@ -340,42 +361,55 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
         if n > 0 {
             heartbeat(inner, &primary, start_ts, &mut lock)?;
         }
-        let ops = part
-            .iter()
-            .map(|r| {
-                if r.cells.is_empty() {
-                    // Weak notifications only: set now, and again at commit.
-                    let mut mutations = Vec::new();
-                    let writer = Writer { start_ts, primary: primary.clone() };
-                    weak_notifies(r, start_ts, Some(&writer), &mut mutations);
-                    RowMutation { table: r.table.clone(), row: r.row.clone(), conditions: vec![], mutations }
-                } else {
-                    prewrite_op(registry, r, start_ts, &lock)
+        let mut pending: Vec<&RowWrites> = part.to_vec();
+        let mut retries = 0;
+        while !pending.is_empty() {
+            let ops = pending
+                .iter()
+                .map(|r| {
+                    if r.cells.is_empty() {
+                        // Weak notifications only: set now, and again at commit.
+                        let mut mutations = Vec::new();
+                        let writer = Writer { start_ts, primary: primary.clone() };
+                        weak_notifies(r, start_ts, Some(&writer), &mut mutations);
+                        RowMutation { table: r.table.clone(), row: r.row.clone(), conditions: vec![], mutations }
+                    } else {
+                        prewrite_op(registry, r, start_ts, &lock)
+                    }
+                })
+                .map(Op::Row)
+                .collect();
+            let outcomes = match inner.backend.apply(ops) {
+                Ok(o) => o,
+                Err(e) => {
+                    roll_back(inner, &prewritten, start_ts, &primary);
+                    return Err(e);
                 }
-            })
-            .map(Op::Row)
-            .collect();
-        let outcomes = match inner.backend.apply(ops) {
-            Ok(o) => o,
-            Err(e) => {
+            };
+            let mut failed = None;
+            let mut again = Vec::new();
+            for (r, o) in pending.iter().zip(&outcomes) {
+                match o {
+                    Outcome::Applied => prewritten.push(r),
+                    Outcome::ConditionFailed { index, found } => {
+                        let column = &r.cells[index / 2].0;
+                        let cell = CellRef::new(r.table.clone(), r.row.clone(), column.clone());
+                        // A lock its resolution removed: check the row again (a lock of a
+                        // transaction committed before we started is no conflict).
+                        if resolve_found(inner, found, cell) && retries < RESOLVED_RETRIES {
+                            again.push(*r);
+                        } else {
+                            failed.get_or_insert_with(|| conflict(found, &r.table, &r.row, column));
+                        }
+                    }
+                }
+            }
+            if let Some(e) = failed {
                 roll_back(inner, &prewritten, start_ts, &primary);
                 return Err(e);
             }
-        };
-        let mut failed = None;
-        for (r, o) in part.iter().zip(&outcomes) {
-            match o {
-                Outcome::Applied => prewritten.push(r),
-                Outcome::ConditionFailed { index, found } => {
-                    let column = &r.cells[index / 2].0;
-                    resolve_found(inner, found, CellRef::new(r.table.clone(), r.row.clone(), column.clone()));
-                    failed.get_or_insert_with(|| conflict(found, &r.table, &r.row, column));
-                }
-            }
-        }
-        if let Some(e) = failed {
-            roll_back(inner, &prewritten, start_ts, &primary);
-            return Err(e);
+            pending = again;
+            retries += 1;
         }
         match n {
             0 => fail_point!("after-prewrite-primary", |_| Err(Error::Storage(
@@ -409,19 +443,22 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
 
     // Phase 3: the secondaries' commit records. Unconditional and idempotent: a resolver that
     // rolled a secondary forward wrote exactly the same record. Failures are left to readers.
-    for (i, chunk) in secondaries.chunks(SECONDARY_BATCH).enumerate() {
-        let split = if cfg!(feature = "failpoints") && i == 0 && chunk.len() > 1 { 1 } else { chunk.len() };
-        for part in [&chunk[..split], &chunk[split..]] {
-            if part.is_empty() {
-                continue;
-            }
-            let ops = part.iter().map(|r| Op::Row(commit_op(r, start_ts, commit_ts, None))).collect();
-            if inner.backend.apply(ops).is_err() {
+    // The transaction is committed: with `async_secondaries` the caller does not wait for them.
+    let ops: Vec<Op> = secondaries.iter().map(|r| Op::Row(commit_op(r, start_ts, commit_ts, None))).collect();
+    if ops.is_empty() {
+        return Ok(commit_ts);
+    }
+    let ops = match &inner.secondaries {
+        Some(queue) => match queue.submit(ops) {
+            Ok(()) => {
+                inner.counters.async_secondaries.fetch_add(1, Ordering::Relaxed);
                 return Ok(commit_ts);
             }
-            fail_point!("after-commit-first-secondary", |_| Ok(commit_ts));
-        }
-    }
+            Err(ops) => ops, // the queue is full: write them here
+        },
+        None => ops,
+    };
+    crate::secondaries::commit(inner.backend.as_ref(), ops);
     Ok(commit_ts)
 }
 

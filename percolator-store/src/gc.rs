@@ -10,6 +10,11 @@
 //! rollback records below the safepoint, deletes that no one can see past (unless an observer
 //! of the cell has yet to see them), and orphaned data.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
 use crate::bigtable::*;
 use crate::error::Result;
 use crate::lock::{self, Force, TxnStatus};
@@ -65,7 +70,8 @@ impl Store {
         if stats.deferred {
             return Ok(stats);
         }
-        // Pass 2: remove invisible versions.
+        // Pass 2: remove invisible versions, a page of rows per backend call (one fsync).
+        let mut ops: Vec<Op> = Vec::new();
         for_each_row(self, |row| {
             stats.rows += 1;
             let mut mutations = Vec::new();
@@ -106,11 +112,68 @@ impl Store {
             if !mutations.is_empty() {
                 stats.versions_removed += mutations.len() as u64;
                 let op = RowMutation { table: row.table.clone(), row: row.row.clone(), conditions: vec![], mutations };
-                self.inner.backend.apply(vec![Op::Row(op)])?;
+                ops.push(Op::Row(op));
+                if ops.len() >= PAGE {
+                    self.inner.backend.apply(std::mem::take(&mut ops))?;
+                }
             }
             Ok(())
         })?;
+        if !ops.is_empty() {
+            self.inner.backend.apply(ops)?;
+        }
+        self.inner.counters.versions_collected.fetch_add(stats.versions_removed, Ordering::Relaxed);
         Ok(stats)
+    }
+
+    /// Runs [`Store::gc`] every `interval` on a thread of its own, so that old versions are
+    /// collected as the safepoint moves instead of only when asked (the freed pages of redb are
+    /// reused by later writes). Stops when the returned handle is dropped.
+    pub fn start_gc(&self, interval: Duration) -> GcRunner {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (store, flag) = (self.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("percolator-gc".into())
+            .spawn(move || {
+                let mut next = Instant::now() + interval;
+                while !flag.load(Ordering::SeqCst) {
+                    if Instant::now() < next {
+                        std::thread::sleep(Duration::from_millis(50).min(next - Instant::now()));
+                        continue;
+                    }
+                    match store.gc() {
+                        Ok(s) => tracing::debug!(
+                            safepoint = s.safepoint.raw(),
+                            rows = s.rows,
+                            removed = s.versions_removed,
+                            locks_resolved = s.locks_resolved,
+                            deferred = s.deferred,
+                            "gc: a pass"
+                        ),
+                        Err(e) => tracing::warn!(error = %e, "gc: a pass failed; the next one retries"),
+                    }
+                    next = Instant::now() + interval;
+                }
+            })
+            .expect("spawning the gc thread");
+        GcRunner { stop, thread: Some(thread) }
+    }
+}
+
+/// The continuous GC of [`Store::start_gc`]; stops it (after the pass under way) when dropped.
+pub struct GcRunner {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for GcRunner {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take()
+            && t.join().is_err()
+        {
+            tracing::warn!("the gc thread had panicked");
+        }
     }
 }
 

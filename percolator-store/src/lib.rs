@@ -49,6 +49,7 @@ mod redb_backend;
 mod redis_backend;
 mod registry;
 mod scanner;
+mod secondaries;
 mod store;
 mod timestamp;
 mod transaction;
@@ -75,7 +76,7 @@ pub mod backends {
 
 pub use bigtable::CellRef;
 pub use error::{ConflictKind, Error, Result};
-pub use gc::GcStats;
+pub use gc::{GcRunner, GcStats};
 pub use key::{
     MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, prefix_end, validate_column, validate_row, validate_table,
 };

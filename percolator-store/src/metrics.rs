@@ -118,7 +118,8 @@ macro_rules! counters {
 counters! {
     totals {
         commits: "Committed read-write transactions.",
-        one_pc_commits: "Commits done in one row operation (single-row transactions, one-phase commit).",
+        one_pc_commits: "Commits done in one atomic step (one-phase commit).",
+        async_secondaries: "Two-phase commits whose secondaries were left to the background writer.",
         conflicts: "Commits that failed with a conflict.",
         rolled_forward: "Locks of committed transactions finished by someone else (roll forward).",
         rolled_back: "Locks of dead or expired transactions removed (roll back).",
@@ -128,6 +129,7 @@ counters! {
         observer_failures: "Observer runs that failed (trap, error), conflicts not included.",
         dead_letters: "Notifications moved to dead letters.",
         notifications_cleared: "Notify cells cleared.",
+        versions_collected: "Old versions (write records, staged values) removed by GC.",
         teleports: "Scanner teleports (a scanner met a row another scanner held).",
         scanner_errors:
             "Errors a scanner met and retried later (reading pending notifications, processing one); no conflicts.",
@@ -332,7 +334,7 @@ mod tests {
     fn counters_list_every_field_once_with_its_name() {
         let m = Metrics { commits: 1, teleports: 2, backend_ops: 3, ..Metrics::default() };
         let list: Vec<Counter> = m.counters().collect();
-        assert_eq!(list.len(), 15);
+        assert_eq!(list.len(), 17);
         let names: std::collections::BTreeSet<&str> = list.iter().map(|c| c.name).collect();
         assert_eq!(names.len(), list.len(), "names are unique");
         let value = |name: &str| list.iter().find(|c| c.name == name).unwrap().value;

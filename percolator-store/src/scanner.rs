@@ -7,13 +7,20 @@
 //! completes a full lap without clearing anything sleeps until a commit sets a notify cell (or
 //! a short timeout, for retries after failures).
 //!
+//! Observer runs do not happen on the scanning threads: a scanner that takes a row's lock hands
+//! the row (and the lock) to a bounded pool of **workers** ([`ScannerConfig::workers`]) and
+//! scans on. So the runs in flight are set by configuration, not by the scanning threads or the
+//! cores: many runs waiting on commits (fsyncs, Redis round trips) fill each group commit.
+//!
 //! On a backend whose notify group has several partitions (Redis: its buckets), the stores
 //! that run scanners share the partitions out by their live worker leases: each walks only its
 //! share, and a share is recomputed every [`SHARE_REFRESH`] (see "Several hosts" in
 //! `docs/design.md`).
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError};
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -34,6 +41,9 @@ pub const SHARE_REFRESH: Duration = Duration::from_secs(1);
 pub struct ScannerConfig {
     /// Scanning threads.
     pub threads: usize,
+    /// Observer runs in flight: worker threads fed by the scanning threads through a bounded
+    /// queue. 0 runs observers on the scanning threads themselves.
+    pub workers: usize,
     /// Notify cells read per scan step.
     pub batch: usize,
     /// Longest an idle thread sleeps before looking again without being woken (bounds the
@@ -48,6 +58,7 @@ impl Default for ScannerConfig {
     fn default() -> ScannerConfig {
         ScannerConfig {
             threads: 2,
+            workers: 8,
             batch: 256,
             idle_wait: Duration::from_millis(100),
             row_lock_ttl: Duration::from_secs(30),
@@ -60,6 +71,130 @@ pub struct Scanner {
     inner: Arc<Inner>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    runs: Option<Arc<Runs>>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// One row's pending notifications, with the row's scanner lock, for a worker to run.
+struct Job {
+    entries: Vec<NotifyEntry>,
+    _lock: RowLock,
+}
+
+/// The bounded queue between scanning threads and workers.
+struct Runs {
+    queue: Mutex<RunQueue>,
+    /// A job was queued, or the queue closed.
+    queued: Condvar,
+    /// A job was taken (room in the queue), or the queue closed.
+    taken: Condvar,
+    capacity: usize,
+    /// Notify cells the workers cleared: a scanner's lap made progress if this moved.
+    cleared: AtomicU64,
+    /// Jobs queued or running.
+    in_flight: AtomicU64,
+}
+
+#[derive(Default)]
+struct RunQueue {
+    jobs: VecDeque<Job>,
+    closed: bool,
+}
+
+impl Runs {
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunQueue> {
+        // Only single push/pop calls happen under the mutex: a poisoned one is still whole.
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues a job, waiting while the queue is full. Gives the job back if the queue closed.
+    fn push(&self, job: Job) -> Option<Job> {
+        let mut q = self.lock();
+        while q.jobs.len() >= self.capacity && !q.closed {
+            q = self.taken.wait(q).unwrap_or_else(PoisonError::into_inner);
+        }
+        if q.closed {
+            return Some(job);
+        }
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        q.jobs.push_back(job);
+        self.queued.notify_one();
+        None
+    }
+
+    /// The next job, or `None` once the queue is closed.
+    fn pop(&self) -> Option<Job> {
+        let mut q = self.lock();
+        loop {
+            if q.closed {
+                return None;
+            }
+            if let Some(job) = q.jobs.pop_front() {
+                self.taken.notify_one();
+                return Some(job);
+            }
+            q = self.queued.wait(q).unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+
+    /// Closes the queue: waiting scanners and idle workers return; queued jobs are dropped
+    /// (their notifications stay pending in the store, their row locks are released).
+    fn close(&self) {
+        let dropped: Vec<Job> = {
+            let mut q = self.lock();
+            q.closed = true;
+            q.jobs.drain(..).collect()
+        };
+        self.in_flight.fetch_sub(dropped.len() as u64, Ordering::SeqCst);
+        drop(dropped);
+        self.queued.notify_all();
+        self.taken.notify_all();
+    }
+}
+
+/// A worker: runs jobs until the queue closes. An observer that panics is logged and its
+/// notifications stay pending; the worker goes on.
+fn work_loop(store: &Store, runs: &Runs) {
+    while let Some(job) = runs.pop() {
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| run_row(store, &job.entries)));
+        match ran {
+            Ok(cleared) => {
+                runs.cleared.fetch_add(cleared, Ordering::Relaxed);
+            }
+            Err(panic) => {
+                let cell = &job.entries[0].cell;
+                tracing::warn!(
+                    table = %cell.table,
+                    row = %String::from_utf8_lossy(&cell.row),
+                    panic = panic_message(&panic),
+                    "scanner: an observer panicked; its notifications stay pending"
+                );
+            }
+        }
+        drop(job);
+        runs.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Processes a row's notify cells; returns how many it cleared.
+fn run_row(store: &Store, entries: &[NotifyEntry]) -> u64 {
+    let mut cleared = 0;
+    for entry in entries {
+        match store.process_notification(entry) {
+            Ok(CellOutcome::Cleared) => cleared += 1,
+            Ok(CellOutcome::Pending) => {}
+            Err(e) => log_failed(&store.inner, &entry.cell, &e),
+        }
+    }
+    cleared
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("(no message)")
 }
 
 impl Store {
@@ -80,16 +215,39 @@ impl Store {
             });
             self.inner.backend.watch_wakes(on_wake, stop.clone());
         }
+        let runs = (config.workers > 0).then(|| {
+            Arc::new(Runs {
+                queue: Mutex::new(RunQueue::default()),
+                queued: Condvar::new(),
+                taken: Condvar::new(),
+                // Enough queued that a worker finishing a row finds the next one waiting.
+                capacity: config.workers,
+                cleared: AtomicU64::new(0),
+                in_flight: AtomicU64::new(0),
+            })
+        });
+        let workers = match &runs {
+            None => Vec::new(),
+            Some(runs) => (0..config.workers)
+                .map(|i| {
+                    let (store, runs) = (self.clone(), runs.clone());
+                    std::thread::Builder::new()
+                        .name(format!("percolator-observer-{i}"))
+                        .spawn(move || work_loop(&store, &runs))
+                        .expect("spawning an observer worker thread")
+                })
+                .collect(),
+        };
         let threads = (0..config.threads.max(1))
             .map(|i| {
-                let (store, stop, config) = (self.clone(), stop.clone(), config.clone());
+                let (store, stop, config, runs) = (self.clone(), stop.clone(), config.clone(), runs.clone());
                 std::thread::Builder::new()
                     .name(format!("percolator-scanner-{i}"))
-                    .spawn(move || scan_loop(&store, &stop, &config))
+                    .spawn(move || scan_loop(&store, &stop, &config, runs.as_deref()))
                     .expect("spawning a scanner thread")
             })
             .collect();
-        Scanner { inner: self.inner.clone(), stop, threads }
+        Scanner { inner: self.inner.clone(), stop, threads, runs, workers }
     }
 }
 
@@ -104,15 +262,14 @@ impl Scanner {
             return;
         }
         self.inner.signal.bump();
-        for t in self.threads.drain(..) {
+        // Closing the queue first frees a scanner waiting for room in it.
+        if let Some(runs) = &self.runs {
+            runs.close();
+        }
+        for t in self.threads.drain(..).chain(self.workers.drain(..)) {
             if let Err(panic) = t.join() {
-                // An observer that panics unwinds through the scanner thread that ran it.
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .copied()
-                    .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
-                    .unwrap_or("(no message)");
-                tracing::warn!(panic = message, "a scanner thread had stopped: it panicked");
+                // An observer that panics on a scanning thread (no workers) unwinds through it.
+                tracing::warn!(panic = panic_message(&*panic), "a scanner thread had stopped: it panicked");
             }
         }
         self.inner.scanners.fetch_sub(1, Ordering::SeqCst);
@@ -204,21 +361,21 @@ impl Share {
 /// The set of held rows is changed only by single `insert`/`remove` calls, so a panic while the
 /// mutex was held cannot leave it half-updated: a poisoned mutex is used as it is (treating it
 /// as an error would make every row look held, or never released, for good).
-struct RowLock<'a> {
-    inner: &'a Inner,
+struct RowLock {
+    inner: Arc<Inner>,
     row: Vec<u8>,
     /// Whether the backend's lock is held too.
     shared: bool,
 }
 
-impl<'a> RowLock<'a> {
-    fn try_take(inner: &'a Inner, row: Vec<u8>, ttl: Duration) -> Option<RowLock<'a>> {
+impl RowLock {
+    fn try_take(inner: &Arc<Inner>, row: Vec<u8>, ttl: Duration) -> Option<RowLock> {
         let mut locks = inner.row_locks.lock().unwrap_or_else(PoisonError::into_inner);
         if !locks.insert(row.clone()) {
             return None;
         }
         drop(locks);
-        let mut lock = RowLock { inner, row, shared: false };
+        let mut lock = RowLock { inner: inner.clone(), row, shared: false };
         if inner.backend.exclusive() {
             return Some(lock);
         }
@@ -236,7 +393,7 @@ impl<'a> RowLock<'a> {
     }
 }
 
-impl Drop for RowLock<'_> {
+impl Drop for RowLock {
     fn drop(&mut self) {
         if self.shared
             && let Err(e) = self.inner.backend.unlock_row(&self.row, self.inner.worker)
@@ -247,8 +404,10 @@ impl Drop for RowLock<'_> {
     }
 }
 
-fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
+fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig, runs: Option<&Runs>) {
     let inner = &store.inner;
+    // What the workers had cleared at the last lap check.
+    let mut cleared_seen = 0;
     let mut share = Share::new(inner);
     let (mut at, mut pos) = share.random();
     // Partition ends reached since the last lap check: a lap is one end per partition.
@@ -314,7 +473,7 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
                 pos = Some(row_key);
                 break;
             }
-            let Some(_lock) = RowLock::try_take(inner, row_key.clone(), config.row_lock_ttl) else {
+            let Some(lock) = RowLock::try_take(inner, row_key.clone(), config.row_lock_ttl) else {
                 inner.counters.teleports.fetch_add(1, Ordering::Relaxed);
                 idle_teleports += 1;
                 (at, pos) = share.random();
@@ -323,11 +482,15 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
                 break;
             };
             idle_teleports = 0;
-            for entry in row.iter() {
-                match store.process_notification(entry) {
-                    Ok(CellOutcome::Cleared) => progressed = true,
-                    Ok(CellOutcome::Pending) => {}
-                    Err(e) => log_failed(inner, &entry.cell, &e),
+            match runs {
+                Some(runs) => {
+                    if runs.push(Job { entries: row.to_vec(), _lock: lock }).is_some() {
+                        return; // stopping
+                    }
+                }
+                None => {
+                    progressed |= run_row(store, row) > 0;
+                    drop(lock);
                 }
             }
             let mut next = row_key;
@@ -344,8 +507,19 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig) {
         if ends < share.parts.len() {
             continue;
         }
-        // A lap: sleep if it did nothing.
+        // A lap: sleep if it did nothing. With workers, the lap's rows may still be running:
+        // progress is what they cleared since the last lap, and rows still in flight count as
+        // progress to come (their commits, or a short wait, end the sleep).
         ends = 0;
+        if let Some(runs) = runs {
+            let cleared = runs.cleared.load(Ordering::Relaxed);
+            progressed |= cleared != cleared_seen;
+            cleared_seen = cleared;
+            if !progressed && runs.in_flight.load(Ordering::SeqCst) > 0 {
+                inner.signal.wait_change(generation, Duration::from_millis(1));
+                progressed = true;
+            }
+        }
         let now = inner.signal.generation();
         if !progressed && now == generation {
             inner.signal.wait_change(generation, config.idle_wait);

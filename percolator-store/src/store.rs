@@ -15,6 +15,7 @@ use crate::notify::FailState;
 use crate::oracle::Oracle;
 use crate::redb_backend::{RedbBigtable, RedbConfig};
 use crate::registry::{self, Registry};
+use crate::secondaries::AsyncSecondaries;
 use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
 use crate::worker::{self, Liveness, Stop, now_ms};
@@ -56,6 +57,10 @@ pub struct StoreConfig {
     /// exclusive backends, where every reader passes this process's 1PC fence (see
     /// `docs/design.md`, "One-phase commit").
     pub one_phase_commit: bool,
+    /// Return from a two-phase commit at its commit point, leaving the secondaries' commit
+    /// records to a background thread (readers that meet one first roll it forward). Saves a
+    /// backend round trip (and fsync) on the caller's path; see [`Store::flush_secondaries`].
+    pub async_secondaries: bool,
     /// Conflict retries of [`Store::run`].
     pub retry: RetryPolicy,
     /// How long a notification whose observer failed (trap, error, deadline) waits before
@@ -76,6 +81,7 @@ impl Default for StoreConfig {
             lock_wait: Duration::from_secs(10),
             worker_lease: Duration::from_secs(10),
             one_phase_commit: true,
+            async_secondaries: true,
             retry: RetryPolicy::default(),
             observer_backoff: Duration::from_millis(500),
             observer_backoff_max: Duration::from_secs(60),
@@ -211,6 +217,8 @@ pub(crate) struct Inner {
     /// Failed observer runs awaiting retry, keyed by (notified cell, observer name).
     pub(crate) failures: Mutex<HashMap<(Vec<u8>, String), FailState>>,
     pub(crate) counters: Counters,
+    /// The background writer of secondaries (`StoreConfig::async_secondaries`).
+    pub(crate) secondaries: Option<AsyncSecondaries>,
     /// The counters' saved totals (see `metrics.rs`).
     pub(crate) totals: Totals,
     stop: Arc<Stop>,
@@ -218,6 +226,10 @@ pub(crate) struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Secondaries still queued are written before the store lets go of the backend.
+        if let Some(s) = &self.secondaries {
+            s.close();
+        }
         self.stop.stop();
         // A clean close frees the shared backend for the next store at once.
         if let Err(e) = self.liveness.remove(self.backend.as_ref(), self.worker) {
@@ -306,6 +318,7 @@ impl Store {
         };
         let stop = Arc::new(Stop::default());
         let (lease, poll) = (config.worker_lease, config.registry_poll);
+        let (config_async, backend_for_secondaries) = (config.async_secondaries, backend.clone());
         let inner = Arc::new(Inner {
             backend,
             oracle,
@@ -323,6 +336,7 @@ impl Store {
             row_locks: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            secondaries: config_async.then(|| AsyncSecondaries::start(backend_for_secondaries)),
             totals,
             stop: stop.clone(),
         });
@@ -373,6 +387,16 @@ impl Store {
                 }
                 other => return other,
             }
+        }
+    }
+
+    /// Waits until the secondaries of every transaction this store committed are written:
+    /// with [`StoreConfig::async_secondaries`] a commit returns at its commit point and they
+    /// follow. Readers never need this (a reader that meets such a lock rolls it forward); it
+    /// is for tools and tests that look at the backend's cells themselves.
+    pub fn flush_secondaries(&self) {
+        if let Some(s) = &self.inner.secondaries {
+            s.wait();
         }
     }
 

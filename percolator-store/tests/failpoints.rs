@@ -20,9 +20,10 @@ use percolator_store::{
 
 const ROWS: [&str; 4] = ["a", "b", "c", "d"];
 
-/// Two-phase commit whatever the backend: the failpoints between its phases are what is tested.
+/// Two-phase commit whatever the backend, secondaries written by the committing thread: the
+/// failpoints between its phases are what is tested.
 fn two_phase() -> StoreConfig {
-    StoreConfig { one_phase_commit: false, ..fast_locks() }
+    StoreConfig { one_phase_commit: false, async_secondaries: false, ..fast_locks() }
 }
 
 fn seeded() -> TestStore {
@@ -61,6 +62,7 @@ fn balances(store: &Store) -> Vec<u64> {
 }
 
 fn assert_clean(store: &TestStore) {
+    store.flush_secondaries();
     let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
     for row in versions {
         for c in row.cells {
@@ -70,11 +72,15 @@ fn assert_clean(store: &TestStore) {
 }
 
 fn crash_at(failpoint: &str, committed: bool) {
-    crash_in(&seeded(), failpoint, committed)
+    crash_in(seeded, failpoint, committed);
 }
 
-fn crash_in(store: &TestStore, failpoint: &str, committed: bool) {
+/// Seeds a store made by `make` and crashes a transfer at `failpoint`; returns the store. The
+/// store is made inside the failpoint scenario, whose lock keeps other tests' failpoints from
+/// firing in its seeding.
+fn crash_in(make: impl FnOnce() -> TestStore, failpoint: &str, committed: bool) -> TestStore {
     let scenario = FailScenario::setup();
+    let store = &make();
     fail::cfg(failpoint, "return").unwrap();
     let result = transfer(store);
     fail::remove(failpoint);
@@ -89,6 +95,7 @@ fn crash_in(store: &TestStore, failpoint: &str, committed: bool) {
     transfer(store).unwrap();
     assert_eq!(balances(store).iter().sum::<u64>(), 400);
     scenario.teardown();
+    store.clone()
 }
 
 #[test]
@@ -111,12 +118,41 @@ fn crash_before_commit_point_rolls_back() {
 #[test]
 fn multi_row_one_phase_commit_is_all_or_nothing_across_a_crash() {
     for (failpoint, committed) in [("before-one-phase-write", false), ("after-one-phase-write", true)] {
-        let store = seeded_with(mem_store(fast_locks()));
-        crash_in(&store, failpoint, committed);
+        let store = crash_in(|| seeded_with(mem_store(fast_locks())), failpoint, committed);
         // The seeding and the last transfer completed their one-phase commits; the crashed one
         // stopped at its failpoint, before counting.
         assert_eq!(store.metrics().one_pc_commits, 2, "{failpoint}");
     }
+}
+
+/// With the secondaries left to the background writer, a commit returns at its commit point;
+/// if the writer stops after the first secondary (a crash), the rest stay locked, and readers
+/// roll them forward.
+#[test]
+fn secondaries_left_by_a_crashed_background_writer_are_rolled_forward() {
+    let scenario = FailScenario::setup();
+    let store = seeded_with(test_store(StoreConfig { async_secondaries: true, ..two_phase() }));
+    store.flush_secondaries(); // the seeding's
+    let before = store.metrics().async_secondaries;
+    fail::cfg("after-commit-first-secondary", "return").unwrap();
+    transfer(&store).unwrap();
+    store.flush_secondaries();
+    fail::remove("after-commit-first-secondary");
+    assert_eq!(store.metrics().async_secondaries - before, 1, "the secondaries went to the background writer");
+    let locked: Vec<Vec<u8>> = store
+        .backend
+        .scan_versions(None, usize::MAX)
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.cells.iter().any(|c| !c.locks.is_empty()))
+        .map(|r| r.row)
+        .collect();
+    assert_eq!(locked, vec![b"c".to_vec()], "the writer stopped after the first secondary (b)");
+    let rolled = store.metrics().rolled_forward;
+    assert_eq!(balances(&store), vec![90, 104, 106, 100]);
+    assert!(store.metrics().rolled_forward > rolled, "the reader rolled c forward");
+    assert_clean(&store);
+    scenario.teardown();
 }
 
 #[test]

@@ -285,6 +285,7 @@ fn run_case(store: &TestStore, (initial, actions): &Case) {
     // The committed state, seen by a fresh transaction, is the model's; no lock is left.
     let t = store.begin().unwrap();
     assert_eq!(t.scan(TABLE, b"", None, None, usize::MAX).unwrap(), model.latest(), "final state");
+    store.flush_secondaries();
     for r in store.backend.scan_versions(None, usize::MAX).unwrap() {
         for c in &r.cells {
             assert!(c.locks.is_empty() && c.data.is_empty(), "leftover lock or data on {:?}/{}", r.row, c.column);

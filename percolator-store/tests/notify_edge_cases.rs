@@ -73,6 +73,7 @@ fn unbound_delete_scenario(run_gc: bool) -> (Arc<Rec>, Store) {
 /// Control: without GC the retried (unbound) dead letter does reach the observer.
 #[test]
 fn unbound_dead_letter_of_a_delete_is_processed_on_retry() {
+    let _no_failpoints = no_failpoints();
     let (obs, s) = unbound_delete_scenario(false);
     assert_eq!(obs.calls.load(Ordering::SeqCst), 2);
     assert_eq!(obs.seen.lock().unwrap().last(), Some(&None));
@@ -84,6 +85,7 @@ fn unbound_dead_letter_of_a_delete_is_processed_on_retry() {
 /// found no write newer than its ack and skipped: the delete was never observed).
 #[test]
 fn unbound_dead_letter_of_a_delete_survives_gc() {
+    let _no_failpoints = no_failpoints();
     let (obs, _s) = unbound_delete_scenario(true);
     assert_eq!(
         obs.calls.load(Ordering::SeqCst),
@@ -97,6 +99,7 @@ fn unbound_dead_letter_of_a_delete_survives_gc() {
 /// unobserved column: no notify cell, no `(unbound)` dead letter.
 #[test]
 fn weak_notify_of_a_never_bound_column_notifies_nobody() {
+    let _no_failpoints = no_failpoints();
     let s = Store::in_memory(StoreConfig::default()).unwrap();
     s.run(|t| t.notify_weak("t", "r", "nobody:listens")).unwrap();
     assert!(s.pending_notifications(10).unwrap().is_empty());
@@ -108,6 +111,7 @@ fn weak_notify_of_a_never_bound_column_notifies_nobody() {
 /// columns, deleted values, row keys with NUL bytes, an end bound.
 #[test]
 fn notify_existing_pages_exactly() {
+    let _no_failpoints = no_failpoints();
     let page = percolator_store::NOTIFY_EXISTING_PAGE;
     for n in [page - 1, page, page + 1, 2 * page] {
         let s = Store::in_memory(StoreConfig::default()).unwrap();
@@ -159,6 +163,7 @@ fn notify_existing_pages_exactly() {
 /// batch: its roll-back removes its name, and nothing stays pending.
 #[test]
 fn a_conflicting_weak_writer_s_name_is_settled() {
+    let _no_failpoints = no_failpoints();
     let s = test_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
     let obs = rec();
     s.register_observer(spec("w", "w:n", NotifyKind::Weak), obs.clone()).unwrap();
@@ -176,6 +181,7 @@ fn a_conflicting_weak_writer_s_name_is_settled() {
 /// exists, and the retry (which forgets the ack) sees it.
 #[test]
 fn failed_dead_letter_of_a_delete_survives_gc() {
+    let _no_failpoints = no_failpoints();
     struct FailOnDelete(AtomicU64, AtomicBool);
     impl Observer for FailOnDelete {
         fn observe(&self, t: &mut Transaction, n: &Notification) -> Result<(), ObserveError> {
@@ -210,6 +216,7 @@ fn failed_dead_letter_of_a_delete_survives_gc() {
 /// hot weak-only row (every SetNotify re-encodes the list).
 #[test]
 fn aborted_weak_writers_leave_no_names() {
+    let _no_failpoints = no_failpoints();
     let s = test_store(StoreConfig { one_phase_commit: false, ..fast_locks() });
     s.register_observer(spec("w", "w:n", NotifyKind::Weak), rec()).unwrap();
     for i in 0..200u32 {

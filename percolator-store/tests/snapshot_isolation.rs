@@ -123,6 +123,7 @@ fn assert_invalid<T: std::fmt::Debug>(r: percolator_store::Result<T>) {
 /// No lock or staged value is left anywhere.
 #[track_caller]
 fn assert_no_locks(store: &TestStore) {
+    store.flush_secondaries();
     let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
     for r in &versions {
         for c in &r.cells {

@@ -83,6 +83,8 @@ mod raw {
         pub(super) backend: Option<Spanned<String>>,
         #[serde(default)]
         pub(super) redis: Option<Spanned<Redis>>,
+        #[serde(default)]
+        pub(super) gc_interval_s: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -108,6 +110,7 @@ mod raw {
     #[serde(deny_unknown_fields)]
     pub(super) struct Scanner {
         pub(super) threads: Option<Spanned<i64>>,
+        pub(super) workers: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -324,6 +327,11 @@ pub struct Config {
     pub backend: Backend,
     /// Scanner threads.
     pub scanner_threads: usize,
+    /// Observer runs in flight (worker threads fed by the scanners; 0: runs on the scanner
+    /// threads).
+    pub observer_workers: usize,
+    /// How often old versions are collected (`None`: only when asked, `percolator gc`).
+    pub gc_interval: Option<Duration>,
     /// Folder of observer components (watched for hot reload).
     pub observers_dir: PathBuf,
     /// Compiled-component cache (never watched).
@@ -350,15 +358,21 @@ impl Config {
     /// True if `self` and `other` agree on everything except the bindings (what a hot reload
     /// can apply).
     pub fn same_host_settings(&self, other: &Config) -> bool {
-        (&self.store_path, &self.backend, self.scanner_threads, &self.observers_dir, &self.cache_dir, &self.http)
-            == (
-                &other.store_path,
-                &other.backend,
-                other.scanner_threads,
-                &other.observers_dir,
-                &other.cache_dir,
-                &other.http,
-            )
+        (
+            &self.store_path,
+            &self.backend,
+            (self.scanner_threads, self.observer_workers, self.gc_interval),
+            &self.observers_dir,
+            &self.cache_dir,
+            &self.http,
+        ) == (
+            &other.store_path,
+            &other.backend,
+            (other.scanner_threads, other.observer_workers, other.gc_interval),
+            &other.observers_dir,
+            &other.cache_dir,
+            &other.http,
+        )
     }
 
     /// The file a running host writes its base URL to: the store path with `.endpoint`
@@ -389,11 +403,27 @@ impl Config {
         let rel = |p: &str| if Path::new(p).is_absolute() { PathBuf::from(p) } else { base.join(p) };
 
         let backend = parse_backend(&cx, &raw.store)?;
-        let scanner_threads = match raw.scanner.and_then(|s| s.threads) {
+        let gc_interval = match &raw.store.gc_interval_s {
+            None => Some(Duration::from_secs(60)),
+            Some(s) if *s.get_ref() == 0 => None,
+            Some(s) if (1..=86_400).contains(s.get_ref()) => Some(Duration::from_secs(*s.get_ref() as u64)),
+            Some(s) => {
+                return Err(cx.err(Some(s.span()), "store.gc_interval_s", "must be between 0 (off) and 86400"));
+            }
+        };
+        let (threads, workers) = raw.scanner.map(|s| (s.threads, s.workers)).unwrap_or_default();
+        let scanner_threads = match threads {
             None => 2,
             Some(t) if (1..=64).contains(t.get_ref()) => *t.get_ref() as usize,
             Some(t) => return Err(cx.err(Some(t.span()), "scanner.threads", "must be between 1 and 64")),
         };
+        let observer_workers = match workers {
+            None => 8,
+            Some(t) if (0..=256).contains(t.get_ref()) => *t.get_ref() as usize,
+            Some(t) => return Err(cx.err(Some(t.span()), "scanner.workers", "must be between 0 and 256")),
+        };
+        // Runs in flight at once: the warm instances an observer keeps.
+        let runs_in_flight = if observer_workers == 0 { scanner_threads } else { observer_workers };
         let observers_dir = rel(raw.observers.dir.get_ref());
         if !observers_dir.is_dir() {
             return Err(cx.err(
@@ -528,7 +558,7 @@ impl Config {
                 limits: Limits {
                     timeout: Duration::from_millis(timeout_ms),
                     memory_bytes: memory_mb << 20,
-                    pool: scanner_threads,
+                    pool: runs_in_flight,
                 },
             });
             spans.push((span, b.allow_cycle));
@@ -540,6 +570,8 @@ impl Config {
             store_path,
             backend,
             scanner_threads,
+            observer_workers,
+            gc_interval,
             observers_dir,
             cache_dir,
             http,

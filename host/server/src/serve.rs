@@ -125,7 +125,13 @@ async fn serve(
             .into_future(),
     );
 
-    let scanner = store.start_scanner(ScannerConfig { threads: config.scanner_threads, ..ScannerConfig::default() });
+    let scanner = store.start_scanner(ScannerConfig {
+        threads: config.scanner_threads,
+        workers: config.observer_workers,
+        ..ScannerConfig::default()
+    });
+    // Old versions are collected as the safepoint moves (redb reuses the pages they held).
+    let gc = config.gc_interval.map(|every| store.start_gc(every));
     let reloader = reload::watch(pipeline.clone(), &config.file, &config.observers_dir, Duration::from_millis(200))
         .map_err(|e| format!("watching for changes: {e}"))?;
     let sampling = {
@@ -205,7 +211,12 @@ async fn serve(
     }
     sampling.abort();
     drop(reloader);
-    tokio::task::spawn_blocking(move || scanner.stop()).await.map_err(|e| format!("stopping the scanner: {e}"))?;
+    tokio::task::spawn_blocking(move || {
+        drop(gc);
+        scanner.stop()
+    })
+    .await
+    .map_err(|e| format!("stopping the scanner: {e}"))?;
     tracing::info!("stopped");
     Ok(())
 }

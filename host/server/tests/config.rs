@@ -44,13 +44,14 @@ fn binding(name: &str, wasm: &str, column: &str, extra: &str) -> String {
 fn a_valid_config_is_parsed_into_domain_types() {
     let dir = Dir::new("valid");
     let body = format!(
-        "{HEAD}[scanner]\nthreads = 3\n{}{}",
+        "{HEAD}[scanner]\nthreads = 3\nworkers = 16\n{}{}",
         binding("up", "a.wasm", "raw:text", "writes = [\"docs/derived:*\"]\ntimeout_ms = 250\nmemory_mb = 16\n"),
         binding("count", "b.wasm", "derived:upper", "notify = \"weak\"\nreads = [\"docs/raw:text\"]\n"),
     );
     let c = Config::load(&dir.config(&body)).unwrap();
     assert_eq!(c.backend, Backend::Redb { durability: Durability::Fsync });
-    assert_eq!(c.scanner_threads, 3);
+    assert_eq!((c.scanner_threads, c.observer_workers), (3, 16));
+    assert_eq!(c.bindings[0].limits.pool, 16, "an observer keeps a warm instance per run in flight");
     assert_eq!(c.store_path, dir.0.join("data/store.redb"));
     assert_eq!(c.cache_dir, dir.0.join("data/store.cache"));
     assert_eq!(c.bindings.len(), 2);
@@ -132,6 +133,22 @@ fn cycles_need_consent() {
     let a = a + "allow_cycle = true\n";
     let b = b + "allow_cycle = true\n";
     assert!(Config::load(&dir.config(&format!("{HEAD}{a}{b}"))).is_ok());
+}
+
+#[test]
+fn observer_workers_default_and_bounds() {
+    let dir = Dir::new("workers");
+    let c = Config::load(&dir.config(&format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "")))).unwrap();
+    assert_eq!((c.scanner_threads, c.observer_workers), (2, 8));
+    assert_eq!(c.gc_interval, Some(std::time::Duration::from_secs(60)), "old versions are collected by default");
+    let e = err(&dir, &format!("{HEAD}[scanner]\nworkers = 1000\n"));
+    assert!(e.contains("pipeline.toml:7: scanner.workers: must be between 0 and 256"), "{e}");
+    let c = Config::load(&dir.config(&format!("{HEAD}[scanner]\nthreads = 3\nworkers = 0\n"))).unwrap();
+    assert_eq!(c.observer_workers, 0);
+    let off = "[store]\npath = \"data/store.redb\"\ngc_interval_s = 0\n\n[observers]\ndir = \"observers\"\n";
+    assert_eq!(Config::load(&dir.config(off)).unwrap().gc_interval, None);
+    let e = err(&dir, &off.replace("= 0", "= -5"));
+    assert!(e.contains("pipeline.toml:3: store.gc_interval_s: must be between 0 (off) and 86400"), "{e}");
 }
 
 #[test]

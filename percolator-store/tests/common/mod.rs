@@ -195,6 +195,23 @@ pub fn redb_store(dir: &TempDir, config: StoreConfig) -> TestStore {
 }
 
 /// Short TTLs so abandoned locks are cleaned quickly in tests.
+/// For a test that sets no failpoint, in a test binary where others do: failpoints are global,
+/// so it holds the failpoint scenario's lock, and another test's failpoint cannot fire in it.
+#[cfg(feature = "failpoints")]
+pub fn no_failpoints() -> fail::FailScenario<'static> {
+    fail::FailScenario::setup()
+}
+
+/// Without the feature there are no failpoints to keep out.
+#[cfg(not(feature = "failpoints"))]
+pub fn no_failpoints() -> NoFailpoints {
+    NoFailpoints
+}
+
+/// What [`no_failpoints`] holds without the feature: nothing.
+#[cfg(not(feature = "failpoints"))]
+pub struct NoFailpoints;
+
 pub fn fast_locks() -> StoreConfig {
     StoreConfig { lock_ttl: Duration::from_millis(200), lock_wait: Duration::from_secs(5), ..StoreConfig::default() }
 }
