@@ -10,6 +10,8 @@
 //! rollback records below the safepoint, deletes that no one can see past (unless an observer
 //! of the cell has yet to see them), and orphaned data.
 
+use std::sync::atomic::Ordering;
+
 use crate::bigtable::*;
 use crate::error::Result;
 use crate::lock::{self, Force, TxnStatus};
@@ -104,12 +106,15 @@ impl Store {
                 }
             }
             if !mutations.is_empty() {
-                stats.versions_removed += mutations.len() as u64;
+                let removed = mutations.len() as u64;
                 let op = RowMutation { table: row.table.clone(), row: row.row.clone(), conditions: vec![], mutations };
                 self.inner.backend.apply(vec![Op::Row(op)])?;
+                stats.versions_removed += removed;
+                self.inner.counters.gc_versions_removed.fetch_add(removed, Ordering::Relaxed);
             }
             Ok(())
         })?;
+        self.inner.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         Ok(stats)
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::bigtable::{Bigtable, Op};
 use crate::error::{Error, Result};
+use crate::freshness::Freshness;
 use crate::mem_backend::MemBigtable;
 use crate::metrics::{Counters, Totals};
 use crate::notify::FailState;
@@ -188,6 +189,8 @@ pub(crate) struct Inner {
     /// Failed observer runs awaiting retry, keyed by (notified cell, observer name).
     pub(crate) failures: Mutex<HashMap<(Vec<u8>, String), FailState>>,
     pub(crate) counters: Counters,
+    /// Each observer's freshness histogram (this process's committed runs).
+    pub(crate) freshness: Freshness,
     /// The counters' saved totals (see `metrics.rs`).
     pub(crate) totals: Totals,
     stop: Arc<Stop>,
@@ -300,6 +303,7 @@ impl Store {
             row_locks: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            freshness: Freshness::default(),
             totals,
             stop: stop.clone(),
         });
