@@ -1057,3 +1057,38 @@ fn load_batches_stay_small_and_a_bom_is_skipped() {
     assert!(sb.ok(&["load", "bom", "bom.jsonl"]).starts_with("loaded 2 records into bom in "));
     assert_eq!(sb.ok(&["get", "bom", "a", "raw:text"]), "first\n");
 }
+
+/// Loading a file much larger than a batch takes memory bounded by a batch, not by the file:
+/// the client streams it twice (once to check it whole, once to send it), holding at most one
+/// batch (8 MiB of JSON) at a time. A debug-build hook reports the client's peak resident set
+/// size (`PERCOLATOR_LOAD_PEAK_RSS`); loading the whole file into memory, as `load` used to,
+/// takes more than twice the file's size.
+#[test]
+fn a_large_load_streams_in_bounded_memory() {
+    let sb = Sandbox::new("large-load", "listen = \"127.0.0.1:0\"", "");
+    let _host = Host::start(&sb);
+    // 1600 records of 64 KiB: 100 MiB, about 13 batches of 8 MiB.
+    let path = sb.path("big.jsonl");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let body = "y".repeat(64 << 10);
+    for i in 0..1600 {
+        writeln!(f, "{{\"row\": \"r{i:05}\", \"body\": \"{body}\"}}").unwrap();
+    }
+    f.flush().unwrap();
+    drop(f);
+    let file_kib = std::fs::metadata(&path).unwrap().len() / 1024;
+    let args = ["load", "big", "big.jsonl"];
+    let out = sb.run_with(&args, &[("PERCOLATOR_LOAD_PEAK_RSS", "1")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("loaded 1600 records into big in "));
+    let peak_kib: u64 = stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("peak RSS: "))
+        .and_then(|v| v.trim_end_matches(" kB").parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS in {stderr:?}"));
+    // The binary and its libraries take about 20 MiB; a batch, in records, as JSON and in the
+    // request, a few times 8 MiB. The file is 100 MiB.
+    assert!(peak_kib < 80 << 10, "peak RSS {peak_kib} kB loading a file of {file_kib} KiB");
+    assert_eq!(sb.ok(&["get", "big", "r01599", "raw:body"]).trim_end(), body);
+}

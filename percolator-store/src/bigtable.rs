@@ -493,6 +493,12 @@ pub trait Bigtable: Send + Sync + 'static {
         Err(crate::error::Error::InvalidArgument("this backend applies one row at a time atomically".into()))
     }
 
+    /// The bytes the store takes on disk (a file's size), if the backend knows; `None` (the
+    /// default) if it does not (an in-memory or remote backend).
+    fn size_on_disk(&self) -> Option<u64> {
+        None
+    }
+
     /// How many partitions the notify group has for scanners of several processes to share
     /// out (see "Several hosts" in `docs/design.md`); 1 (the default) if it is one range.
     fn notify_partitions(&self) -> u32 {

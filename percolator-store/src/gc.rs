@@ -72,6 +72,8 @@ impl Store {
         }
         // Pass 2: remove invisible versions, a page of rows per backend call (one fsync).
         let mut ops: Vec<Op> = Vec::new();
+        // Versions in `ops`, counted once applied.
+        let mut unapplied = 0u64;
         for_each_row(self, |row| {
             stats.rows += 1;
             let mut mutations = Vec::new();
@@ -110,20 +112,31 @@ impl Store {
                 }
             }
             if !mutations.is_empty() {
-                stats.versions_removed += mutations.len() as u64;
+                let removed = mutations.len() as u64;
                 let op = RowMutation { table: row.table.clone(), row: row.row.clone(), conditions: vec![], mutations };
                 ops.push(Op::Row(op));
+                unapplied += removed;
                 if ops.len() >= PAGE {
-                    self.inner.backend.apply(std::mem::take(&mut ops))?;
+                    self.apply_removals(std::mem::take(&mut ops), &mut unapplied, &mut stats)?;
                 }
             }
             Ok(())
         })?;
-        if !ops.is_empty() {
-            self.inner.backend.apply(ops)?;
-        }
-        self.inner.counters.versions_collected.fetch_add(stats.versions_removed, Ordering::Relaxed);
+        self.apply_removals(ops, &mut unapplied, &mut stats)?;
+        self.inner.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         Ok(stats)
+    }
+
+    /// Applies a page of removals and counts them.
+    fn apply_removals(&self, ops: Vec<Op>, unapplied: &mut u64, stats: &mut GcStats) -> Result<()> {
+        if ops.is_empty() {
+            return Ok(());
+        }
+        self.inner.backend.apply(ops)?;
+        stats.versions_removed += *unapplied;
+        self.inner.counters.gc_versions_removed.fetch_add(*unapplied, Ordering::Relaxed);
+        *unapplied = 0;
+        Ok(())
     }
 
     /// Runs [`Store::gc`] every `interval` on a thread of its own, so that old versions are

@@ -33,9 +33,11 @@
 
 mod bigtable;
 mod cells;
+mod clock;
 mod commit;
 mod error;
 mod etcd;
+mod freshness;
 mod gc;
 mod group_commit;
 mod key;
@@ -76,6 +78,7 @@ pub mod backends {
 
 pub use bigtable::CellRef;
 pub use error::{ConflictKind, Error, Result};
+pub use freshness::{FRESHNESS_BUCKETS, FreshnessCounts, histogram_quantile};
 pub use gc::{GcRunner, GcStats};
 pub use key::{
     MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, prefix_end, validate_column, validate_row, validate_table,
@@ -88,7 +91,7 @@ pub use notify::{
 pub use oracle::Oracle;
 pub use oracle_service::{OracleServer, OracleServiceConfig};
 pub use redb_backend::{Durability, RedbConfig};
-pub use scanner::{SHARE_REFRESH, Scanner, ScannerConfig};
+pub use scanner::{SHARE_REFRESH, Scanner, ScannerConfig, WorkerShare};
 pub use store::{RetryPolicy, Store, StoreConfig};
 pub use timestamp::Timestamp;
 pub use transaction::{ScanEntry, Transaction};

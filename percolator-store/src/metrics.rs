@@ -52,25 +52,28 @@ pub struct Counter {
 
 /// Declares the counters: `totals` are counted by the protocol (an atomic each) and saved
 /// across opens; `backend` ones are read from the field of that name of
-/// [`Bigtable::stats`](crate::backends::Bigtable::stats), from when the store opened.
+/// [`Bigtable::stats`](crate::backends::Bigtable::stats), from when the store opened; `oracle`
+/// ones from [`Oracle::issued`](crate::Oracle::issued), also from when the store opened.
 macro_rules! counters {
     (
         totals { $($name:ident: $help:literal,)* }
         backend { $($b_name:ident = $b_field:ident: $b_help:literal,)* }
+        oracle { $($o_name:ident: $o_help:literal,)* }
     ) => {
         /// A snapshot of the store's counters, from [`Store::metrics`]. Each field is documented
         /// with its help text; [`Metrics::counters`] lists them all with their names.
         ///
-        /// Every counter but `backend_commits` and `backend_ops` is a **total over the store's
-        /// life**: what earlier opens of the same store saved (when they closed, or at
-        /// [`Store::persist_metrics`]) plus what this store counted since it opened. A process
-        /// that crashes loses its counts since its last save. `backend_commits` and
-        /// `backend_ops` count from when this store opened.
+        /// Every counter but `backend_commits`, `backend_ops` and `oracle_timestamps` is a
+        /// **total over the store's life**: what earlier opens of the same store saved (when
+        /// they closed, or at [`Store::persist_metrics`]) plus what this store counted since it
+        /// opened. A process that crashes loses its counts since its last save. Those three
+        /// count from when this store opened.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         #[non_exhaustive]
         pub struct Metrics {
             $(#[doc = $help] pub $name: u64,)*
             $(#[doc = $b_help] pub $b_name: u64,)*
+            $(#[doc = $o_help] pub $o_name: u64,)*
         }
 
         impl Metrics {
@@ -79,6 +82,7 @@ macro_rules! counters {
                 [
                     $(Counter { name: stringify!($name), help: $help, value: self.$name },)*
                     $(Counter { name: stringify!($b_name), help: $b_help, value: self.$b_name },)*
+                    $(Counter { name: stringify!($o_name), help: $o_help, value: self.$o_name },)*
                 ]
                 .into_iter()
             }
@@ -103,12 +107,13 @@ macro_rules! counters {
         }
 
         impl Counters {
-            /// The counters now: `saved` plus this store's counts, and the backend's `stats`
-            /// since `opened`.
-            fn snapshot(&self, saved: &Metrics, stats: BackendStats, opened: BackendStats) -> Metrics {
+            /// The counters now: `saved` plus this store's counts, the backend's `stats`
+            /// since `opened`, and the oracle's count `issued`.
+            fn snapshot(&self, saved: &Metrics, stats: BackendStats, opened: BackendStats, issued: u64) -> Metrics {
                 Metrics {
                     $($name: saved.$name.saturating_add(self.$name.load(Ordering::Relaxed)),)*
                     $($b_name: stats.$b_field.saturating_sub(opened.$b_field),)*
+                    $($o_name: issued,)*
                 }
             }
         }
@@ -129,15 +134,19 @@ counters! {
         observer_failures: "Observer runs that failed (trap, error), conflicts not included.",
         dead_letters: "Notifications moved to dead letters.",
         notifications_cleared: "Notify cells cleared.",
-        versions_collected: "Old versions (write records, staged values) removed by GC.",
         teleports: "Scanner teleports (a scanner met a row another scanner held).",
         scanner_errors:
             "Errors a scanner met and retried later (reading pending notifications, processing one); no conflicts.",
+        gc_runs: "Garbage collections run to the end.",
+        gc_versions_removed: "Versions (write records and staged values) removed by garbage collection.",
     }
     backend {
         backend_commits = commits:
             "Underlying backend commits (for redb: write transactions, each one fsync when durable).",
         backend_ops = ops: "Operations applied in those backend commits.",
+    }
+    oracle {
+        oracle_timestamps: "Timestamps the oracle handed out to this store (the oracle's rate: their rate).",
     }
 }
 
@@ -189,12 +198,12 @@ impl Inner {
     pub(crate) fn metrics(&self) -> Metrics {
         // A plain value no panic can leave half-written.
         let base = *self.totals.base.lock().unwrap_or_else(PoisonError::into_inner);
-        self.counters.snapshot(&base, self.backend.stats(), self.totals.opened)
+        self.counters.snapshot(&base, self.backend.stats(), self.totals.opened, self.oracle.issued())
     }
 
     /// This store's own counts of the protocol's counters (the backend's stats are not saved).
     fn own_counts(&self) -> Metrics {
-        self.counters.snapshot(&Metrics::default(), BackendStats::default(), BackendStats::default())
+        self.counters.snapshot(&Metrics::default(), BackendStats::default(), BackendStats::default(), 0)
     }
 
     pub(crate) fn persist_metrics(&self) -> Result<()> {
@@ -332,13 +341,14 @@ mod tests {
 
     #[test]
     fn counters_list_every_field_once_with_its_name() {
-        let m = Metrics { commits: 1, teleports: 2, backend_ops: 3, ..Metrics::default() };
+        let m = Metrics { commits: 1, teleports: 2, backend_ops: 3, oracle_timestamps: 4, ..Metrics::default() };
         let list: Vec<Counter> = m.counters().collect();
-        assert_eq!(list.len(), 17);
+        assert_eq!(list.len(), 19);
         let names: std::collections::BTreeSet<&str> = list.iter().map(|c| c.name).collect();
         assert_eq!(names.len(), list.len(), "names are unique");
         let value = |name: &str| list.iter().find(|c| c.name == name).unwrap().value;
         assert_eq!((value("commits"), value("teleports"), value("backend_ops")), (1, 2, 3));
+        assert_eq!(value("oracle_timestamps"), 4);
         assert!(list.iter().all(|c| c.help.ends_with('.') && !c.help.contains('\n')), "one-line help texts");
     }
 

@@ -501,7 +501,7 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
             }
         };
         let mut run_ts = None;
-        match run_observer(inner, b, observer.as_ref(), cell, attempts + 1, &mut run_ts) {
+        match run_observer(inner, b, observer.as_ref(), entry, attempts + 1, &mut run_ts) {
             Ok(()) => {
                 inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
             }
@@ -571,10 +571,11 @@ fn run_observer(
     inner: &Arc<Inner>,
     b: &Bound,
     observer: &dyn Observer,
-    cell: &CellRef,
+    entry: &NotifyEntry,
     attempt: u32,
     run_ts: &mut Option<Timestamp>,
 ) -> Result<(), ObserveError> {
+    let cell = &entry.cell;
     let span = tracing::debug_span!(
         "observer_run",
         observer = %b.spec.name,
@@ -585,7 +586,7 @@ fn run_observer(
         start_ts = tracing::field::Empty,
     );
     let _entered = span.enter();
-    let result = run_observer_in_span(inner, b, observer, cell, attempt, run_ts);
+    let result = run_observer_in_span(inner, b, observer, entry, attempt, run_ts);
     match &result {
         Ok(()) => tracing::debug!("observer run done"),
         Err(ObserveError::Store(e)) if e.is_retryable() => tracing::debug!(error = %e, "observer run conflicted"),
@@ -598,10 +599,11 @@ fn run_observer_in_span(
     inner: &Arc<Inner>,
     b: &Bound,
     observer: &dyn Observer,
-    cell: &CellRef,
+    entry: &NotifyEntry,
     attempt: u32,
     run_ts: &mut Option<Timestamp>,
 ) -> Result<(), ObserveError> {
+    let cell = &entry.cell;
     let mut txn = Transaction::begin(inner.clone())?;
     *run_ts = Some(txn.start_ts());
     tracing::Span::current().record("start_ts", txn.start_ts().raw());
@@ -629,6 +631,12 @@ fn run_observer_in_span(
     observer.observe(&mut txn, &n)?;
     txn.commit()?;
     inner.counters.observer_runs.fetch_add(1, Ordering::Relaxed);
+    // Freshness: from the change the run consumed (the newest write it saw; for a weak
+    // observer, the notification) to now.
+    let changed = commit_ts.unwrap_or(entry.ts);
+    if changed != Timestamp::ZERO {
+        inner.freshness.record(inner, &b.spec.name, changed, Instant::now());
+    }
     Ok(())
 }
 

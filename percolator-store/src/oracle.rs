@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::bigtable::{Bigtable, Op};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::oracle_service::{OracleServer, OracleServiceConfig, RemoteOracle};
 use crate::timestamp::Timestamp;
@@ -31,6 +32,10 @@ const DEFAULT_RANGE: u64 = 1 << 20;
 /// [`Store`](crate::Store) use one.
 pub struct Oracle {
     kind: Kind,
+    /// Timestamps handed out by this process (the oracle's rate, in `Metrics`).
+    issued: AtomicU64,
+    /// When they were handed out, sampled (freshness; see `clock.rs`).
+    clock: Clock,
 }
 
 enum Kind {
@@ -65,22 +70,24 @@ impl Oracle {
             ),
             None => 1,
         };
-        Ok(Oracle {
-            kind: Kind::Local(Local {
-                backend,
-                next: AtomicU64::new(hwm.max(1)),
-                limit: AtomicU64::new(hwm.max(1)),
-                persist: Mutex::new(0),
-                range: range.max(1),
-            }),
-        })
+        Ok(Oracle::of(Kind::Local(Local {
+            backend,
+            next: AtomicU64::new(hwm.max(1)),
+            limit: AtomicU64::new(hwm.max(1)),
+            persist: Mutex::new(0),
+            range: range.max(1),
+        })))
+    }
+
+    fn of(kind: Kind) -> Oracle {
+        Oracle { kind, issued: AtomicU64::new(0), clock: Clock::default() }
     }
 
     /// A client of the oracle service of `namespace`, found through etcd at `etcd`
     /// (`http://host:port`): the oracle of hosts that share a backend. Each call of
     /// [`Oracle::next`] waits for one request to the service; concurrent calls share one.
     pub fn remote(etcd: &[String], namespace: &str) -> Result<Oracle> {
-        Ok(Oracle { kind: Kind::Remote(RemoteOracle::connect(etcd, namespace)?, None) })
+        Ok(Oracle::of(Kind::Remote(RemoteOracle::connect(etcd, namespace)?, None)))
     }
 
     /// Like [`Oracle::remote`], with this process also standing as a candidate for leader (what a
@@ -89,7 +96,7 @@ impl Oracle {
     pub fn remote_with_candidate(config: OracleServiceConfig) -> Result<Oracle> {
         let client = RemoteOracle::connect(&config.etcd, &config.namespace)?;
         let server = OracleServer::start(config)?;
-        Ok(Oracle { kind: Kind::Remote(client, Some(server)) })
+        Ok(Oracle::of(Kind::Remote(client, Some(server))))
     }
 
     /// This process's candidate, if it runs one.
@@ -117,10 +124,22 @@ impl Oracle {
     /// Returns a timestamp greater than every timestamp this oracle (or any earlier incarnation
     /// on the same store, or, for a shared oracle, any host) has returned before this call.
     pub fn next(&self) -> Result<Timestamp> {
-        match &self.kind {
+        let ts = match &self.kind {
             Kind::Local(l) => l.next(),
             Kind::Remote(r, _) => r.next(),
-        }
+        }?;
+        self.issued.fetch_add(1, Ordering::Relaxed);
+        self.clock.issued(ts);
+        Ok(ts)
+    }
+
+    /// Timestamps this oracle handed out in this process.
+    pub fn issued(&self) -> u64 {
+        self.issued.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// How many high-water-mark persists this process's oracle has done (0 for a shared one).

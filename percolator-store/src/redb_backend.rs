@@ -71,6 +71,8 @@ impl Work for Batch {
 /// [`Bigtable`] over one redb file.
 pub struct RedbBigtable {
     db: Database,
+    /// The file (for its size).
+    path: std::path::PathBuf,
     config: RedbConfig,
     group: GroupCommit<Batch, Done>,
     commits: AtomicU64,
@@ -91,7 +93,14 @@ impl RedbBigtable {
         tx.open_table(NOTIFY)?;
         tx.open_table(META)?;
         tx.commit()?;
-        Ok(RedbBigtable { db, config, group: GroupCommit::new(), commits: AtomicU64::new(0), ops: AtomicU64::new(0) })
+        Ok(RedbBigtable {
+            db,
+            path: path.to_owned(),
+            config,
+            group: GroupCommit::new(),
+            commits: AtomicU64::new(0),
+            ops: AtomicU64::new(0),
+        })
     }
 
     fn commit_batch(&self, groups: &[&Batch]) -> Result<Vec<Done>> {
@@ -275,6 +284,10 @@ impl Bigtable for RedbBigtable {
 
     fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
         self.read(META, |m| cells::meta_scan(m, prefix))
+    }
+
+    fn size_on_disk(&self) -> Option<u64> {
+        std::fs::metadata(&self.path).ok().map(|m| m.len())
     }
 
     fn exclusive(&self) -> bool {

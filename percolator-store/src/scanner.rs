@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use rand::RngExt;
 
 use crate::bigtable::{CellRef, NotifyEntry};
-use crate::error::Error;
+use crate::error::{Error, Result};
 use crate::key;
 use crate::notify::CellOutcome;
 use crate::store::{Inner, Store};
@@ -293,6 +293,78 @@ fn random_position() -> Vec<u8> {
     b
 }
 
+/// The share of `total` notify partitions of the scanning worker `me` among the scanning
+/// workers `ids` (`me` counts whether or not it is listed): with `n` of them, sorted by id, the
+/// worker of rank `r` takes the partitions `p` with `p mod n = r`. Returns the share and `n`.
+pub(crate) fn share_of(total: u32, mut ids: Vec<u64>, me: u64) -> (Vec<u32>, u32) {
+    if !ids.contains(&me) {
+        ids.push(me);
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let n = ids.len() as u32;
+    let rank = ids.iter().position(|id| *id == me).unwrap_or(0) as u32;
+    ((0..total).filter(|p| p % n == rank).collect(), n)
+}
+
+/// A live worker (an open store: a host, or a command line that opened the store) and its
+/// share of the notify partitions, from [`Store::workers`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerShare {
+    /// Its id: a timestamp from the oracle, taken when it opened.
+    pub id: u64,
+    /// True for the store asked.
+    pub this: bool,
+    /// True if it runs a scanner.
+    pub scanning: bool,
+    /// The notify partitions its scanners walk (none if it runs no scanner): what the scanners
+    /// compute from the same leases (they recompute every [`SHARE_REFRESH`], so a share can be
+    /// that long out of date after a worker comes or goes).
+    pub partitions: Vec<u32>,
+}
+
+impl Store {
+    /// The bytes the store takes on disk: the redb file's size; `None` for a backend that does
+    /// not know (in memory, Redis).
+    pub fn size_on_disk(&self) -> Option<u64> {
+        self.inner.backend.size_on_disk()
+    }
+
+    /// How many partitions the notify group has (Redis: its buckets; redb: one).
+    pub fn notify_partitions(&self) -> u32 {
+        self.inner.backend.notify_partitions().max(1)
+    }
+
+    /// The live workers, by id, with their shares of the notify partitions. On an exclusive
+    /// backend (redb) this store is the only one.
+    pub fn workers(&self) -> Result<Vec<WorkerShare>> {
+        let inner = &self.inner;
+        let total = self.notify_partitions();
+        let mut live: Vec<(u64, bool)> =
+            inner.liveness.live(inner.backend.as_ref())?.into_iter().map(|(id, p)| (id, p.scanning)).collect();
+        // This store is live whatever its lease says this instant (it may be mid-renewal).
+        let here = inner.scanners.load(Ordering::SeqCst) > 0;
+        live.retain(|(id, _)| *id != inner.worker);
+        live.push((inner.worker, here));
+        live.sort_unstable();
+        let scanning: Vec<u64> = live.iter().filter(|(_, s)| *s).map(|(id, _)| *id).collect();
+        Ok(live
+            .into_iter()
+            .map(|(id, is_scanning)| WorkerShare {
+                id,
+                this: id == inner.worker,
+                scanning: is_scanning,
+                partitions: match is_scanning {
+                    false => Vec::new(),
+                    true if total == 1 || inner.backend.exclusive() => (0..total).collect(),
+                    true => share_of(total, scanning.clone(), id).0,
+                },
+            })
+            .collect())
+    }
+}
+
 /// The notify partitions a scanner thread walks, recomputed every [`SHARE_REFRESH`].
 struct Share {
     total: u32,
@@ -316,22 +388,16 @@ impl Share {
         if self.total == 1 || inner.backend.exclusive() {
             return;
         }
-        let mut ids: Vec<u64> = match inner.liveness.live(inner.backend.as_ref()) {
+        let ids: Vec<u64> = match inner.liveness.live(inner.backend.as_ref()) {
             Ok(live) => live.into_iter().filter(|(_, p)| p.scanning).map(|(id, _)| id).collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "scanner: reading the live workers failed; keeping the share");
                 return;
             }
         };
-        if !ids.contains(&inner.worker) {
-            ids.push(inner.worker);
-        }
-        ids.sort_unstable();
-        let n = ids.len() as u32;
-        let rank = ids.iter().position(|id| *id == inner.worker).expect("own id is in") as u32;
-        let parts: Vec<u32> = (0..self.total).filter(|p| p % n == rank).collect();
+        let (parts, n) = share_of(self.total, ids, inner.worker);
         if parts != self.parts {
-            tracing::debug!(workers = n, rank, ?parts, "scanner: new share of the notify partitions");
+            tracing::debug!(workers = n, ?parts, "scanner: new share of the notify partitions");
             self.parts = parts;
         }
     }
@@ -566,4 +632,21 @@ fn split_rows(batch: &[NotifyEntry]) -> Vec<&[NotifyEntry]> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_split_the_partitions_by_rank() {
+        // Three scanning workers over 8 partitions: ranks by id.
+        assert_eq!(share_of(8, vec![30, 10, 20], 10), (vec![0, 3, 6], 3));
+        assert_eq!(share_of(8, vec![30, 10, 20], 20), (vec![1, 4, 7], 3));
+        assert_eq!(share_of(8, vec![30, 10, 20], 30), (vec![2, 5], 3));
+        // A worker not (yet) in the leases counts itself.
+        assert_eq!(share_of(4, vec![10], 5), (vec![0, 2], 2));
+        // More workers than partitions: some get none.
+        assert_eq!(share_of(2, vec![1, 2, 3], 3), (vec![], 3));
+    }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::bigtable::{Bigtable, Op};
 use crate::error::{Error, Result};
+use crate::freshness::Freshness;
 use crate::mem_backend::MemBigtable;
 use crate::metrics::{Counters, Totals};
 use crate::notify::FailState;
@@ -219,6 +220,8 @@ pub(crate) struct Inner {
     pub(crate) counters: Counters,
     /// The background writer of secondaries (`StoreConfig::async_secondaries`).
     pub(crate) secondaries: Option<AsyncSecondaries>,
+    /// Each observer's freshness histogram (this process's committed runs).
+    pub(crate) freshness: Freshness,
     /// The counters' saved totals (see `metrics.rs`).
     pub(crate) totals: Totals,
     stop: Arc<Stop>,
@@ -337,6 +340,7 @@ impl Store {
             failures: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             secondaries: config_async.then(|| AsyncSecondaries::start(backend_for_secondaries)),
+            freshness: Freshness::default(),
             totals,
             stop: stop.clone(),
         });

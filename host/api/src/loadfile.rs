@@ -1,6 +1,8 @@
-//! Reading a file for `percolator load`: JSONL or CSV records become rows and cells. The whole
-//! file is read and checked before anything is written; every problem is reported as
-//! `FILE:LINE: what is wrong`. A UTF-8 byte order mark at the start of the file is skipped.
+//! Reading a file for `percolator load`: JSONL or CSV records become rows and cells. [`read`]
+//! streams a file in bounded memory (a line, or a CSV record, at a time), handing each valid
+//! record on as soon as it is read; every problem is reported as `FILE:LINE: what is wrong`. A
+//! UTF-8 byte order mark at the start of the file is skipped. [`parse`] collects a whole
+//! (small) input, for tests and tools.
 //!
 //! Mapping: the key field (`--key`) is the row; every other field is a column
 //! `<family>:<field>` (or `<field>` as is if it contains `:`). JSON strings are stored as is,
@@ -10,6 +12,8 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::ops::ControlFlow;
 use std::path::Path;
 
 use serde::de::{Deserializer, MapAccess, Visitor};
@@ -86,7 +90,7 @@ impl Options {
     }
 }
 
-/// A file's records, checked.
+/// A file's records, checked (from [`parse`]).
 #[derive(Debug)]
 pub struct Parsed {
     /// In file order.
@@ -97,14 +101,35 @@ pub struct Parsed {
     pub columns: Vec<String>,
 }
 
-/// Records as they are accepted, with their JSON sizes.
-struct Records {
-    list: Vec<LoadRecord>,
-    sizes: Vec<usize>,
-    max_bytes: usize,
+/// What [`read`] found in a file without problems.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Summary {
+    /// Records read (all of the file's, unless the caller stopped early).
+    pub records: u64,
+    /// Every column those records write, sorted.
+    pub columns: Vec<String>,
 }
 
-impl Records {
+/// One valid record, as [`read`] hands it on.
+#[derive(Debug)]
+pub struct Read1 {
+    /// The line it starts on (1-based).
+    pub line: u64,
+    /// The record.
+    pub record: LoadRecord,
+    /// Its size as compact JSON (as a load batch carries it).
+    pub size: usize,
+}
+
+/// Hands valid records on, until the first problem: from then on only problems are collected.
+struct Records<'f> {
+    each: &'f mut dyn FnMut(Read1) -> ControlFlow<()>,
+    count: u64,
+    max_bytes: usize,
+    stopped: bool,
+}
+
+impl Records<'_> {
     /// Accepts the record of line `line`, unless it is too large to send.
     fn push(&mut self, line: u64, record: LoadRecord, c: &mut Collector<'_>) {
         let size = json_size(&record);
@@ -112,8 +137,18 @@ impl Records {
             c.add(line, format!("the record is {size} bytes of JSON, more than the limit of {} bytes", self.max_bytes));
             return;
         }
-        self.list.push(record);
-        self.sizes.push(size);
+        if self.stopped || !c.problems.list.is_empty() {
+            return;
+        }
+        self.count += 1;
+        if (self.each)(Read1 { line, record, size }).is_break() {
+            self.stopped = true;
+        }
+    }
+
+    /// True once reading may stop: the caller asked to.
+    fn done(&self) -> bool {
+        self.stopped
     }
 }
 
@@ -218,7 +253,8 @@ pub fn check_family(family: &str) -> Result<(), String> {
     percolator_store::validate_column(&format!("{family}:x")).map_err(|e| format!("--family {family:?}: {e}"))
 }
 
-/// Reads every record of `bytes` (the contents of the file `name`) for `table`.
+/// Reads every record of `bytes` (the contents of the file `name`) for `table`, all at once
+/// (see [`read`], which streams).
 pub fn parse(name: &str, bytes: &[u8], table: &str, opts: &Options) -> Result<Parsed, Problems> {
     parse_limited(name, bytes, table, opts, MAX_RECORD_BYTES)
 }
@@ -230,7 +266,48 @@ fn parse_limited(
     opts: &Options,
     max_record_bytes: usize,
 ) -> Result<Parsed, Problems> {
-    let bytes = bytes.strip_prefix(BOM).unwrap_or(bytes);
+    let (mut records, mut sizes) = (Vec::new(), Vec::new());
+    let summary = read_limited(name, bytes, table, opts, max_record_bytes, &mut |r| {
+        records.push(r.record);
+        sizes.push(r.size);
+        ControlFlow::Continue(())
+    })?;
+    Ok(Parsed { records, sizes, columns: summary.columns })
+}
+
+/// Reads the records of `input` (the contents of the file `name`) for `table`, in bounded
+/// memory: a line (JSONL) or a record (CSV) at a time, whatever the file's size. Each valid
+/// record goes to `each` as soon as it is read, in file order, until `each` answers
+/// [`ControlFlow::Break`] (reading stops there) or a problem is found: from the first problem
+/// on, `each` is not called again, and reading goes on only to list the file's problems (the
+/// first 20, and how many more). The answer is the problems if there are any, else what was
+/// read.
+///
+/// So `each` has seen only records before the first problem, but it has seen them before the
+/// problem was known: a caller that must write nothing of an invalid file reads it twice, once
+/// with an `each` that does nothing and then to write (what `percolator load` does).
+///
+/// A CSV record that opens a quoted field and never closes it swallows the rest of the file;
+/// it is held back until the file ends (it is then reported where it opens), so `each` sees a
+/// CSV record one record late.
+pub fn read(
+    name: &str,
+    input: impl Read,
+    table: &str,
+    opts: &Options,
+    each: &mut dyn FnMut(Read1) -> ControlFlow<()>,
+) -> Result<Summary, Problems> {
+    read_limited(name, input, table, opts, MAX_RECORD_BYTES, each)
+}
+
+fn read_limited(
+    name: &str,
+    input: impl Read,
+    table: &str,
+    opts: &Options,
+    max_record_bytes: usize,
+    each: &mut dyn FnMut(Read1) -> ControlFlow<()>,
+) -> Result<Summary, Problems> {
     let mut c = Collector { name, problems: Problems { list: Vec::new(), more: 0 } };
     if let Err(e) = percolator_store::validate_table(table) {
         c.add(0, format!("table {table:?}: {e}"));
@@ -244,6 +321,13 @@ fn parse_limited(
         c.add(0, format!("--base64 names the key field {:?} (row keys are text)", opts.key));
         return Err(c.problems);
     }
+    let input = match without_bom(input) {
+        Ok(i) => BufReader::with_capacity(1 << 16, i),
+        Err(e) => {
+            c.add(0, format!("cannot read: {e}"));
+            return Err(c.problems);
+        }
+    };
     let mut columns = Columns {
         family: &opts.family,
         seen: BTreeSet::new(),
@@ -251,12 +335,12 @@ fn parse_limited(
         base64: &opts.base64,
         base64_seen: BTreeSet::new(),
     };
-    let mut records = Records { list: Vec::new(), sizes: Vec::new(), max_bytes: max_record_bytes };
+    let mut records = Records { each, count: 0, max_bytes: max_record_bytes, stopped: false };
     match opts.format {
-        Format::Jsonl => jsonl(bytes, &opts.key, &mut columns, &mut records, &mut c),
-        Format::Csv => csv(bytes, &opts.key, &mut columns, &mut records, &mut c),
+        Format::Jsonl => jsonl(input, &opts.key, &mut columns, &mut records, &mut c),
+        Format::Csv => csv(input, &opts.key, &mut columns, &mut records, &mut c),
     }
-    if c.problems.list.is_empty() {
+    if c.problems.list.is_empty() && !records.done() {
         // A misspelt --base64 field would store the real field's base64 text as the value.
         let missing: Vec<&str> =
             opts.base64.iter().filter(|f| !columns.base64_seen.contains(*f)).map(String::as_str).collect();
@@ -274,16 +358,50 @@ fn parse_limited(
     if !c.problems.list.is_empty() {
         return Err(c.problems);
     }
-    Ok(Parsed { records: records.list, sizes: records.sizes, columns: columns.seen.into_iter().collect() })
+    Ok(Summary { records: records.count, columns: columns.seen.into_iter().collect() })
+}
+
+/// `input` without a byte order mark at its start.
+fn without_bom(mut input: impl Read) -> std::io::Result<impl Read> {
+    let mut head = [0u8; BOM.len()];
+    let mut n = 0;
+    while n < head.len() {
+        match input.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let kept = if head[..n] == *BOM { Vec::new() } else { head[..n].to_vec() };
+    Ok(std::io::Cursor::new(kept).chain(input))
 }
 
 fn check_row(row: &str) -> Result<(), String> {
     percolator_store::validate_row(row.as_bytes()).map_err(|e| e.to_string())
 }
 
-fn jsonl(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records, c: &mut Collector<'_>) {
-    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
-        let n = i as u64 + 1;
+fn jsonl(
+    mut input: impl BufRead,
+    key: &str,
+    columns: &mut Columns<'_>,
+    records: &mut Records<'_>,
+    c: &mut Collector<'_>,
+) {
+    let mut buf = Vec::new();
+    let mut n = 0u64;
+    while !records.done() {
+        buf.clear();
+        n += 1;
+        match input.read_until(b'\n', &mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) => {
+                c.add(n, format!("cannot read: {e}"));
+                break;
+            }
+        }
+        let line = buf.strip_suffix(b"\n").unwrap_or(&buf);
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         let Ok(line) = std::str::from_utf8(line) else {
             c.add(n, "not valid UTF-8");
@@ -463,67 +581,161 @@ struct Unclosed {
 
 /// Finds a quoted field that is never closed, reading as the `csv` crate does: a quote opens a
 /// quoted field only at the start of a field; in it, `""` is a quote and a lone `"` closes it.
-fn unclosed_quote(bytes: &[u8]) -> Option<Unclosed> {
-    #[derive(Clone, Copy)]
-    enum State {
-        FieldStart,
-        Unquoted,
-        Quoted,
-        /// A quote in a quoted field: it closes it, unless another quote follows.
-        QuoteInQuoted,
-    }
-    let mut state = State::FieldStart;
-    let mut line = 1u64;
-    let mut record_start = 0usize;
-    let mut opened = (0u64, 0usize);
-    for (i, &b) in bytes.iter().enumerate() {
-        state = match (state, b) {
-            (State::Quoted, b'"') => State::QuoteInQuoted,
-            (State::Quoted, _) => State::Quoted,
-            (State::QuoteInQuoted, b'"') => State::Quoted,
-            (State::FieldStart, b'"') => {
-                opened = (line, record_start);
-                State::Quoted
-            }
-            (_, b',') => State::FieldStart,
-            (_, b'\n' | b'\r') => {
-                record_start = i + 1;
-                State::FieldStart
-            }
-            _ => State::Unquoted,
-        };
-        if b == b'\n' {
-            line += 1;
-        }
-    }
-    matches!(state, State::Quoted).then_some(Unclosed { line: opened.0, record_start: opened.1 })
+/// Fed the file's bytes as they are read ([`QuoteScan::feed`]).
+#[derive(Clone, Copy)]
+struct QuoteScan {
+    state: QuoteState,
+    /// The line at the scan's position (1-based).
+    line: u64,
+    /// Bytes scanned.
+    offset: usize,
+    /// Where the current record starts (a byte offset).
+    record_start: usize,
+    /// The line and record start of the last quote that opened a field.
+    opened: (u64, usize),
 }
 
-fn csv(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records, c: &mut Collector<'_>) {
+#[derive(Clone, Copy)]
+enum QuoteState {
+    FieldStart,
+    Unquoted,
+    Quoted,
+    /// A quote in a quoted field: it closes it, unless another quote follows.
+    QuoteInQuoted,
+}
+
+impl QuoteScan {
+    fn new() -> QuoteScan {
+        QuoteScan { state: QuoteState::FieldStart, line: 1, offset: 0, record_start: 0, opened: (0, 0) }
+    }
+
+    fn feed(&mut self, bytes: &[u8]) {
+        use QuoteState::*;
+        for (i, &b) in bytes.iter().enumerate() {
+            self.state = match (self.state, b) {
+                (Quoted, b'"') => QuoteInQuoted,
+                (Quoted, _) => Quoted,
+                (QuoteInQuoted, b'"') => Quoted,
+                (FieldStart, b'"') => {
+                    self.opened = (self.line, self.record_start);
+                    Quoted
+                }
+                (_, b',') => FieldStart,
+                (_, b'\n' | b'\r') => {
+                    self.record_start = self.offset + i + 1;
+                    FieldStart
+                }
+                _ => Unquoted,
+            };
+            if b == b'\n' {
+                self.line += 1;
+            }
+        }
+        self.offset += bytes.len();
+    }
+
+    /// At the end of the file: the quoted field left open, if one is.
+    fn unclosed(&self) -> Option<Unclosed> {
+        matches!(self.state, QuoteState::Quoted)
+            .then_some(Unclosed { line: self.opened.0, record_start: self.opened.1 })
+    }
+}
+
+/// [`QuoteScan`] over a whole input.
+#[cfg(test)]
+fn unclosed_quote(bytes: &[u8]) -> Option<Unclosed> {
+    let mut scan = QuoteScan::new();
+    scan.feed(bytes);
+    scan.unclosed()
+}
+
+/// A reader that feeds what it reads to a [`QuoteScan`].
+struct Scanned<R> {
+    inner: R,
+    scan: std::rc::Rc<std::cell::Cell<QuoteScan>>,
+}
+
+impl<R: Read> Read for Scanned<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let mut scan = self.scan.get();
+        scan.feed(&buf[..n]);
+        self.scan.set(scan);
+        Ok(n)
+    }
+}
+
+/// Takes one item of the CSV reader (with the byte offset where it starts).
+type TakeItem<'a> = dyn FnMut((usize, CsvItem), &mut Records<'_>, &mut Collector<'_>) + 'a;
+
+/// One item of the CSV reader, held back by one (see [`csv`]): where it starts, and what it is.
+enum CsvItem {
+    Record(u64, LoadRecord),
+    Problems(u64, Vec<String>),
+}
+
+fn csv(input: impl Read, key: &str, columns: &mut Columns<'_>, records: &mut Records<'_>, c: &mut Collector<'_>) {
+    let scan = std::rc::Rc::new(std::cell::Cell::new(QuoteScan::new()));
+    let reader = Scanned { inner: input, scan: scan.clone() };
     // An unclosed quote makes the rest of the file one field: reported as such (not as a record
-    // with too few fields), after the problems of the records before it.
-    let unclosed = unclosed_quote(bytes);
-    match &unclosed {
-        None => csv_records(bytes, key, columns, records, c),
-        Some(u) if u.record_start > 0 => csv_records(&bytes[..u.record_start], key, columns, records, c),
-        Some(_) => {}
+    // with too few fields), after the problems of the records before it. Only at the end of
+    // the file is it known, so each item waits for the next one before it is taken, and the
+    // one starting at the unclosed quote's record is dropped.
+    let mut held: Option<(usize, CsvItem)> = None;
+    let mut header = Vec::new();
+    let take = |item: (usize, CsvItem), records: &mut Records<'_>, c: &mut Collector<'_>| match item.1 {
+        CsvItem::Record(line, r) => records.push(line, r, c),
+        CsvItem::Problems(line, list) => {
+            for m in list {
+                c.add(line, m);
+            }
+        }
+    };
+    let mut hold = |item, records: &mut Records<'_>, c: &mut Collector<'_>| {
+        if let Some(h) = held.replace(item) {
+            take(h, records, c);
+        }
+    };
+    csv_records(reader, key, columns, records, c, &mut hold, &mut header);
+    let unclosed = scan.get().unclosed();
+    match (&unclosed, held) {
+        // The header itself is unclosed: nothing of the file counts.
+        (Some(u), _) if u.record_start == 0 => {
+            header.clear();
+        }
+        (Some(u), Some(h)) if h.0 >= u.record_start => {}
+        (_, Some(h)) => take(h, records, c),
+        (_, None) => {}
+    }
+    for (line, m) in header {
+        c.add(line, m);
     }
     if let Some(u) = unclosed {
         c.add(u.line, "a quoted field starts here and is never closed (a '\"' is missing)");
     }
 }
 
-fn csv_records(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut Records, c: &mut Collector<'_>) {
-    let mut reader = ::csv::ReaderBuilder::new().has_headers(true).from_reader(bytes);
+/// Reads the CSV records of `input`, handing each (with the byte offset where it starts) to
+/// `item`; the header's problems go to `header` (reported unless the header is unclosed).
+fn csv_records(
+    input: impl Read,
+    key: &str,
+    columns: &mut Columns<'_>,
+    records: &mut Records<'_>,
+    c: &mut Collector<'_>,
+    item: &mut TakeItem<'_>,
+    header: &mut Vec<(u64, String)>,
+) {
+    let mut reader = ::csv::ReaderBuilder::new().has_headers(true).from_reader(input);
     let headers = match reader.headers() {
         Ok(h) => h.clone(),
         Err(e) => {
-            c.add(csv_line(&e), csv_message(&e));
+            header.push((csv_line(&e), csv_message(&e)));
             return;
         }
     };
     if headers.is_empty() {
-        c.add(1, "the header row is empty (it names the fields)");
+        header.push((1, "the header row is empty (it names the fields)".into()));
         return;
     }
     let mut key_index = None;
@@ -535,7 +747,7 @@ fn csv_records(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut
     let mut ok = true;
     for (i, field) in headers.iter().enumerate() {
         if headers.iter().take(i).any(|f| f == field) {
-            c.add(1, format!("field {field:?} appears twice in the header"));
+            header.push((1, format!("field {field:?} appears twice in the header")));
             ok = false;
         }
         if field == key {
@@ -546,7 +758,7 @@ fn csv_records(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut
         match columns.column(field) {
             Ok(col) => mapped.push(Some(col)),
             Err(m) => {
-                c.add(1, m);
+                header.push((1, m));
                 ok = false;
                 mapped.push(None);
             }
@@ -554,40 +766,43 @@ fn csv_records(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut
     }
     let Some(key_index) = key_index else {
         let names: Vec<&str> = headers.iter().collect();
-        c.add(1, format!("field {key:?} is missing from the header (it has {})", names.join(", ")));
+        header.push((1, format!("field {key:?} is missing from the header (it has {})", names.join(", "))));
         return;
     };
     if !ok {
         return;
     }
-    for result in reader.records() {
-        let rec = match result {
-            Ok(r) => r,
+    let mut rec = ::csv::StringRecord::new();
+    while !records.done() {
+        let at = reader.position().byte() as usize;
+        let problem = |line: u64, m: String| (at, CsvItem::Problems(line, vec![m]));
+        match reader.read_record(&mut rec) {
+            Ok(false) => break,
+            Ok(true) => {}
             Err(e) => {
-                c.add(csv_line(&e), csv_message(&e));
+                item(problem(csv_line(&e), csv_message(&e)), records, c);
                 continue;
             }
-        };
+        }
         let line = rec.position().map(|p| p.line()).unwrap_or(0);
         let row = &rec[key_index];
         if row.is_empty() {
-            c.add(line, format!("field {key:?} is empty"));
+            item(problem(line, format!("field {key:?} is empty")), records, c);
             continue;
         }
         if let Err(e) = check_row(row) {
-            c.add(line, format!("field {key:?}: {e}"));
+            item(problem(line, format!("field {key:?}: {e}")), records, c);
             continue;
         }
         let mut cells = Vec::with_capacity(mapped.len());
-        let mut ok = true;
+        let mut bad = None;
         for ((value, column), (field, base64)) in rec.iter().zip(&mapped).zip(headers.iter().zip(&base64)) {
             let Some(column) = column else { continue };
             let value = if *base64 {
                 match checked_base64(value.to_owned()) {
                     Ok(v) => v,
                     Err(e) => {
-                        c.add(line, format!("field {field:?}: {e}"));
-                        ok = false;
+                        bad.get_or_insert_with(Vec::new).push(format!("field {field:?}: {e}"));
                         continue;
                     }
                 }
@@ -596,8 +811,9 @@ fn csv_records(bytes: &[u8], key: &str, columns: &mut Columns<'_>, records: &mut
             };
             cells.push((column.clone(), Some(value)));
         }
-        if ok {
-            records.push(line, LoadRecord { row: row.to_owned(), cells }, c);
+        match bad {
+            None => item((at, CsvItem::Record(line, LoadRecord { row: row.to_owned(), cells })), records, c),
+            Some(problems) => item((at, CsvItem::Problems(line, problems)), records, c),
         }
     }
 }
@@ -755,6 +971,90 @@ mod tests {
         // An empty file still says its header is missing.
         let e = parse("f.csv", b"", "t", &opts(Format::Csv, "url")).unwrap_err();
         assert_eq!(e.to_string(), "f.csv:1: the header row is empty (it names the fields)");
+    }
+
+    /// A JSONL file of `records` lines, made as it is read (never whole in memory), that
+    /// counts the bytes handed out.
+    struct Generated {
+        records: u64,
+        next: u64,
+        pending: Vec<u8>,
+        handed_out: std::rc::Rc<std::cell::Cell<u64>>,
+    }
+
+    impl Read for Generated {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.pending.is_empty() && self.next < self.records {
+                self.pending =
+                    format!("{{\"row\": \"r{:08}\", \"text\": \"{}\"}}\n", self.next, "x".repeat(1000)).into_bytes();
+                self.next += 1;
+            }
+            let n = buf.len().min(self.pending.len());
+            buf[..n].copy_from_slice(&self.pending[..n]);
+            self.pending.drain(..n);
+            self.handed_out.set(self.handed_out.get() + n as u64);
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn records_are_handed_on_as_they_are_read() {
+        // 20 MB of records of about 1 KB: each must come out before much more of the file is read
+        // than its own line (the reader's 64 KiB buffer), whatever the file's size.
+        let line_len = format!("{{\"row\": \"r{:08}\", \"text\": \"{}\"}}\n", 0, "x".repeat(1000)).len() as u64;
+        let handed_out = std::rc::Rc::new(std::cell::Cell::new(0));
+        let records = 20_000;
+        let input = Generated { records, next: 0, pending: Vec::new(), handed_out: handed_out.clone() };
+        let mut seen = 0u64;
+        let mut ahead = 0u64;
+        let summary = read("big.jsonl", input, "t", &opts(Format::Jsonl, "row"), &mut |r| {
+            seen += 1;
+            assert_eq!(r.line, seen);
+            assert_eq!(r.record.row, format!("r{:08}", seen - 1));
+            ahead = ahead.max(handed_out.get() - seen * line_len);
+            ControlFlow::Continue(())
+        })
+        .unwrap();
+        assert_eq!(summary, Summary { records, columns: vec!["raw:text".into()] });
+        assert!(ahead <= 2 * (1 << 16), "read {ahead} bytes ahead of the record handed on");
+        assert_eq!(handed_out.get(), records * line_len);
+
+        // Stopping early stops reading.
+        handed_out.set(0);
+        let input = Generated { records, next: 0, pending: Vec::new(), handed_out: handed_out.clone() };
+        let mut n = 0;
+        let summary = read("big.jsonl", input, "t", &opts(Format::Jsonl, "row"), &mut |_| {
+            n += 1;
+            if n == 10 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        })
+        .unwrap();
+        assert_eq!(summary.records, 10);
+        assert!(handed_out.get() < 4 * (1 << 16), "{}", handed_out.get());
+    }
+
+    #[test]
+    fn records_after_the_first_problem_are_not_handed_on() {
+        let src = b"{\"row\": \"a\"}\n{\"row\": 1.5}\n{\"row\": \"c\"}\n";
+        let mut rows = Vec::new();
+        let e = read("f.jsonl", &src[..], "t", &opts(Format::Jsonl, "row"), &mut |r| {
+            rows.push(r.record.row);
+            ControlFlow::Continue(())
+        })
+        .unwrap_err();
+        assert_eq!(rows, ["a"]);
+        assert_eq!(
+            e.to_string(),
+            "f.jsonl:2: field \"row\" must be a non-empty string or an integer, not the number 1.5"
+        );
+        // CSV: a record is handed on one record late, and the one an unclosed quote opens never.
+        let mut rows = Vec::new();
+        let e = read("f.csv", &b"id,x\n1,a\n2,b\n3,\"c\n4,d\n"[..], "t", &opts(Format::Csv, "id"), &mut |r| {
+            rows.push(r.record.row);
+            ControlFlow::Continue(())
+        })
+        .unwrap_err();
+        assert_eq!(rows, ["1", "2"]);
+        assert_eq!(e.to_string(), "f.csv:4: a quoted field starts here and is never closed (a '\"' is missing)");
     }
 
     #[test]

@@ -373,6 +373,48 @@ pub struct StoreReport {
     /// notify cells, and each host runs those it has a component for.
     #[serde(default)]
     pub registered: Vec<RegisteredBinding>,
+    /// Bytes the store takes on disk (the redb file's size); none where it is not known
+    /// (Redis). `/metrics`: `percolator_store_size_bytes`.
+    #[serde(default)]
+    pub size_bytes: Option<u64>,
+    /// Versions (write records and staged values) garbage collection removed, over the store's
+    /// life (the `gc_versions_removed` counter).
+    #[serde(default)]
+    pub versions_collected: u64,
+    /// Partitions ("buckets") of the notify group that scanners share out (Redis: its buckets;
+    /// redb: one).
+    #[serde(default)]
+    pub notify_buckets: u32,
+    /// The live workers (hosts, and command lines that opened the store) with their shares of
+    /// the notify buckets. `/metrics`: `percolator_worker_notify_buckets`.
+    #[serde(default)]
+    pub workers: Vec<WorkerReport>,
+}
+
+/// A live worker of the store: a host, or a command line that opened the store itself.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct WorkerReport {
+    /// Its id (a timestamp from the oracle, taken when it opened the store).
+    pub id: u64,
+    /// True for the one that answers.
+    pub this: bool,
+    /// True if it runs scanners (only those take a share of the notify buckets).
+    pub scanning: bool,
+    /// Notify buckets its scanners walk.
+    pub buckets: u32,
+}
+
+/// A histogram as Prometheus exports one: cumulative counts at upper bounds.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct Histogram {
+    /// The buckets' upper bounds in seconds (Prometheus's `le`), increasing; the last,
+    /// unbounded bucket (`+Inf`) is not listed.
+    pub le_secs: Vec<f64>,
+    /// Observations at or below each bound (cumulative), then all of them (`+Inf`): one more
+    /// than `le_secs`.
+    pub cumulative: Vec<u64>,
+    /// The sum of the observations, seconds.
+    pub sum_secs: f64,
 }
 
 /// A binding in the store's registry.
@@ -434,32 +476,59 @@ pub struct BindingReport {
     pub source_hash: String,
     /// When this version was loaded (RFC 3339, UTC).
     pub loaded_at: String,
-    /// Runs of the binding (all its versions) over the store's life: a host saves the counts
-    /// every 10 s and when it stops, and the next host on the store continues them (a host
-    /// killed without a clean stop loses the last seconds' counts).
+    /// Runs of the binding (all its versions) over the store's life: every call of its
+    /// component, **failed ones included** (`runs = successes + failures`). A host saves the
+    /// counts every 10 s and when it stops, and the next host on the store continues them (a
+    /// host killed without a clean stop loses the last seconds' counts). `/metrics`:
+    /// `percolator_observer_runs_total`.
     pub runs: u64,
+    /// Runs that did not fail, over the store's life like `runs`: committed, or (rarely)
+    /// conflicted and ran again, which counts as another run. `/metrics`:
+    /// `percolator_observer_successes_total`.
+    #[serde(default)]
+    pub successes: u64,
     /// Failed runs (trap, deadline, error, denied access; conflicts excluded), over the store's
-    /// life like `runs`.
+    /// life like `runs`. `/metrics`: `percolator_observer_failures_total`.
     pub failures: u64,
     /// Mean wall-clock time of a run, milliseconds, over the store's life like `runs` (none
     /// before the first run).
     pub mean_run_ms: Option<f64>,
-    /// Median run time, milliseconds, of the runs since the host started: an estimate, the
-    /// upper bound of its histogram bucket (buckets 50 µs to 60 s, ratio ≤ 2.5), capped by the
-    /// longest run (none before the host's first run).
+    /// Median run time, milliseconds, of the runs since the host started: estimated from the
+    /// run-time histogram `/metrics` exports (`percolator_observer_run_seconds`, buckets 50 µs
+    /// to 60 s) as Prometheus's `histogram_quantile` does, by linear interpolation inside the
+    /// bucket (none before the host's first run).
     pub p50_run_ms: Option<f64>,
     /// 90th percentile of the run time, milliseconds (estimated like `p50_run_ms`).
     pub p90_run_ms: Option<f64>,
     /// 99th percentile of the run time, milliseconds (estimated like `p50_run_ms`): the slow
     /// runs a mean hides.
     pub p99_run_ms: Option<f64>,
+    /// Freshness: for each committed run since the host started, the time from the commit of
+    /// the change it ran on (for a strong binding the newest write its snapshot saw; for a weak
+    /// one the notification) to the run's commit. Commit times come from the oracle's
+    /// timestamps, which the host samples with the time it got them (within about a
+    /// millisecond for its own commits, a second for other hosts'). `/metrics`:
+    /// `percolator_observer_freshness_seconds`.
+    #[serde(default)]
+    pub freshness: Histogram,
+    /// Committed runs since the host started whose change is older than the host's samples of
+    /// the oracle (committed before the host started, or over an hour before the run): not in
+    /// `freshness`.
+    #[serde(default)]
+    pub freshness_untimed: u64,
+    /// Median freshness, milliseconds (from `freshness` as `p50_run_ms` is from run times).
+    #[serde(default)]
+    pub freshness_p50_ms: Option<f64>,
+    /// 99th percentile of the freshness, milliseconds.
+    #[serde(default)]
+    pub freshness_p99_ms: Option<f64>,
     /// Pending notifications of the observed column.
     pub backlog: u64,
     /// True if counting stopped at the cap (the backlog is at least `backlog`).
     pub backlog_capped: bool,
 }
 
-/// Rates over the last [`Throughput::window_secs`] seconds.
+/// Rates over the last [`Throughput::window_secs`] seconds, up to the request.
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, JsonSchema)]
 pub struct Throughput {
     /// The window actually covered (shorter just after start-up).
@@ -470,6 +539,9 @@ pub struct Throughput {
     pub commits_per_sec: f64,
     /// Conflicts per second.
     pub conflicts_per_sec: f64,
+    /// Timestamps the oracle handed this host per second (its share of the oracle's rate).
+    #[serde(default)]
+    pub timestamps_per_sec: f64,
 }
 
 /// One dead letter (`GET /v1/dead-letters` answers a list of them).

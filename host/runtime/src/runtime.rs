@@ -310,28 +310,12 @@ pub struct RunCounts {
 }
 
 impl RunCounts {
-    /// The `q`-quantile (0 < q ≤ 1) of the run time, **estimated** from the histogram: the
-    /// upper bound of the bucket holding it, capped by the longest run, so it is at least the
-    /// true value and at most 2.5 times it (the buckets' ratio), or the longest run past the
-    /// last bound. None before the first run.
+    /// The `q`-quantile (0 < q ≤ 1) of the run time, **estimated** from the histogram as
+    /// Prometheus's `histogram_quantile` does from the buckets `/metrics` exports: linear
+    /// interpolation inside the bucket that holds it (from 0 in the first); past the last
+    /// bound, the last bound. None before the first run.
     pub fn percentile(&self, q: f64) -> Option<Duration> {
-        let total: u64 = self.buckets.iter().sum();
-        if total == 0 {
-            return None;
-        }
-        // The rank of the quantile among the runs, 1-based (nearest-rank method).
-        let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
-        for (i, n) in self.buckets.iter().enumerate() {
-            seen += n;
-            if seen >= rank {
-                return Some(match RUN_TIME_BUCKETS.get(i) {
-                    Some(bound) => (*bound).min(self.max_run_time),
-                    None => self.max_run_time,
-                });
-            }
-        }
-        Some(self.max_run_time)
+        percolator_store::histogram_quantile(&RUN_TIME_BUCKETS, &self.buckets, q)
     }
 }
 
@@ -713,11 +697,11 @@ mod tests {
     }
 
     #[test]
-    fn percentiles_are_the_upper_bound_of_their_bucket() {
+    fn percentiles_interpolate_inside_their_bucket() {
         let stats = RunStats::default();
         assert_eq!(stats.counts().p50, None, "none before the first run");
-        // 80 runs of 300 µs (bucket ≤ 500 µs), 15 of 3 ms (≤ 5 ms), 4 of 40 ms (≤ 50 ms) and
-        // one slow hub run of 2 s (≤ 2.5 s): a mean of about 20.8 ms hides all of it.
+        // 80 runs of 300 µs (bucket 250-500 µs), 15 of 3 ms (2.5-5 ms), 4 of 40 ms (25-50 ms)
+        // and one slow hub run of 2 s (1-2.5 s): a mean of about 20.8 ms hides all of it.
         for (n, t) in [(80, 300), (15, 3_000), (4, 40_000), (1, 2_000_000)] {
             for _ in 0..n {
                 stats.record(Duration::from_micros(t), false);
@@ -726,23 +710,26 @@ mod tests {
         let c = stats.counts();
         assert_eq!(c.runs, 100);
         assert_eq!(c.buckets.iter().sum::<u64>(), 100);
-        assert_eq!(c.p50, Some(Duration::from_micros(500)));
-        assert_eq!(c.p90, Some(Duration::from_millis(5)));
-        assert_eq!(c.p99, Some(Duration::from_millis(50)));
-        // The slowest run is capped by the maximum, not reported as its bucket's 2.5 s.
-        assert_eq!(c.percentile(1.0), Some(Duration::from_secs(2)));
-        assert_eq!(c.percentile(0.0), Some(Duration::from_micros(500)), "the first run's bucket");
-        // Past the last bound: the longest run.
+        let ms = |d: Option<Duration>| d.map(|d| (d.as_secs_f64() * 1e6).round() / 1e3);
+        // Rank 50 of the 80 in (250, 500] µs: 250 + 250 × 50/80.
+        assert_eq!(ms(c.p50), Some(0.406));
+        // Rank 90: the 10th of the 15 in (2.5, 5] ms.
+        assert_eq!(ms(c.p90), Some(4.167));
+        // Rank 99: the 4th of the 4 in (25, 50] ms.
+        assert_eq!(ms(c.p99), Some(50.0));
+        assert_eq!(ms(c.percentile(1.0)), Some(2500.0), "the slowest run's bucket bound");
+        // Past the last bound: the last bound.
         stats.record(Duration::from_secs(90), true);
         let c = stats.counts();
         assert_eq!(c.buckets[BUCKETS - 1], 1);
-        assert_eq!(c.percentile(1.0), Some(Duration::from_secs(90)));
+        assert_eq!(c.percentile(1.0), Some(Duration::from_secs(60)));
         assert_eq!(c.failures, 1);
         // A boundary value falls in the bucket it bounds.
         let exact = RunStats::default();
         exact.record(Duration::from_millis(1), false);
         assert_eq!(exact.counts().buckets[4], 1);
-        assert_eq!(exact.counts().p99, Some(Duration::from_millis(1)));
+        // The 99th percentile of one run in (0.5, 1] ms: 99 % into the bucket.
+        assert_eq!(ms(exact.counts().p99), Some(0.995));
     }
 
     #[test]

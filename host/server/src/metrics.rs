@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use percolator_api::ApiResult;
+use percolator_api::{ApiResult, Histogram};
 use percolator_runtime::{RUN_TIME_BUCKETS, RunCounts};
 use percolator_store::Store;
 
@@ -68,6 +68,17 @@ fn run_time_histogram(e: &mut Exposition, observer: &str, counts: &RunCounts) {
     e.sample(&format!("{name}_count"), &[("observer", observer)], cumulative);
 }
 
+/// A histogram of the API (`status`) as the series of a Prometheus histogram: the same
+/// numbers, so the dashboard and `/metrics` agree.
+fn histogram(e: &mut Exposition, name: &str, observer: &str, h: &Histogram) {
+    for (i, n) in h.cumulative.iter().enumerate() {
+        let le = h.le_secs.get(i).map(f64::to_string).unwrap_or_else(|| "+Inf".into());
+        e.sample(&format!("{name}_bucket"), &[("observer", observer), ("le", &le)], n);
+    }
+    e.sample(&format!("{name}_sum"), &[("observer", observer)], h.sum_secs);
+    e.sample(&format!("{name}_count"), &[("observer", observer)], h.cumulative.last().copied().unwrap_or(0));
+}
+
 /// The host's metrics in the Prometheus text format.
 pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
     let m = store.metrics();
@@ -90,6 +101,18 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
         e.sample("percolator_observer_runs_total", &[("observer", &x.name)], x.counts.runs);
     }
     e.family(
+        "percolator_observer_successes_total",
+        "counter",
+        "Runs of the observer that did not fail (runs = successes + failures), over the store's life.",
+    );
+    for x in b {
+        e.sample(
+            "percolator_observer_successes_total",
+            &[("observer", &x.name)],
+            x.counts.runs.saturating_sub(x.counts.failures),
+        );
+    }
+    e.family(
         "percolator_observer_failures_total",
         "counter",
         "Failed runs of the observer (trap, deadline, error, denied access), over the store's life.",
@@ -105,6 +128,25 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
     for x in b {
         run_time_histogram(&mut e, &x.name, &x.counts);
     }
+    let freshness = store.freshness();
+    e.family(
+        "percolator_observer_freshness_seconds",
+        "histogram",
+        "Time from the commit of a change to the commit of the observer run that consumed it, since the host started.",
+    );
+    for x in b {
+        let f = freshness.get(&x.name).copied().unwrap_or_default();
+        histogram(&mut e, "percolator_observer_freshness_seconds", &x.name, &ops::pipeline::freshness_histogram(&f));
+    }
+    e.family(
+        "percolator_observer_freshness_untimed_total",
+        "counter",
+        "Committed runs since the host started on changes older than its samples of the oracle (not in the histogram).",
+    );
+    for x in b {
+        let untimed = freshness.get(&x.name).map_or(0, |f| f.untimed);
+        e.sample("percolator_observer_freshness_untimed_total", &[("observer", &x.name)], untimed);
+    }
     e.family("percolator_backlog", "gauge", "Pending notifications of the observer's column.");
     for x in b {
         e.sample("percolator_backlog", &[("observer", &x.name)], backlog.of(&x.table, &x.column));
@@ -116,6 +158,25 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
         backlog.total,
     );
     e.single("percolator_dead_letters", "gauge", "Dead letters waiting for a retry.", dead);
+    if let Some(size) = store.size_on_disk() {
+        e.single("percolator_store_size_bytes", "gauge", "Bytes the store takes on disk (the redb file).", size);
+    }
+    e.single(
+        "percolator_notify_buckets",
+        "gauge",
+        "Partitions (buckets) of the notify group that the hosts' scanners share out.",
+        store.notify_partitions(),
+    );
+    e.family(
+        "percolator_worker_notify_buckets",
+        "gauge",
+        "Live workers of the store (hosts; command lines that opened it) and the notify buckets each one's scanners walk.",
+    );
+    for w in store.workers()? {
+        let id = w.id.to_string();
+        let this = if w.this { "true" } else { "false" };
+        e.sample("percolator_worker_notify_buckets", &[("worker", &id), ("this", this)], w.partitions.len());
+    }
     e.single(
         "percolator_pipeline_generation",
         "gauge",

@@ -143,6 +143,14 @@ async fn serve(
                 tick.tick().await;
                 let m = store.metrics();
                 sampler.sample(m);
+                // A sample of the oracle's clock at least once a second (freshness of other
+                // hosts' changes); with a shared oracle, a request to it.
+                let clock = store.clone();
+                tokio::task::spawn_blocking(move || {
+                    if let Err(e) = clock.sample_clock() {
+                        tracing::debug!("sampling the oracle's clock: {e}");
+                    }
+                });
                 // Every 10 s, unless nothing happened since the last line (an idle host is quiet).
                 let now = (m.commits, m.observer_runs, m.observer_failures, m.dead_letters, m.conflicts);
                 if n % 10 == 0 && logged != Some(now) {

@@ -150,7 +150,13 @@
     const now = Date.now();
     const host = status.host;
     const m = (host && host.metrics) || {};
-    const cur = { t: now, commits: m.commits || 0, runs: m.observer_runs || 0, conflicts: m.conflicts || 0 };
+    const cur = {
+      t: now,
+      commits: m.commits || 0,
+      runs: m.observer_runs || 0,
+      conflicts: m.conflicts || 0,
+      timestamps: m.oracle_timestamps || 0,
+    };
     const sample = { t: now, backlog: status.store.pending_notifications, commits: null, runs: null, conflicts: null, c: cur };
     const prev = state.prev;
     if (prev && now - prev.t > 0 && now - prev.t < 10000) {
@@ -304,6 +310,10 @@
     setText('v-dead', fmtInt(store.dead_letters));
     setText('s-dead', `${fmtInt(m.dead_letters)} dead-lettered in all`);
     $('tile-dead').classList.toggle('bad', store.dead_letters > 0);
+    setText('v-size', store.size_bytes == null ? 'n/a' : fmtBytes(store.size_bytes));
+    setText('s-size', `${fmtInt(store.versions_collected)} versions collected by GC`);
+    setText('v-oracle', fmtRate(rate('timestamps')));
+    setText('s-oracle', `${fmtInt(m.oracle_timestamps)} since the store opened`);
     setText('v-locks', fmtInt((m.rolled_forward || 0) + (m.rolled_back || 0)));
     setText('s-locks', `${fmtInt(m.rolled_forward)} rolled forward · ${fmtInt(m.rolled_back)} back`);
     if (host) {
@@ -319,6 +329,8 @@
     renderCharts();
     renderDeadLetters(dead);
     renderBindings(host, dead);
+    renderFreshness(host);
+    renderHosts(store);
     renderRegistry(status);
     renderCounters(m);
   }
@@ -889,13 +901,129 @@
           h('td', { className: 'mono', title: `writes: ${(b.writes || []).join(', ') || 'nothing declared'}` }, `${b.table}/${b.column}`),
           h('td', { className: 'num' }, `${fmtInt(b.backlog)}${b.backlog_capped ? '+' : ''}`),
           h('td', { className: 'num' }, fmtInt(b.runs)),
+          h('td', { className: 'num' }, fmtInt(b.successes)),
           h('td', { className: `num${failing ? ' no' : ''}` }, fmtInt(b.failures)),
           h('td', { className: 'num' }, fmtMs(b.mean_run_ms)),
           h('td', { className: 'num' }, fmtMs(b.p50_run_ms)),
           h('td', { className: 'num' }, fmtMs(b.p99_run_ms)),
+          h('td', { className: 'num', 'data-fresh': 'p50' }, fmtMs(b.freshness_p50_ms)),
+          h('td', { className: 'num' }, fmtMs(b.freshness_p99_ms)),
         ),
       );
     }
+  }
+
+  /** Per-bucket counts of a cumulative histogram (`/metrics`' buckets, the last is +Inf). */
+  function bucketCounts(hist) {
+    const c = (hist && hist.cumulative) || [];
+    return c.map((n, i) => n - (i ? c[i - 1] : 0));
+  }
+
+  function fmtBound(secs) {
+    if (secs < 1) return `${Math.round(secs * 1000 * 10) / 10}ms`;
+    if (secs < 60) return `${Math.round(secs * 10) / 10}s`;
+    return `${Math.round(secs / 6) / 10}m`;
+  }
+
+  /** The freshness histograms of the bindings with committed runs: one bar per bucket and binding. */
+  function renderFreshness(host) {
+    const svg = $('chart-freshness');
+    const bindings = ((host && host.bindings) || []).filter((b) => b.freshness && (b.freshness.cumulative || []).some((n) => n > 0));
+    $('freshness-empty').hidden = bindings.length > 0;
+    svg.replaceChildren();
+    const legend = $('legend-freshness');
+    legend.replaceChildren();
+    if (!bindings.length) return;
+    const bounds = bindings[0].freshness.le_secs;
+    const counts = bindings.map((b) => bucketCounts(b.freshness));
+    // Show the buckets from the first to the last that holds a run.
+    let lo = bounds.length;
+    let hi = 0;
+    for (const c of counts) {
+      c.forEach((n, i) => {
+        if (n > 0) {
+          lo = Math.min(lo, i);
+          hi = Math.max(hi, i);
+        }
+      });
+    }
+    lo = Math.max(0, lo - 1);
+    hi = Math.min(bounds.length, hi + 1);
+    const W = svg.clientWidth || 520;
+    const H = svg.clientHeight || 200;
+    svg.setAttribute('viewBox', `0 0 ${W} ${H}`);
+    const L = 40;
+    const B = 22;
+    const T = 8;
+    const pw = W - L - 8;
+    const ph = H - T - B;
+    const n = hi - lo + 1;
+    const top = niceCeil(Math.max(1, ...counts.flatMap((c) => c.slice(lo, hi + 1))));
+    for (let i = 0; i <= 4; i++) {
+      const v = (top * i) / 4;
+      const y = T + ph - (v / top) * ph;
+      svgEl('line', { x1: L, y1: y, x2: L + pw, y2: y, class: 'grid' }, svg);
+      svgText(svg, L - 4, y + 4, 'axis end', fmtAxis(v));
+    }
+    const slot = pw / n;
+    const bar = Math.max(2, (slot - 4) / bindings.length);
+    bindings.forEach((b, k) => {
+      const cls = `f${k % 6}`;
+      counts[k].slice(lo, hi + 1).forEach((v, j) => {
+        if (!v) return;
+        const hgt = (v / top) * ph;
+        const x = L + j * slot + 2 + k * bar;
+        const rect = svgEl('rect', { x, y: T + ph - hgt, width: bar - 1, height: hgt, class: `fbar ${cls}`, 'data-binding': b.name }, svg);
+        const upper = lo + j < bounds.length ? `≤ ${fmtBound(bounds[lo + j])}` : `> ${fmtBound(bounds[bounds.length - 1])}`;
+        svgEl('title', {}, rect).textContent = `${b.name}: ${fmtInt(v)} runs ${upper}`;
+      });
+      legend.append(
+        h('span', {}, h('span', { className: `sw ${cls}` }), `${b.name} `, h('b', {}, `p50 ${fmtMs(b.freshness_p50_ms)} · p99 ${fmtMs(b.freshness_p99_ms)}`)),
+      );
+    });
+    for (let j = 0; j < n; j++) {
+      if (n > 8 && j % 2) continue;
+      const i = lo + j;
+      const label = i < bounds.length ? fmtBound(bounds[i]) : '+Inf';
+      svgText(svg, L + j * slot + slot / 2, H - 6, 'axis mid', `≤${label}`);
+    }
+  }
+
+  function fmtBytes(n) {
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    let v = n;
+    while (v >= 1024 && i < units.length - 1) {
+      v /= 1024;
+      i++;
+    }
+    return `${i ? v.toFixed(v < 10 ? 1 : 0) : v} ${units[i]}`;
+  }
+
+  /** The live workers and their share of the notify buckets. */
+  function renderHosts(store) {
+    const body = $('hosts-body');
+    body.replaceChildren();
+    const total = store.notify_buckets || 1;
+    for (const w of store.workers || []) {
+      const share = w.buckets / total;
+      const fill = h('span', { className: 'share-fill' });
+      // A style property, not a style attribute: the page's CSP allows no inline style.
+      fill.style.width = `${Math.round(share * 100)}%`;
+      body.append(
+        h(
+          'tr',
+          { 'data-worker': String(w.id) },
+          h('td', { className: 'mono' }, String(w.id), w.this ? h('span', { className: 'tag' }, 'this host') : null),
+          h('td', {}, w.scanning ? h('span', { className: 'ok' }, 'scanning') : h('span', { className: 'muted' }, 'none')),
+          h('td', { className: 'num' }, `${fmtInt(w.buckets)} of ${fmtInt(total)}`),
+          h('td', {}, h('span', { className: 'share' }, fill), ` ${Math.round(share * 100)}%`),
+        ),
+      );
+    }
+    if (!body.children.length) body.append(h('tr', {}, h('td', { colspan: '4', className: 'empty' }, 'No live worker.')));
+    const size = store.size_bytes == null ? 'size on disk not known for this backend' : `${fmtBytes(store.size_bytes)} on disk`;
+    setText('store-line', `${store.path}: ${size} · ${fmtInt(store.versions_collected)} versions collected by GC`);
   }
 
   function renderRegistry(status) {

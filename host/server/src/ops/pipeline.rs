@@ -6,10 +6,11 @@ use std::time::{Duration, UNIX_EPOCH};
 use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
-    ApiError, ApiResult, BindingReport, DeadLetterReport, Empty, GcReport, HealthReport, HostReport, MAX_WAIT_SECS,
-    RegisteredBinding, RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest, WaitResponse,
+    ApiError, ApiResult, BindingReport, DeadLetterReport, Empty, GcReport, HealthReport, Histogram, HostReport,
+    MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest,
+    WaitResponse, WorkerReport,
 };
-use percolator_store::Store;
+use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, Store, histogram_quantile};
 
 use super::{Context, HostContext, Op};
 
@@ -65,29 +66,41 @@ impl Op for Status {
 fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiResult<StatusReport> {
     let backlog = backlog(store)?;
     let dead_letters = store.dead_letters()?.len() as u64;
+    let metrics = store.metrics();
+    let workers = store.workers()?;
     let host = host.map(|h| {
         let s = h.pipeline.status();
+        let freshness = store.freshness();
         let bindings = s
             .bindings
             .iter()
-            .map(|b| BindingReport {
-                name: b.name.clone(),
-                table: b.table.clone(),
-                column: b.column.clone(),
-                kind: b.kind.to_string(),
-                writes: b.writes.clone(),
-                wasm: b.wasm.display().to_string(),
-                source_hash: b.source_hash.clone(),
-                loaded_at: rfc3339(b.loaded_at),
-                runs: b.counts.runs,
-                failures: b.counts.failures,
-                mean_run_ms: (b.counts.runs > 0)
-                    .then(|| b.counts.run_time.as_secs_f64() * 1000.0 / b.counts.runs as f64),
-                p50_run_ms: b.counts.p50.map(|d| d.as_secs_f64() * 1000.0),
-                p90_run_ms: b.counts.p90.map(|d| d.as_secs_f64() * 1000.0),
-                p99_run_ms: b.counts.p99.map(|d| d.as_secs_f64() * 1000.0),
-                backlog: backlog.of(&b.table, &b.column),
-                backlog_capped: backlog.capped,
+            .map(|b| {
+                let f = freshness.get(&b.name).copied().unwrap_or_default();
+                let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1000.0);
+                BindingReport {
+                    name: b.name.clone(),
+                    table: b.table.clone(),
+                    column: b.column.clone(),
+                    kind: b.kind.to_string(),
+                    writes: b.writes.clone(),
+                    wasm: b.wasm.display().to_string(),
+                    source_hash: b.source_hash.clone(),
+                    loaded_at: rfc3339(b.loaded_at),
+                    runs: b.counts.runs,
+                    successes: b.counts.runs.saturating_sub(b.counts.failures),
+                    failures: b.counts.failures,
+                    mean_run_ms: (b.counts.runs > 0)
+                        .then(|| b.counts.run_time.as_secs_f64() * 1000.0 / b.counts.runs as f64),
+                    p50_run_ms: ms(b.counts.p50),
+                    p90_run_ms: ms(b.counts.p90),
+                    p99_run_ms: ms(b.counts.p99),
+                    freshness: freshness_histogram(&f),
+                    freshness_untimed: f.untimed,
+                    freshness_p50_ms: ms(histogram_quantile(&FRESHNESS_BUCKETS, &f.buckets, 0.5)),
+                    freshness_p99_ms: ms(histogram_quantile(&FRESHNESS_BUCKETS, &f.buckets, 0.99)),
+                    backlog: backlog.of(&b.table, &b.column),
+                    backlog_capped: backlog.capped,
+                }
             })
             .collect();
         HostReport {
@@ -98,8 +111,8 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
             loaded_at: s.loaded_at.map(rfc3339),
             last_error: s.last_error,
             bindings,
-            throughput: h.sampler.throughput(),
-            metrics: metrics_report(&store.metrics()),
+            throughput: h.sampler.throughput_now(metrics),
+            metrics: metrics_report(&metrics),
         }
     });
     Ok(StatusReport {
@@ -114,9 +127,36 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                 .into_iter()
                 .map(|o| RegisteredBinding { name: o.name, table: o.table, column: o.column, kind: o.kind.to_string() })
                 .collect(),
+            size_bytes: store.size_on_disk(),
+            versions_collected: metrics.gc_versions_removed,
+            notify_buckets: store.notify_partitions(),
+            workers: workers
+                .into_iter()
+                .map(|w| WorkerReport {
+                    id: w.id,
+                    this: w.this,
+                    scanning: w.scanning,
+                    buckets: w.partitions.len() as u32,
+                })
+                .collect(),
         },
         config_error: None,
     })
+}
+
+/// A binding's freshness histogram as `/metrics` exports it (cumulative, in seconds).
+pub fn freshness_histogram(f: &FreshnessCounts) -> Histogram {
+    let mut cumulative = Vec::with_capacity(f.buckets.len());
+    let mut sum = 0;
+    for n in f.buckets {
+        sum += n;
+        cumulative.push(sum);
+    }
+    Histogram {
+        le_secs: FRESHNESS_BUCKETS.iter().map(Duration::as_secs_f64).collect(),
+        cumulative,
+        sum_secs: f.sum.as_secs_f64(),
+    }
 }
 
 /// The store's counters by name (`Metrics::counters`).
