@@ -1,7 +1,8 @@
 //! The command line: clap definitions, the choice of route (a running host's HTTP API or the
 //! store file), and how each answer is printed.
 
-use std::io::{IsTerminal, Write};
+use std::io::{IsTerminal, Read, Write};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -468,13 +469,59 @@ impl Calls for Route {
     }
 }
 
+/// Reads a file's records again, in file order, handing each on (see [`load::read`]); `Err` if
+/// the file has changed since it was checked.
+type Reread = Box<dyn Fn(&mut dyn FnMut(load::Read1) -> ControlFlow<()>) -> Result<(), String>>;
+
+/// A checked load file: what `load/begin` needs, and a way to read its records again.
 struct LoadInput {
     name: String,
-    parsed: load::Parsed,
+    /// Records in the file.
+    total: u64,
+    /// Every column they write.
+    columns: Vec<String>,
+    /// The load's id: a hash of the table and the file's bytes.
     id: String,
     options: String,
+    records: Reread,
 }
 
+/// Passes the bytes read through to a SHA-256 of the table and the file (the load id).
+struct Hashing<R> {
+    inner: R,
+    hash: Sha256,
+}
+
+impl<R: Read> Read for Hashing<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hash.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+/// Reads the file at `path` through [`load::read`], handing each record to `each`; returns what
+/// was read and the load id.
+fn read_pass(
+    name: &str,
+    path: &Path,
+    table: &str,
+    opts: &load::Options,
+    each: &mut dyn FnMut(load::Read1) -> ControlFlow<()>,
+) -> Result<(load::Summary, String), String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    let mut hash = Sha256::new();
+    hash.update(table.as_bytes());
+    hash.update(b"\n");
+    let mut reader = Hashing { inner: file, hash };
+    let summary = load::read(name, &mut reader, table, opts, each).map_err(|p| p.to_string())?;
+    // The id covers the whole file, also what follows a stop.
+    std::io::copy(&mut reader, &mut std::io::sink()).map_err(|e| format!("{name}: cannot read: {e}"))?;
+    Ok((summary, hex(&reader.hash.finalize()[..16])))
+}
+
+/// Checks the whole file (nothing is loaded from a file with a problem) in bounded memory:
+/// records are read and dropped; what stays is their count, columns and the load id.
 fn read_load_input(a: &LoadArgs) -> Result<LoadInput, String> {
     let name = a.file.display().to_string();
     let meta = std::fs::metadata(&a.file).map_err(|e| format!("{name}: cannot read: {e}"))?;
@@ -488,27 +535,35 @@ fn read_load_input(a: &LoadArgs) -> Result<LoadInput, String> {
             format!("{name}: cannot tell the format from the file name; pass --format jsonl or --format csv")
         })?,
     };
-    let bytes = std::fs::read(&a.file).map_err(|e| format!("{name}: cannot read: {e}"))?;
     let opts = load::Options {
         format,
         key: a.key.clone(),
         family: a.family.clone(),
         base64: a.base64.iter().cloned().collect(),
     };
-    let parsed = load::parse(&name, &bytes, &a.table, &opts).map_err(|p| format!("{p}\nnothing was loaded"))?;
-    let mut h = Sha256::new();
-    h.update(a.table.as_bytes());
-    h.update(b"\n");
-    h.update(&bytes);
-    let id = hex(&h.finalize()[..16]);
-    Ok(LoadInput { name, parsed, id, options: opts.describe() })
+    let (summary, id) = read_pass(&name, &a.file, &a.table, &opts, &mut |_| ControlFlow::Continue(()))
+        .map_err(|p| format!("{p}\nnothing was loaded"))?;
+    let options = opts.describe();
+    let (path, table, checked) = (a.file.clone(), a.table.clone(), (summary.records, id.clone()));
+    let reread_name = name.clone();
+    let records: Reread = Box::new(move |each| {
+        let changed = |what: String| {
+            format!("{reread_name} changed while it was loaded ({what}); load it again to load the new contents")
+        };
+        match read_pass(&reread_name, &path, &table, &opts, each) {
+            Ok((s, id)) if (s.records, &id) == (checked.0, &checked.1) => Ok(()),
+            Ok(_) => Err(changed("its contents differ from those checked".into())),
+            Err(e) => Err(changed(e)),
+        }
+    });
+    Ok(LoadInput { name, total: summary.records, columns: summary.columns, id, options, records })
 }
 
 /// Loads the records of `input` in batches (at most `--batch` records and
-/// [`load::MAX_BATCH_BYTES`] of JSON each) and says what was done.
+/// [`load::MAX_BATCH_BYTES`] of JSON each) and says what was done. The file is read as the
+/// batches go: at most one batch is held in memory.
 fn load_file(api: &impl Calls, a: &LoadArgs, input: LoadInput) -> Result<String, String> {
-    let LoadInput { name, parsed, id, options } = input;
-    let total = parsed.records.len() as u64;
+    let LoadInput { name, total, columns, id, options, records } = input;
     if total == 0 {
         return Ok(format!("nothing to load: {name} has no records"));
     }
@@ -520,7 +575,7 @@ fn load_file(api: &impl Calls, a: &LoadArgs, input: LoadInput) -> Result<String,
         total,
         options: options.clone(),
         again: a.again,
-        columns: parsed.columns.clone(),
+        columns,
     })?;
     match plan.state {
         LoadState::Done => {
@@ -547,36 +602,82 @@ fn load_file(api: &impl Calls, a: &LoadArgs, input: LoadInput) -> Result<String,
         indicatif::ProgressBar::hidden()
     };
     let started = Instant::now();
+    // Records read so far (the next one's index), the batch being filled and its JSON bytes.
+    let mut index = 0u64;
+    let mut batch: Vec<LoadRecord> = Vec::new();
+    let mut batch_bytes = 0usize;
     let mut done = plan.start;
     let mut batches = 0u64;
     let mut written = 0u64;
-    while done < total {
-        let end = batch_end(&parsed.sizes, done as usize, a.batch) as u64;
-        let batch = LoadBatch {
+    let mut failed: Option<String> = None;
+    let max_records = usize::try_from(a.batch).unwrap_or(usize::MAX).max(1);
+    // Sends the batch of records [done, done + len); false (and `failed`) if it did not land.
+    let mut send = |batch: &mut Vec<LoadRecord>, done: &mut u64, failed: &mut Option<String>| -> bool {
+        let end = *done + batch.len() as u64;
+        let request = LoadBatch {
             table: a.table.clone(),
             id: plan.id.clone(),
             file: file.clone(),
             options: options.clone(),
-            start: done,
+            start: *done,
             total,
-            records: parsed.records[done as usize..end as usize].to_vec(),
+            records: std::mem::take(batch),
         };
-        let progress = api.call::<ep::Load>(batch).map_err(|e| {
-            bar.abandon();
-            format!("{e}\n{}; run the same command again to resume", loaded_so_far(done, total, &name))
-        })?;
-        done = progress.done.max(end);
-        written += progress.written;
-        bar.set_position(done);
-        batches += 1;
-        if stop_after == Some(batches) && done < total {
-            bar.abandon();
-            return Err(format!(
-                "stopped after {} ({STOP_AFTER_ENV}); {}",
-                plural(batches, "batch", "batches"),
-                loaded_so_far(done, total, &name)
-            ));
+        match api.call::<ep::Load>(request) {
+            Ok(progress) => {
+                *done = progress.done.max(end);
+                written += progress.written;
+                bar.set_position(*done);
+                batches += 1;
+                if stop_after == Some(batches) && *done < total {
+                    *failed = Some(format!(
+                        "stopped after {} ({STOP_AFTER_ENV}); {}",
+                        plural(batches, "batch", "batches"),
+                        loaded_so_far(*done, total, &name)
+                    ));
+                    return false;
+                }
+                true
+            }
+            Err(e) => {
+                *failed =
+                    Some(format!("{e}\n{}; run the same command again to resume", loaded_so_far(*done, total, &name)));
+                false
+            }
         }
+    };
+    let reread = records(&mut |r| {
+        let i = index;
+        index += 1;
+        // Records before the checkpoint are loaded already; a batch may also have been taken
+        // further by another run of this load.
+        if i < done {
+            return ControlFlow::Continue(());
+        }
+        if !batch.is_empty() && (batch.len() >= max_records || batch_bytes + r.size > load::MAX_BATCH_BYTES) {
+            batch_bytes = 0;
+            if !send(&mut batch, &mut done, &mut failed) {
+                return ControlFlow::Break(());
+            }
+            if i < done {
+                return ControlFlow::Continue(());
+            }
+        }
+        batch_bytes += r.size;
+        batch.push(r.record);
+        ControlFlow::Continue(())
+    });
+    if failed.is_none() && !batch.is_empty() {
+        send(&mut batch, &mut done, &mut failed);
+    }
+    report_peak_rss();
+    if let Some(f) = failed {
+        bar.abandon();
+        return Err(f);
+    }
+    if let Err(e) = reread {
+        bar.abandon();
+        return Err(format!("{e}\n{}", loaded_so_far(done, total, &name)));
     }
     bar.finish_and_clear();
     let secs = started.elapsed().as_secs_f64();
@@ -589,22 +690,22 @@ fn load_file(api: &impl Calls, a: &LoadArgs, input: LoadInput) -> Result<String,
     Ok(out)
 }
 
+/// With `PERCOLATOR_LOAD_PEAK_RSS` set (tests), prints the process's peak resident set size
+/// (`VmHWM` of `/proc/self/status`) to stderr: how the bounded memory of a load is checked.
+fn report_peak_rss() {
+    if std::env::var_os("PERCOLATOR_LOAD_PEAK_RSS").is_none() {
+        return;
+    }
+    if let Ok(status) = std::fs::read_to_string("/proc/self/status")
+        && let Some(kb) = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))
+    {
+        eprintln!("peak RSS: {}", kb.trim());
+    }
+}
+
 /// `loaded so far: 4 of 7 records of f.jsonl`.
 fn loaded_so_far(done: u64, total: u64, name: &str) -> String {
     format!("loaded so far: {done} of {} of {name}", plural(total, "record", "records"))
-}
-
-/// The end of the batch starting at record `start`: at most `max_records` records, and no more
-/// than [`load::MAX_BATCH_BYTES`] of JSON unless a single record is larger.
-fn batch_end(sizes: &[usize], start: usize, max_records: u64) -> usize {
-    let max_end = start.saturating_add(usize::try_from(max_records).unwrap_or(usize::MAX)).min(sizes.len());
-    let mut end = start;
-    let mut bytes = 0usize;
-    while end < max_end && (end == start || bytes + sizes[end] <= load::MAX_BATCH_BYTES) {
-        bytes += sizes[end];
-        end += 1;
-    }
-    end
 }
 
 /// Aligns columns (the last one is not padded).
@@ -903,18 +1004,6 @@ mod tests {
         assert!(text.contains("s.redb: 1 pending notification, 0 dead letters\n"), "{text}");
     }
 
-    #[test]
-    fn batches_are_cut_by_records_and_by_bytes() {
-        let mb = 1 << 20;
-        assert_eq!(batch_end(&[10; 7], 0, 3), 3);
-        assert_eq!(batch_end(&[10; 7], 6, 3), 7);
-        assert_eq!(batch_end(&[3 * mb; 5], 0, 200), 2);
-        assert_eq!(batch_end(&[4 * mb, 4 * mb, 1], 0, 200), 2);
-        // A record larger than a batch goes alone.
-        assert_eq!(batch_end(&[20 * mb, 1, 1], 0, 200), 1);
-        assert_eq!(batch_end(&[1, 20 * mb, 1], 0, 200), 1);
-    }
-
     /// The store, where another run of the same load writes each batch just before this one.
     struct Racing {
         cx: percolator_server::ops::Context,
@@ -960,7 +1049,24 @@ mod tests {
             base64: Default::default(),
         };
         let parsed = load::parse("f.jsonl", src, "t", &opts).unwrap();
-        let input = LoadInput { name: "f.jsonl".into(), parsed, id: "0".repeat(32), options: opts.describe() };
+        let (total, columns) = (parsed.records.len() as u64, parsed.columns.clone());
+        let records = std::sync::Mutex::new(parsed.records);
+        let input = LoadInput {
+            name: "f.jsonl".into(),
+            total,
+            columns,
+            id: "0".repeat(32),
+            options: opts.describe(),
+            records: Box::new(move |each| {
+                for (i, record) in records.lock().unwrap().iter().enumerate() {
+                    let size = serde_json::to_vec(record).unwrap().len();
+                    if each(load::Read1 { line: i as u64 + 1, record: record.clone(), size }).is_break() {
+                        break;
+                    }
+                }
+                Ok(())
+            }),
+        };
         let out = load_file(&Racing { cx }, &args, input).unwrap();
         assert!(out.starts_with("loaded 1 record into t in "), "{out}");
         assert!(out.ends_with(" s (2 more were written meanwhile by another run of this load)"), "{out}");
