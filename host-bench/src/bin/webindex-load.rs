@@ -13,7 +13,8 @@
 //! - bytes written per page: row key, column and value of every committed cell version
 //!   (counted in the backend, acks and every table included; deletions count row key and
 //!   column), and input bytes (URL, HTML, PageRank) for scale;
-//! - the redb file's size at the fixed point over the input's size;
+//! - the redb file's size at the fixed point over the input's size, with old versions collected
+//!   every second during the load (`--no-gc`: never);
 //! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
 //!   linking to it (a new anchor), each from an idle pipeline to its fixed point again:
 //!   observer runs and bytes written. Each page is first updated once to a fixed version, so
@@ -30,7 +31,7 @@
 //!
 //! Options: `--pages N` (default 10000), `--seed S` (1), `--shape hubs|uniform` (hubs),
 //! `--guests DIR` (the components; default `target/guests`), `--config FILE` (whose
-//! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`. Prints
+//! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`, `--no-gc`. Prints
 //! `name value` lines; `#` lines are comments.
 
 use std::collections::BTreeMap;
@@ -173,6 +174,7 @@ struct Args {
     guests: PathBuf,
     config: PathBuf,
     check: bool,
+    no_gc: bool,
 }
 
 fn root() -> PathBuf {
@@ -187,6 +189,7 @@ fn parse_args() -> Res<Args> {
         guests: root().join("target/guests"),
         config: root().join("config/web-index.toml"),
         check: true,
+        no_gc: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -204,9 +207,10 @@ fn parse_args() -> Res<Args> {
             "--guests" => args.guests = PathBuf::from(value()?),
             "--config" => args.config = PathBuf::from(value()?),
             "--no-check" => args.check = false,
+            "--no-gc" => args.no_gc = true,
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (expected --pages, --seed, --shape, --guests, --config, --no-check)"
+                    "unknown argument {other:?} (expected --pages, --seed, --shape, --guests, --config, --no-check, --no-gc)"
                 )
                 .into());
             }
@@ -289,10 +293,21 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         args.shape, args.seed
     );
     println!("#   guests {}, bindings of {}", args.guests.display(), args.config.display());
-    println!("#   redb durability none, 2 scanner threads, {LOAD_BATCH} pages per load transaction");
+    println!(
+        "#   redb durability none, 2 scanner threads, {} observer workers, {LOAD_BATCH} pages per load transaction, gc {}",
+        config.observer_workers,
+        if args.no_gc { "off" } else { "every second" }
+    );
 
     // The load, with the pipeline running, to the fixed point.
-    let scanner = store.start_scanner(ScannerConfig { threads: config.scanner_threads, ..ScannerConfig::default() });
+    let scanner = store.start_scanner(ScannerConfig {
+        threads: config.scanner_threads,
+        workers: config.observer_workers,
+        ..ScannerConfig::default()
+    });
+    // Old versions collected as the load goes, as a host does (`[store] gc_interval_s`; every
+    // second here, for a load of minutes).
+    let gc = (!args.no_gc).then(|| store.start_gc(Duration::from_secs(1)));
     let before = store.metrics();
     let start = Instant::now();
     let list: Vec<_> = inputs.iter().collect();
@@ -314,6 +329,9 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let after = store.metrics();
     let bytes = counting.bytes.load(Ordering::Relaxed);
     let runs = after.observer_runs - before.observer_runs;
+    // No GC during the single-page updates below: their bytes written would count its
+    // deletions. (The load's bytes written include those of the passes during the load.)
+    drop(gc);
     let file = std::fs::metadata(&config.store_path)?.len();
     let figure = |name: &str, value: String| println!("webindex_load_{name} {value}");
     figure("pages", pages.to_string());
