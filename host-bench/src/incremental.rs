@@ -325,7 +325,7 @@ fn write_tables(store: &Store, tables: &Tables) -> Res<usize> {
 fn read_tables(store: &Store) -> Res<Tables> {
     let txn = store.begin()?;
     let mut tables = Tables::new();
-    for table in [schema::PAGES, schema::CLUSTERS, schema::INLINKS, schema::FWD, schema::INDEX] {
+    for table in [schema::PAGES, schema::CLUSTERS, schema::INLINKS, schema::PENDING, schema::INDEX] {
         let cells: batch::Table = txn
             .scan(table, b"", None, None, usize::MAX)?
             .into_iter()

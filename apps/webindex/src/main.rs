@@ -70,7 +70,29 @@ enum Command {
         /// Random seed (same seed, same crawl).
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// The link graph: `uniform` (every page a few inlinks) or `hubs` (a few pages linked
+        /// from most pages, power-law inlinks, as on documentation and news sites).
+        #[arg(long, value_enum, default_value_t = ShapeArg::Uniform)]
+        shape: ShapeArg,
     },
+}
+
+/// `--shape` of `sample-crawl`: [`webindex::crawl::Shape`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ShapeArg {
+    /// Links drawn uniformly.
+    Uniform,
+    /// Hubs linked from most pages, power-law inlinks.
+    Hubs,
+}
+
+impl From<ShapeArg> for webindex::crawl::Shape {
+    fn from(shape: ShapeArg) -> Self {
+        match shape {
+            ShapeArg::Uniform => webindex::crawl::Shape::Uniform,
+            ShapeArg::Hubs => webindex::crawl::Shape::Hubs,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -84,7 +106,7 @@ fn main() -> ExitCode {
         )
         .init();
     let result = match &cli.command {
-        Command::SampleCrawl { out, pages, seed } => sample_crawl(out, *pages, *seed),
+        Command::SampleCrawl { out, pages, seed, shape } => sample_crawl(out, *pages, *seed, (*shape).into()),
         Command::Query { words, limit } => route::connect(&cli.config, cli.url.as_deref(), false)
             .and_then(|route| print_query(&route, words, usize::try_from(*limit).unwrap_or(10))),
     };
@@ -233,10 +255,10 @@ fn title(route: &Route, url: &str) -> ApiResult<Option<String>> {
     }
 }
 
-fn sample_crawl(out: &Path, pages: u64, seed: u64) -> Result<ExitCode, String> {
+fn sample_crawl(out: &Path, pages: u64, seed: u64, shape: webindex::crawl::Shape) -> Result<ExitCode, String> {
     let pages = usize::try_from(pages).map_err(|_| format!("--pages {pages} is too many for this machine"))?;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: cannot create: {e}", out.display()))?;
-    let crawl = webindex::crawl::generate(seed, pages);
+    let crawl = webindex::crawl::generate_shaped(seed, pages, shape);
     let write = |file: &str, list: &[webindex::crawl::CrawlPage]| -> Result<PathBuf, String> {
         let path = out.join(file);
         let mut text = String::new();
@@ -282,5 +304,8 @@ mod tests {
         let e = parse(&["sample-crawl", "--out", "d", "--pages", "0"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         parse(&["query", "x", "--limit", "1"]).unwrap();
+        let e = parse(&["sample-crawl", "--out", "d", "--shape", "stars"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        parse(&["sample-crawl", "--out", "d", "--shape", "hubs"]).unwrap();
     }
 }

@@ -138,4 +138,12 @@ fn sample_crawl_writes_loadable_jsonl() {
     assert_eq!(sb.percolator(&["get", "pages", url, "raw:html"]), format!("{}\n", first["html"].as_str().unwrap()));
     let out = sb.webindex_run(&["sample-crawl", "--out", "c3", "--pages", "0"]);
     assert_eq!(out.status.code(), Some(2), "a usage error");
+    // The hub shape: another web from the same seed, as deterministic.
+    for dir in ["h1", "h2"] {
+        sb.webindex(&["sample-crawl", "--out", dir, "--pages", "12", "--seed", "2", "--shape", "hubs"]);
+    }
+    let hubs = std::fs::read_to_string(sb.path("h1/crawl.jsonl")).unwrap();
+    assert_eq!(hubs, std::fs::read_to_string(sb.path("h2/crawl.jsonl")).unwrap());
+    assert_eq!(hubs.lines().count(), 12);
+    assert_ne!(hubs, crawl);
 }

@@ -6,8 +6,9 @@
 //! - **fsync**: an answered commit survives power loss. percolator-store: redb `Immediate`
 //!   (one fsync per group commit); PostgreSQL: `fsync=on`, `synchronous_commit=on` (the
 //!   defaults; one WAL flush per group of commits); SQLite: WAL, `synchronous=FULL`.
-//! - **none**: no fsync. percolator-store: redb `None`; PostgreSQL: `fsync=off`,
-//!   `synchronous_commit=off`; SQLite: WAL, `synchronous=OFF`.
+//! - **none**: no fsync per commit. percolator-store: redb `None` (one group commit a second is
+//!   fsynced); PostgreSQL: `fsync=off`, `synchronous_commit=off`; SQLite: WAL,
+//!   `synchronous=OFF`.
 //!
 //! - percolator-store: C threads in this process, `Store::run` (its retry policy, with backoff).
 //! - PostgreSQL (Debian's, installed with apt-get if missing and this runs as root): a server

@@ -2,12 +2,13 @@
 //! `raw:*` inputs alone, the value the incremental pipeline must equal at its fixed point.
 //!
 //! It is written directly from the specification, one pass per observer (documents, clusters,
-//! inverted links, forwarding, export), with whole-table maps instead of diffs, so that it can
-//! serve as the oracle for the observers' tests.
+//! inverted links, forwarding, export), with whole-table maps and sums instead of diffs and
+//! deltas, so that it can serve as the oracle for the observers' tests.
 //!
 //! A table without cells is absent from the result ([`normalize`] makes any [`Tables`] so).
 //! The trigger columns (`link:dirty`, `export:dirty`) are weak-notify columns, which never
-//! hold a value, so they are not part of it either.
+//! hold a value, so they are not part of it either; nor is the `pending` table, which is
+//! empty at the fixed point.
 //!
 //! ```
 //! use std::collections::BTreeMap;
@@ -118,35 +119,42 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
         }
     }
 
-    // Forwarding half: a target's inlinks go to its canonical, or stay with it.
-    let mut forwarded: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    // Forwarding half: a target's inlinks go to its canonical, or stay with it; the terms of
+    // their anchors are counted there, exported or not.
+    let mut anchor_counts: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
     for (target, sources) in &inlinks {
         let dest = canonical.get(target).copied().unwrap_or(target);
-        let list: String = sources.iter().map(|(s, a)| format!("{s}\t{a}\n")).collect();
-        out.set_row(FWD, join_row(dest, target), FWD_ANCHORS, list);
         out.set(PAGES, target, FWD_TO, dest);
-        forwarded.entry(dest).or_default().extend(sources.values().map(String::as_str));
+        let counts = anchor_counts.entry(dest).or_default();
+        for anchors in sources.values() {
+            text::count_terms(counts, anchors);
+        }
+    }
+    for (dest, counts) in &anchor_counts {
+        if counts.is_empty() {
+            continue;
+        }
+        out.set_row(INDEX, length_row(dest), ANCHOR_COUNT, counts.values().sum::<u64>().to_string());
+        for (term, n) in counts {
+            out.set_row(INDEX, join_row(term, dest), ANCHOR_COUNT, n.to_string());
+        }
     }
 
-    // Exporter: canonical pages only; terms of title, text and every forwarded anchor, and the
-    // document's length (all its term occurrences) in the row of the empty term.
+    // Exporter: canonical pages only; terms of title and text, and the text's length (all its
+    // term occurrences, 0 when it has none) in the row of the empty term.
     for (url, doc) in &docs {
         if canonical.get(url) != Some(url) {
             continue;
         }
         let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-        let anchors = forwarded.get(url).into_iter().flatten();
-        for part in [doc.title.as_str(), doc.text.as_str()].into_iter().chain(anchors.copied()) {
-            for term in text::terms(part) {
-                *counts.entry(term).or_default() += 1;
-            }
-        }
+        text::count_terms(&mut counts, &doc.title);
+        text::count_terms(&mut counts, &doc.text);
+        out.set_row(INDEX, length_row(url), HIT_COUNT, counts.values().sum::<u64>().to_string());
         if counts.is_empty() {
             continue;
         }
         let list: String = counts.iter().map(|(t, n)| format!("{t}\t{n}\n")).collect();
         out.set(PAGES, url, EXPORT_TERMS, list);
-        out.set_row(INDEX, length_row(url), HIT_COUNT, counts.values().sum::<u64>().to_string());
         for (term, n) in &counts {
             out.set_row(INDEX, join_row(term, url), HIT_COUNT, n.to_string());
         }
@@ -295,21 +303,22 @@ mod tests {
         assert_eq!(get(&t, INLINKS, &format!("{A} {C}"), LINK_ANCHOR), Some("wild zebra"));
         assert_eq!(get(&t, INLINKS, &format!("{B} {C}"), LINK_ANCHOR), Some("mirror copy"));
         assert_eq!(t[INLINKS].len(), 2);
-        // B's inlinks go to its canonical A.
-        assert_eq!(get(&t, FWD, &format!("{A} {A}"), FWD_ANCHORS), Some(&*format!("{C}\twild zebra\n")));
-        assert_eq!(get(&t, FWD, &format!("{A} {B}"), FWD_ANCHORS), Some(&*format!("{C}\tmirror copy\n")));
+        // B's inlinks go to its canonical A: their anchors are counted there.
         assert_eq!(get(&t, PAGES, B, FWD_TO), Some(A));
         assert_eq!(get(&t, PAGES, A, FWD_TO), Some(A));
         assert_eq!(get(&t, PAGES, C, FWD_TO), None, "no inlinks, no forwarding");
-        // Only the canonical is exported, with the anchors of the whole cluster.
-        assert_eq!(
-            get(&t, PAGES, A, EXPORT_TERMS),
-            Some("copy\t1\nhorses\t1\nmirror\t1\nstriped\t1\nwild\t1\nzebra\t2\n")
-        );
-        assert_eq!(get(&t, INDEX, &format!("zebra {A}"), HIT_COUNT), Some("2"));
-        assert_eq!(get(&t, INDEX, &format!(" {A}"), HIT_COUNT), Some("7"), "A's length");
+        for term in ["wild", "zebra", "mirror", "copy"] {
+            assert_eq!(get(&t, INDEX, &format!("{term} {A}"), ANCHOR_COUNT), Some("1"), "{term}");
+        }
+        assert_eq!(get(&t, INDEX, &format!(" {A}"), ANCHOR_COUNT), Some("4"), "A's anchors' length");
+        assert_eq!(get(&t, INDEX, &format!("mirror {B}"), ANCHOR_COUNT), None);
+        // Only the canonical is exported, with its own title and text.
+        assert_eq!(get(&t, PAGES, A, EXPORT_TERMS), Some("horses\t1\nstriped\t1\nzebra\t1\n"));
+        assert_eq!(get(&t, INDEX, &format!("zebra {A}"), HIT_COUNT), Some("1"));
+        assert_eq!(get(&t, INDEX, &format!(" {A}"), HIT_COUNT), Some("3"), "A's text's length");
         assert_eq!(get(&t, INDEX, &format!(" {B}"), HIT_COUNT), None);
         assert_eq!(get(&t, INDEX, &format!(" {C}"), HIT_COUNT), Some("6"), "links wild zebra mirror copy mail");
+        assert_eq!(get(&t, INDEX, &format!(" {C}"), ANCHOR_COUNT), None, "no inlinks");
         assert_eq!(get(&t, PAGES, B, EXPORT_TERMS), None);
         assert_eq!(get(&t, INDEX, &format!("zebra {B}"), HIT_COUNT), None);
         assert_eq!(get(&t, INDEX, &format!("links {C}"), HIT_COUNT), Some("1"));
@@ -323,18 +332,22 @@ mod tests {
         let t = compute(&inputs(&[(A, Some(html), Some("1"))])).unwrap();
         let gone = "http://gone.example/x";
         assert_eq!(get(&t, PAGES, gone, FWD_TO), Some(gone));
-        assert_eq!(get(&t, FWD, &format!("{gone} {gone}"), FWD_ANCHORS), Some(&*format!("{A}\tlost page\n")));
+        assert_eq!(get(&t, INDEX, &format!("lost {gone}"), ANCHOR_COUNT), Some("1"), "anchors are counted");
         assert_eq!(get(&t, INDEX, &format!("lost {gone}"), HIT_COUNT), None, "not crawled, not exported");
+        assert_eq!(get(&t, INDEX, &format!(" {gone}"), HIT_COUNT), None);
     }
 
     #[test]
-    fn empty_anchors_still_make_an_inlink_and_empty_pages_export_nothing() {
+    fn empty_anchors_still_make_an_inlink_and_empty_pages_export_only_a_length() {
         let html = format!("<a href=\"{B}\"></a>");
         let t = compute(&inputs(&[(A, Some(&html), None)])).unwrap();
         assert_eq!(get(&t, INLINKS, &format!("{B} {A}"), LINK_ANCHOR), Some(""));
-        assert_eq!(get(&t, FWD, &format!("{B} {B}"), FWD_ANCHORS), Some(&*format!("{A}\t\n")));
+        assert_eq!(get(&t, PAGES, B, FWD_TO), Some(B));
         assert_eq!(get(&t, PAGES, A, EXPORT_TERMS), None);
-        assert!(!t.contains_key(INDEX), "tables without cells are absent");
+        // A is exported without terms (its length is 0); nothing is counted at B.
+        let index: Vec<(&[u8], &str)> = t[INDEX].keys().map(|(r, c)| (r.as_slice(), c.as_str())).collect();
+        assert_eq!(index, [(format!(" {A}").as_bytes(), HIT_COUNT)]);
+        assert_eq!(get(&t, INDEX, &format!(" {A}"), HIT_COUNT), Some("0"));
     }
 
     #[test]

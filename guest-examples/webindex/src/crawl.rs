@@ -20,6 +20,11 @@
 //!   become a duplicate of another page, PageRank-only changes that flip a cluster's canonical,
 //!   new links or re-targeted anchors (stale inverted links must disappear), and a few
 //!   unchanged pages.
+//!
+//! [`generate_shaped`] with [`Shape::Hubs`] makes the link graph of documentation and news
+//! sites instead: a few hub pages linked from most pages (a docs home, an API index, …), each
+//! site's home page linked from most of its pages, and the other links drawn with a power-law
+//! preference for a few popular pages — inlink counts from thousands down to none.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -55,9 +60,38 @@ impl Crawl {
     }
 }
 
-/// Generates a crawl of `pages` pages from `seed` (same arguments, same crawl).
+/// The link graph of a generated crawl.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Shape {
+    /// Links to pages drawn uniformly: every page has a few inlinks.
+    #[default]
+    Uniform,
+    /// Hubs: [`HUBS`] pages linked from most pages (the first one from about 85% of them),
+    /// each site's home page linked from 90% of the site's pages, and the other links drawn
+    /// with a power-law preference for the first pages generated (the `k`-th of `n` with
+    /// probability about `(k/n)^(-2/3)`, relative).
+    Hubs,
+}
+
+/// Global hubs of a [`Shape::Hubs`] crawl: its first pages, linked from 85%, 60%, 40% and 25%
+/// of the pages.
+pub const HUBS: usize = 4;
+
+/// How often a page of a [`Shape::Hubs`] crawl links to each global hub, in percent.
+const HUB_PERCENT: [usize; HUBS] = [85, 60, 40, 25];
+
+/// Navigation anchors (links to hubs and home pages).
+const NAV_ANCHORS: &[&str] = &["Home", "Documentation", "Docs home", "API reference", "User guide", "Index"];
+
+/// Generates a crawl of `pages` pages from `seed` (same arguments, same crawl), of the
+/// [`Shape::Uniform`] shape.
 pub fn generate(seed: u64, pages: usize) -> Crawl {
-    let mut g = Generator::new(seed, pages);
+    generate_shaped(seed, pages, Shape::Uniform)
+}
+
+/// Generates a crawl of `pages` pages of `shape` from `seed` (same arguments, same crawl).
+pub fn generate_shaped(seed: u64, pages: usize, shape: Shape) -> Crawl {
+    let mut g = Generator::new(seed, pages, shape);
     let first: Vec<CrawlPage> = (0..g.slots.len()).map(|i| g.page(i)).collect();
     let recrawls = (0..pages / 3).map(|_| g.recrawl()).collect();
     Crawl { pages: first, recrawls }
@@ -227,6 +261,9 @@ impl Vocabulary {
 
 struct Generator {
     rng: Rng,
+    shape: Shape,
+    /// The slot of each origin's home page (`/`).
+    homes: BTreeMap<String, usize>,
     vocabulary: Vocabulary,
     slots: Vec<Slot>,
     /// Current content of every slot.
@@ -239,7 +276,7 @@ struct Generator {
 }
 
 impl Generator {
-    fn new(seed: u64, pages: usize) -> Generator {
+    fn new(seed: u64, pages: usize, shape: Shape) -> Generator {
         let mut rng = Rng(seed ^ 0x5EED_C4A7_1DE0_0001);
         let hosts = pages / 25 + 2;
         let mut slots: Vec<Slot> = Vec::with_capacity(pages);
@@ -275,8 +312,12 @@ impl Generator {
                 }
             }
         }
+        let homes =
+            slots.iter().enumerate().filter(|(_, s)| s.path == "/").map(|(i, s)| (s.origin.clone(), i)).collect();
         let mut g = Generator {
             rng,
+            shape,
+            homes,
             vocabulary: Vocabulary::new(),
             content: Vec::with_capacity(slots.len()),
             body: Vec::with_capacity(slots.len()),
@@ -437,10 +478,46 @@ impl Generator {
         href
     }
 
-    /// 2–8 links of slot `i`.
+    /// A link target: any slot ([`Shape::Uniform`]), or one of the first slots far more often
+    /// than the others ([`Shape::Hubs`]).
+    fn target(&mut self) -> usize {
+        let n = self.slots.len();
+        match self.shape {
+            Shape::Uniform => self.rng.below(n),
+            Shape::Hubs => ((self.rng.unit().powi(3) * n as f64) as usize).min(n - 1),
+        }
+    }
+
+    /// The navigation links of slot `i` in a [`Shape::Hubs`] crawl: its site's home page and
+    /// the global hubs, each with a probability.
+    fn hub_links(&mut self, i: usize) -> Vec<Anchor> {
+        let mut out = Vec::new();
+        if self.shape != Shape::Hubs {
+            return out;
+        }
+        let mut targets = Vec::new();
+        if let Some(&home) = self.homes.get(&self.slots[i].origin)
+            && self.rng.chance(90)
+        {
+            targets.push(home);
+        }
+        for (hub, percent) in HUB_PERCENT.into_iter().enumerate() {
+            if hub < self.slots.len() && self.rng.chance(percent) {
+                targets.push(hub);
+            }
+        }
+        for t in targets.into_iter().filter(|&t| t != i) {
+            let text =
+                if self.rng.chance(35) { self.content[t].title.clone() } else { self.rng.word(NAV_ANCHORS).to_owned() };
+            out.push(Anchor { href: self.href(i, t), text });
+        }
+        out
+    }
+
+    /// 2–8 links of slot `i` (after its navigation links, for [`Shape::Hubs`]).
     fn links(&mut self, i: usize) -> Vec<Anchor> {
-        let n = self.rng.between(2, 8);
-        let mut links: Vec<Anchor> = Vec::with_capacity(n);
+        let mut links = self.hub_links(i);
+        let n = links.len() + self.rng.between(2, 8);
         let mut targets: Vec<usize> = Vec::new();
         while links.len() < n {
             let link = match self.rng.below(100) {
@@ -450,7 +527,7 @@ impl Generator {
                     Anchor { href: self.href(i, t), text: self.anchor_text(t) }
                 }
                 roll @ 0..80 => {
-                    let t = if roll >= 75 { i } else { self.rng.below(self.slots.len()) };
+                    let t = if roll >= 75 { i } else { self.target() };
                     targets.push(t);
                     Anchor { href: self.href(i, t), text: self.anchor_text(t) }
                 }
@@ -722,6 +799,37 @@ mod tests {
         let (html, pr) = &inputs[&last.url];
         assert_eq!(html.as_deref(), Some(last.html.as_bytes()));
         assert_eq!(pr.as_deref(), Some(last.pagerank.to_string().as_bytes()));
+    }
+
+    /// Distinct sources linking to each target among `pages` (first versions).
+    fn inlink_counts(pages: &[CrawlPage]) -> BTreeMap<String, usize> {
+        let mut sources: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+        for p in pages {
+            for link in html::parse(&p.url, &p.html).links {
+                sources.entry(link.target).or_default().insert(&p.url);
+            }
+        }
+        sources.into_iter().map(|(t, s)| (t, s.len())).collect()
+    }
+
+    #[test]
+    fn hub_crawls_have_a_few_pages_linked_from_most_pages() {
+        assert_eq!(generate_shaped(7, 300, Shape::Hubs), generate_shaped(7, 300, Shape::Hubs));
+        assert_eq!(generate_shaped(7, 300, Shape::Uniform), generate(7, 300));
+        let pages = 1000;
+        let crawl = generate_shaped(5, pages, Shape::Hubs);
+        assert_eq!(crawl.pages.len(), pages);
+        let urls: BTreeSet<&str> = crawl.pages.iter().map(|p| p.url.as_str()).collect();
+        let counts = inlink_counts(&crawl.pages);
+        let mut crawled: Vec<usize> = urls.iter().map(|u| counts.get(*u).copied().unwrap_or(0)).collect();
+        crawled.sort_unstable_by(|a, b| b.cmp(a));
+        // The first hub is linked from most pages, the next ones from fewer; the median page
+        // from very few: a power law, not the uniform crawl's few inlinks each.
+        assert!(crawled[0] > pages * 7 / 10, "{:?}", &crawled[..10]);
+        assert!(crawled[3] > pages / 5 && crawled[20] < pages / 5, "{:?}", &crawled[..25]);
+        assert!(crawled[pages / 2] <= 3, "median {}", crawled[pages / 2]);
+        let uniform = inlink_counts(&generate(5, pages).pages);
+        assert!(uniform.values().all(|&n| n < pages / 10), "the uniform crawl has no hub");
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! |---|---|---|---|
 //! | [`DocumentProcessor`] | `raw:html` | `doc:*` | `export:dirty` |
 //! | [`Clustering`] | `doc:hash`, `raw:pagerank` | `clusters/*`, `cluster:*` | `export:dirty` |
-//! | [`LinkInversion`] | `doc:links`; `link:dirty` (weak), `cluster:canonical` | `inlinks/*`, `link:out`, `fwd/*`, `fwd:to` | `link:dirty`, `export:dirty` |
-//! | [`Exporter`] | `export:dirty` (weak) | `index/*`, `export:terms` | |
+//! | [`LinkInversion`] | `doc:links`; `link:dirty` (weak), `cluster:canonical` | `inlinks/*`, `pending/*`, `link:out`; `fwd:to`, `index/*/anchor:count` | `link:dirty` |
+//! | [`Exporter`] | `export:dirty` (weak) | `index/*/hit:count`, `export:terms` | |
 //!
 //! The trigger columns `link:dirty` and `export:dirty` are weak-notify columns: never written,
 //! only notified with `Txn::notify_weak`, so runs that notify one popular page (a site's home
@@ -16,8 +16,8 @@
 //!
 //! Every observer works from whatever state it finds (a run may come before, after or between
 //! the runs it depends on), writes only what differs from the output it recorded before, and
-//! writes its serialization point (`canon:url`, `link:out`, `fwd:to`, `export:terms`) on
-//! every run that could change it, as the specification's invariants require. Bad input (an
+//! writes its serialization point (`canon:url` and `cluster:hash`, `link:out`, `fwd:to`,
+//! `export:terms`) on every run that could change it, as the specification's invariants require. Bad input (an
 //! unparsable `raw:pagerank`, a row key that is not a normalized URL; `raw:html` in any
 //! encoding is fine, see [`crate::charset`]) and unreadable values the pipeline wrote itself fail the run with [`Error::Failed`]
 //! naming the cell.

@@ -9,7 +9,8 @@
 //! idf(t)   = ln(1 + (N − n(t) + 0.5) / (n(t) + 0.5))
 //! ```
 //!
-//! with `tf(t,d)` the term's `hit:count`, `n(t)` its number of postings, `len(d)` the page's
+//! with `tf(t,d)` the term's `hit:count` plus `anchor:count` (title, text and the anchors
+//! forwarded to the page, one field), `n(t)` its number of postings, `len(d)` the page's
 //! length (all its term occurrences), `N`, `avglen` and `mean_pagerank` over the exported pages,
 //! and [`K1`], [`B`], [`PAGERANK_WEIGHT`] as `k1`, `b`, `w`. Hits are sorted by score, highest
 //! first, then by URL (bytewise), so equal scores come out in one order.
@@ -45,11 +46,13 @@
 //! assert!(hits[0].score > hits[1].score && hits[0].prior < hits[1].prior);
 //! ```
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use crate::batch::Tables;
-use crate::schema::{HIT_COUNT, INDEX, PAGES, RAW_PAGERANK, decode_count, length_range, prefix_range, split_row};
+use crate::schema::{
+    ANCHOR_COUNT, HIT_COUNT, INDEX, PAGES, RAW_PAGERANK, decode_count, length_range, prefix_range, split_row,
+};
 use crate::text;
 
 /// BM25's term-frequency saturation `k1`: the 2nd occurrence of a term adds less than the
@@ -89,8 +92,9 @@ impl Default for Params {
 
 /// One query term's postings: every exported page that has it, with its count.
 ///
-/// Read from `index/["<term> ", "<term>!")/hit:count` ([`prefix_range`] of the term): the row
-/// `"<term> <url>"` holds the count of the term in `url`.
+/// Read from `index/["<term> ", "<term>!")` ([`prefix_range`] of the term): the row
+/// `"<term> <url>"` holds the count of the term in `url`'s title and text (`hit:count`) and in
+/// the anchors forwarded to it (`anchor:count`); the posting's count is their sum.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Postings {
     /// The term.
@@ -103,7 +107,8 @@ pub struct Postings {
 /// What ranking needs of one page besides its postings.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Document {
-    /// All its term occurrences: `index/" <url>"/hit:count` ([`length_row`](crate::schema::length_row)).
+    /// All its term occurrences: `hit:count` plus `anchor:count` of `index/" <url>"`
+    /// ([`length_row`](crate::schema::length_row)).
     pub length: u64,
     /// Its `pages/<url>/raw:pagerank`, parsed ([`text::parse_pagerank`]); absent counts as 0.
     pub pagerank: f64,
@@ -261,9 +266,9 @@ pub type Cells = Vec<(Vec<u8>, Vec<u8>)>;
 /// Read access to the web index at one snapshot, as a client of the store has it.
 ///
 /// [`search`] reads, in this order: the postings of each term
-/// (`index/["<term> ", "<term>!")/hit:count`); only if some page has every term, the length of
-/// every exported page (`index/[" ", "!")/hit:count`, [`length_range`]) and the PageRank of each
-/// of them (`pages/<url>/raw:pagerank`, get-many). Read them all in one transaction, so that
+/// (`index/["<term> ", "<term>!")`, `hit:count` then `anchor:count`); only if some page has
+/// every term, the lengths (`index/[" ", "!")`, [`length_range`]: `hit:count`, whose rows are
+/// the exported pages, then `anchor:count`) and the PageRank of each exported page (`pages/<url>/raw:pagerank`, get-many). Read them all in one transaction, so that
 /// postings and lengths agree.
 pub trait Source {
     /// What a read fails with.
@@ -358,16 +363,35 @@ impl<E: std::error::Error + 'static> std::error::Error for SearchError<E> {
 /// has failed on it and says so).
 pub fn search<S: Source>(source: &S, terms: &[String], params: &Params) -> Result<Vec<Hit>, SearchError<S::Error>> {
     let mut postings = Vec::with_capacity(terms.len());
+    // Per term, the URLs with a text posting (`hit:count`): only exported pages have one.
+    let mut with_text = Vec::with_capacity(terms.len());
     for term in terms {
         let (start, end) = prefix_range(term);
-        postings.push(Postings { term: term.clone(), counts: read_counts(source, &start, &end)? });
+        let mut counts = read_counts(source, &start, &end, HIT_COUNT)?;
+        with_text.push(counts.keys().cloned().collect::<BTreeSet<String>>());
+        for (url, n) in read_counts(source, &start, &end, ANCHOR_COUNT)? {
+            let sum = counts.entry(url).or_default();
+            *sum = sum.saturating_add(n);
+        }
+        postings.push(Postings { term: term.clone(), counts });
+    }
+    if candidates(&postings).is_empty() {
+        return Ok(Vec::new());
+    }
+    let (start, end) = length_range();
+    // Exported pages are those with a text length; the anchors forwarded to them add to it.
+    let lengths = read_counts(source, &start, &end, HIT_COUNT)?;
+    let anchor_lengths = read_counts(source, &start, &end, ANCHOR_COUNT)?;
+    // Anchors are also counted for pages that are not exported (not crawled, or not
+    // canonical): such a posting is not the corpus's. A text posting without a length is
+    // kept, and reported as a missing length.
+    for (p, text) in postings.iter_mut().zip(&with_text) {
+        p.counts.retain(|url, _| lengths.contains_key(url) || text.contains(url));
     }
     let candidates = candidates(&postings);
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let (start, end) = length_range();
-    let lengths = read_counts(source, &start, &end)?;
     let rows: Vec<Vec<u8>> = lengths.keys().map(|url| url.as_bytes().to_vec()).collect();
     let pageranks = source.get_many(PAGES, &rows, RAW_PAGERANK).map_err(SearchError::Source)?;
     let all: BTreeMap<&str, Document> = lengths
@@ -375,6 +399,7 @@ pub fn search<S: Source>(source: &S, terms: &[String], params: &Params) -> Resul
         .zip(pageranks)
         .map(|((url, &length), pagerank)| {
             let pagerank = pagerank.and_then(|v| text::parse_pagerank(&v).ok()).unwrap_or(0.0);
+            let length = length.saturating_add(anchor_lengths.get(url).copied().unwrap_or(0));
             (url.as_str(), Document { length, pagerank })
         })
         .collect();
@@ -386,17 +411,18 @@ pub fn search<S: Source>(source: &S, terms: &[String], params: &Params) -> Resul
     })
 }
 
-/// The `index` rows `"<prefix> <url>"` in `[start, end)` as URL → `hit:count`.
+/// The `index` rows `"<prefix> <url>"` in `[start, end)` as URL → `column`'s count.
 fn read_counts<S: Source>(
     source: &S,
     start: &[u8],
     end: &[u8],
+    column: &str,
 ) -> Result<BTreeMap<String, u64>, SearchError<S::Error>> {
-    let cells = source.scan(INDEX, start, end, HIT_COUNT).map_err(SearchError::Source)?;
+    let cells = source.scan(INDEX, start, end, column).map_err(SearchError::Source)?;
     let mut out = BTreeMap::new();
     for (row, value) in cells {
         let bad = |message: String| SearchError::BadCell {
-            cell: format!("{INDEX}/{}/{HIT_COUNT}", String::from_utf8_lossy(&row)),
+            cell: format!("{INDEX}/{}/{column}", String::from_utf8_lossy(&row)),
             message,
         };
         let Some((_, url)) = split_row(&row) else {
@@ -636,6 +662,31 @@ mod tests {
         assert!(search(&t, &query_terms("cat cats"), &Params::DEFAULT).unwrap().is_empty());
         assert_eq!(urls(&search(&t, &query_terms("cats"), &Params::DEFAULT).unwrap()), ["u:c"]);
         assert!(search(&t, &[], &Params::DEFAULT).unwrap().is_empty());
+    }
+
+    #[test]
+    fn anchor_counts_add_to_exported_pages_only() {
+        let t = tables(&[
+            (INDEX, " u:a", HIT_COUNT, "10"),
+            (INDEX, " u:a", ANCHOR_COUNT, "6"),
+            (INDEX, " u:b", HIT_COUNT, "0"),
+            (INDEX, " u:b", ANCHOR_COUNT, "4"),
+            (INDEX, " u:gone", ANCHOR_COUNT, "2"),
+            (INDEX, "cat u:a", HIT_COUNT, "1"),
+            (INDEX, "cat u:a", ANCHOR_COUNT, "2"),
+            (INDEX, "cat u:b", ANCHOR_COUNT, "1"),
+            (INDEX, "cat u:gone", ANCHOR_COUNT, "5"),
+        ]);
+        let hits = search(&t, &query_terms("cat"), &Params::DEFAULT).unwrap();
+        // u:gone is not exported (no text length): neither a hit nor part of the corpus.
+        let corpus = Corpus { documents: 2, average_length: 10.0, mean_pagerank: 0.0 };
+        let postings = [term("cat", &[("u:a", 3), ("u:b", 1)])];
+        let documents = docs(&[("u:a", 16, 0.0), ("u:b", 4, 0.0)]);
+        assert_eq!(hits, rank(&postings, &documents, &corpus, &Params::DEFAULT).unwrap());
+        assert_eq!(urls(&hits), ["u:a", "u:b"]);
+        let err = search(&tables(&[(INDEX, "cat u:a", ANCHOR_COUNT, "x")]), &query_terms("cat"), &Params::DEFAULT)
+            .unwrap_err();
+        assert_eq!(err.to_string(), "index/cat u:a/anchor:count: \"x\" is not a decimal count");
     }
 
     #[test]

@@ -15,8 +15,8 @@ pub const PAGES: &str = "pages";
 pub const CLUSTERS: &str = "clusters";
 /// Inverted links, `"<target> <source>"`.
 pub const INLINKS: &str = "inlinks";
-/// Inlinks forwarded to canonical pages, `"<canonical> <target>"`.
-pub const FWD: &str = "fwd";
+/// Inlink changes not yet forwarded, `"<target> <source>"`.
+pub const PENDING: &str = "pending";
 /// The inverted index, `"<term> <url>"`.
 pub const INDEX: &str = "index";
 
@@ -52,10 +52,14 @@ pub const MEMBER_PAGERANK: &str = "member:pagerank";
 pub const CANON_URL: &str = "canon:url";
 /// Anchors of source → target (in `inlinks`).
 pub const LINK_ANCHOR: &str = "link:anchor";
-/// Forwarded inlinks (in `fwd`).
-pub const FWD_ANCHORS: &str = "fwd:anchors";
-/// Occurrences of a term (in `index`); in a [`length_row`], the document's length.
+/// What an inlink was when it was last forwarded (in `pending`): [`encode_was`].
+pub const LINK_WAS: &str = "link:was";
+/// Occurrences of a term in the exported document's title and text (in `index`); in a
+/// [`length_row`], all of them: present exactly for exported documents.
 pub const HIT_COUNT: &str = "hit:count";
+/// Occurrences of a term in the anchors forwarded to a URL (in `index`); in a [`length_row`],
+/// all of them. Kept for every URL that inlinks are forwarded to, exported or not.
+pub const ANCHOR_COUNT: &str = "anchor:count";
 
 /// The row key `"a b"`.
 pub fn join_row(a: &str, b: &str) -> Vec<u8> {
@@ -75,8 +79,10 @@ pub fn prefix_range(a: &str) -> (Vec<u8>, Vec<u8>) {
     (start, end)
 }
 
-/// The `index` row holding the length of the exported document `url` in `hit:count`: the
-/// number of its term occurrences, all terms together (the sum of its `export:terms` counts).
+/// The `index` row holding the lengths of `url`: in `hit:count`, the number of term occurrences
+/// of its title and text, all terms together (the sum of its `export:terms` counts; present
+/// exactly when `url` is exported), and in `anchor:count`, those of the anchors forwarded to it
+/// (present when there are any). A document's length for ranking is their sum.
 ///
 /// It is the row of the empty term, `" <url>"`. No term is empty (terms have at least
 /// [`MIN_TERM_CHARS`](crate::text::MIN_TERM_CHARS) characters), so these rows are never a
@@ -166,22 +172,28 @@ pub fn decode_list(value: &str) -> Result<Vec<&str>, String> {
     lines(value).map(Iterator::collect)
 }
 
-/// `fwd:anchors`: `source\tanchors\n` per inlink, in the order given (callers give them sorted
-/// by source; `anchors` is the `inlinks` row's `link:anchor`).
-pub fn encode_fwd<'a>(inlinks: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
-    let mut out = String::new();
-    for (source, anchors) in inlinks {
-        out.push_str(source);
-        out.push('\t');
-        out.push_str(anchors);
-        out.push('\n');
+/// `link:was`: an inlink's `link:anchor` as it was when last forwarded — `+` then the anchors
+/// if the row existed, `-` if it did not.
+///
+/// ```
+/// use webindex::schema::{decode_was, encode_was};
+/// assert_eq!(encode_was(Some("docs home")), "+docs home");
+/// assert_eq!(decode_was(&encode_was(None)), Ok(None));
+/// ```
+pub fn encode_was(anchors: Option<&str>) -> String {
+    match anchors {
+        Some(a) => format!("+{a}"),
+        None => "-".to_owned(),
     }
-    out
 }
 
-/// Reads an [`encode_fwd`] value: (source, anchors) pairs.
-pub fn decode_fwd(value: &str) -> Result<Vec<(&str, &str)>, String> {
-    pairs(value)?.collect()
+/// Reads an [`encode_was`] value.
+pub fn decode_was(value: &str) -> Result<Option<&str>, String> {
+    match value.strip_prefix('+') {
+        Some(anchors) => Ok(Some(anchors)),
+        None if value == "-" => Ok(None),
+        None => Err(format!("{value:?} is neither \"-\" nor \"+\" followed by anchors")),
+    }
 }
 
 /// `export:terms`: `term\tcount\n` per term, sorted by term.
@@ -293,15 +305,17 @@ mod tests {
     }
 
     #[test]
-    fn lists_fwd_and_term_counts_round_trip() {
+    fn lists_was_and_term_counts_round_trip() {
         assert_eq!(encode_list(["a", "b"]), "a\nb\n");
         assert_eq!(decode_list("a\nb\n"), Ok(vec!["a", "b"]));
         assert_eq!(decode_list(""), Ok(vec![]));
         assert!(decode_list("a\nb").is_err());
 
-        let fwd = encode_fwd([("s:1", "x y"), ("s:2", "")]);
-        assert_eq!(fwd, "s:1\tx y\ns:2\t\n");
-        assert_eq!(decode_fwd(&fwd), Ok(vec![("s:1", "x y"), ("s:2", "")]));
+        assert_eq!(encode_was(Some("")), "+");
+        assert_eq!(decode_was("+"), Ok(Some("")));
+        assert_eq!(decode_was("+a\tb"), Ok(Some("a\tb")));
+        assert_eq!(decode_was("-"), Ok(None));
+        assert!(decode_was("").is_err() && decode_was("--").is_err() && decode_was("x").is_err());
 
         let counts: BTreeMap<String, u64> = [("cat".to_owned(), 2), ("dog".to_owned(), 10)].into();
         let encoded = encode_term_counts(&counts);

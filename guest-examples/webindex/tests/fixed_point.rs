@@ -22,12 +22,12 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use percolator_guest::mem::{MemStore, MemTxn};
 use percolator_guest::{Cell, Notification, Observer, Result, Txn};
 use webindex::batch::{self, Inputs, Table, Tables};
-use webindex::crawl::{self, Crawl, Rng};
+use webindex::crawl::{self, Crawl, Rng, Shape};
 use webindex::observers::{Clustering, DocumentProcessor, Exporter, LinkInversion};
 use webindex::schema::*;
 
-/// Every table the pipeline writes.
-const TABLES: [&str; 5] = [PAGES, CLUSTERS, INLINKS, FWD, INDEX];
+/// Every table the pipeline writes (`pending` is empty at the fixed point).
+const TABLES: [&str; 5] = [PAGES, CLUSTERS, INLINKS, PENDING, INDEX];
 /// The weak-notify columns (`notify = "weak"` in config/web-index.toml): never written.
 const WEAK: [&str; 2] = [LINK_DIRTY, EXPORT_DIRTY];
 /// Runs after which the driver gives up: the pipeline does not settle.
@@ -161,6 +161,9 @@ struct Stats {
     ack_conflicts: usize,
     /// Runs whose commit failed on a write-write conflict.
     write_conflicts: usize,
+    /// Bytes the committed runs wrote: row key, column and value of every cell set, row key
+    /// and column of every cell deleted.
+    bytes: usize,
 }
 
 /// The host, in miniature.
@@ -176,6 +179,8 @@ struct Driver {
     /// Commit timestamp of the newest committed run of each strongly bound cell: the host's
     /// ack, which an overlapping run of the same binding and row conflicts on.
     acks: BTreeMap<Cell, u64>,
+    /// Deliver one weak notification in four a second time.
+    repeats: bool,
     stats: Stats,
 }
 
@@ -192,6 +197,7 @@ impl Driver {
             queued: BTreeSet::new(),
             running: Vec::new(),
             acks: BTreeMap::new(),
+            repeats: true,
             stats: Stats::default(),
         }
     }
@@ -208,12 +214,15 @@ impl Driver {
         let written: Vec<Cell> = txn.buffered().keys().cloned().collect();
         let notified: Vec<Cell> = txn.buffered_weak().iter().cloned().collect();
         assert!(written.iter().all(|c| !Bound::weak(&c.column)), "weak-notify columns are never written");
+        let bytes: usize =
+            txn.buffered().iter().map(|(c, v)| c.row.len() + c.column.len() + v.as_ref().map_or(0, Vec::len)).sum();
         let ts = txn.commit()?;
+        self.stats.bytes += bytes;
         for cell in written {
             self.enqueue(cell, 1);
         }
         for cell in notified {
-            if self.rng.below(4) == 0 {
+            if self.repeats && self.rng.below(4) == 0 {
                 // A second delivery, outside the collapsing: it may run concurrently with the
                 // first, or after it as a repeat.
                 self.stats.repeats += 1;
@@ -258,6 +267,11 @@ impl Driver {
             }
         }
         let (cell, attempt) = self.queue.swap_remove(pick);
+        self.run(cell, attempt);
+    }
+
+    /// Begins a run of the notification of `cell`, taken off the queue.
+    fn run(&mut self, cell: Cell, attempt: u32) {
         self.queued.remove(&cell);
         let bound = Bound::of(&cell.table, &cell.column).expect("only bound cells are queued");
         let n = if Bound::weak(&cell.column) {
@@ -340,6 +354,25 @@ impl Driver {
         }
     }
 
+    /// Writes `html` as `url`'s `raw:html`, then runs the notifications one at a time, oldest
+    /// first, each committed before the next begins, until none is left: the same state gives
+    /// the same runs. Returns the runs and the bytes they wrote.
+    fn update(&mut self, url: &str, html: &str) -> (usize, usize) {
+        assert!(self.running.is_empty() && self.queue.is_empty(), "at a fixed point");
+        let (runs, bytes) = (self.stats.runs, self.stats.bytes);
+        let record =
+            Record { url: url.to_owned(), html: Change::Set(html.as_bytes().to_vec()), pagerank: Change::Keep };
+        self.load(&record);
+        while !self.queue.is_empty() {
+            let (cell, attempt) = self.queue.remove(0);
+            self.run(cell, attempt);
+            if !self.running.is_empty() {
+                self.finish();
+            }
+        }
+        (self.stats.runs - runs, self.stats.bytes - bytes)
+    }
+
     /// Every table's cells; tables without cells absent. (The trigger columns hold no values:
     /// they are weak-notify.)
     fn tables(&self) -> Tables {
@@ -401,8 +434,83 @@ fn the_order_of_loading_and_running_does_not_matter() {
     assert_eq!(inputs, crawl.inputs());
     let expected = batch::compute(&inputs).expect("generated inputs are valid");
     assert_same(&expected, &first, "crawl seed 42");
-    for table in TABLES {
+    for table in TABLES.into_iter().filter(|t| *t != PENDING) {
         assert!(expected.get(table).is_some_and(|t| !t.is_empty()), "{table} is exercised");
+    }
+}
+
+#[test]
+fn a_hub_crawl_reaches_the_batch_result() {
+    for seed in 0..4 {
+        let crawl = crawl::generate_shaped(seed, 150, Shape::Hubs);
+        let schedule =
+            Schedule { seed: seed * 104_729 + 3, in_flight: [2, 6][seed as usize % 2], deletions: seed >= 2 };
+        let (actual, inputs, stats) = run(&crawl, schedule);
+        let expected = batch::compute(&inputs).expect("generated inputs are valid");
+        assert_same(&expected, &actual, &format!("hub crawl seed {seed}, {schedule:?}"));
+        assert!(stats.write_conflicts > 0, "{stats:?}");
+    }
+}
+
+/// A page that links to the crawl's first hub, which the generator never makes.
+const PROBE: &str = "http://probe.example/leaf.html";
+
+/// The hub's HTML, version `v`: the same size whatever the crawl.
+fn hub_html(v: u32) -> String {
+    format!(
+        "<title>Documentation hub {v}</title><p>Version {v} of the index of every guide and reference.</p>\
+         <a href=\"/guide/v{v}.html\">Guide {v}</a> <a href=\"http://probe.example/\">Probe home</a>"
+    )
+}
+
+/// The probe page's HTML, version `v`: a link to `hub` with an anchor that changes.
+fn probe_html(hub: &str, v: u32) -> String {
+    format!(
+        "<title>Probe {v}</title><p>A leaf page about storage engines, version {v}.</p>\
+         <a href=\"{hub}\">storage guide {v}</a> <a href=\"/\">home</a>"
+    )
+}
+
+/// Observer runs and bytes written by one update of the crawl's first hub and one of a leaf
+/// page linking to it, in a hub crawl of `pages` pages at its fixed point.
+fn update_costs(pages: usize) -> [(usize, usize); 2] {
+    let crawl = crawl::generate_shaped(7, pages, Shape::Hubs);
+    let hub = crawl.pages[0].url.clone();
+    let mut records = records(&crawl, &mut Rng(1), false);
+    let probe =
+        Record { url: PROBE.to_owned(), html: Change::Set(probe_html(&hub, 0).into_bytes()), pagerank: Change::Keep };
+    records.insert(PROBE.to_owned(), [probe].into());
+    let mut driver = Driver::new(11);
+    driver.drive(records, 3);
+    driver.repeats = false;
+    // First versions of our own, so that the measured updates change the same bytes.
+    driver.update(&hub, &hub_html(1));
+    driver.update(PROBE, &probe_html(&hub, 1));
+    let inlinks = driver
+        .store
+        .cells(INLINKS)
+        .into_iter()
+        .filter(|(c, _)| c.row.starts_with(format!("{hub} ").as_bytes()))
+        .count();
+    assert!(inlinks > pages / 2, "{hub} has {inlinks} inlinks of {pages} pages");
+    let costs = [driver.update(&hub, &hub_html(2)), driver.update(PROBE, &probe_html(&hub, 2))];
+    let mut inputs = crawl.inputs();
+    inputs.insert(hub.clone(), (Some(hub_html(2).into_bytes()), inputs[&hub].1.clone()));
+    inputs.insert(PROBE.to_owned(), (Some(probe_html(&hub, 2).into_bytes()), None));
+    assert_same(&batch::compute(&inputs).unwrap(), &driver.tables(), &format!("hub crawl of {pages} pages, updated"));
+    costs
+}
+
+#[test]
+fn an_update_of_a_hub_or_a_leaf_costs_the_same_whatever_the_hub_inlinks() {
+    let small = update_costs(200);
+    let large = update_costs(400);
+    for (what, (s, l)) in ["hub", "leaf"].into_iter().zip(small.into_iter().zip(large)) {
+        eprintln!("{what} update: 200 pages {s:?}, 400 pages {l:?} (runs, bytes)");
+        assert_eq!(s.0, l.0, "{what} update: observer runs");
+        // Row keys hold the hub's URL, which may be a digit longer in the larger crawl.
+        assert!(l.1.abs_diff(s.1) <= 32, "{what} update: {} bytes with 200 pages, {} with 400", s.1, l.1);
+        assert!(s.1 < 4_000, "{what} update: {} bytes", s.1);
     }
 }
 

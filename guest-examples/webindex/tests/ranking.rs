@@ -24,14 +24,25 @@ fn page_cell<'t>(t: &'t Tables, url: &str, column: &str) -> Option<&'t str> {
     Some(std::str::from_utf8(value).unwrap())
 }
 
-/// Every exported page: URL → (its terms from `export:terms`, its PageRank).
+/// Every exported page (its own canonical): URL → (its terms: `export:terms` plus those of the
+/// anchors of every inlink forwarded to it, `inlinks` and `fwd:to`; its PageRank).
 fn exported(t: &Tables) -> BTreeMap<String, (BTreeMap<String, u64>, f64)> {
+    let mut anchors: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    for ((row, column), value) in &t[INLINKS] {
+        assert_eq!(column, LINK_ANCHOR);
+        let (target, _) = split_row(row).unwrap();
+        let dest = page_cell(t, target, FWD_TO).unwrap();
+        text::count_terms(anchors.entry(dest).or_default(), std::str::from_utf8(value).unwrap());
+    }
     t[PAGES]
         .iter()
-        .filter(|((_, column), _)| column == EXPORT_TERMS)
-        .map(|((row, _), value)| {
+        .filter(|((row, column), value)| column == CLUSTER_CANONICAL && row == *value)
+        .map(|((row, _), _)| {
             let url = String::from_utf8(row.clone()).unwrap();
-            let terms = decode_term_counts(std::str::from_utf8(value).unwrap()).unwrap();
+            let mut terms = decode_term_counts(page_cell(t, &url, EXPORT_TERMS).unwrap_or_default()).unwrap();
+            for (term, n) in anchors.get(url.as_str()).into_iter().flatten() {
+                *terms.entry(term.clone()).or_default() += n;
+            }
             let pagerank =
                 page_cell(t, &url, RAW_PAGERANK).map_or(0.0, |v| text::parse_pagerank(v.as_bytes()).unwrap());
             (url, (terms, pagerank))
@@ -90,16 +101,22 @@ fn crawl_queries_match_a_reference_ranking_from_export_terms() {
     for seed in [3, 17, 42] {
         let tables = batch::compute(&crawl::generate(seed, 300).inputs()).unwrap();
         let pages = exported(&tables);
-        // The length rows are the sums of export:terms, one per exported page.
+        // The length rows' hit:count and anchor:count add up to the terms, one per exported
+        // page (anchor:count alone for other destinations of inlinks).
         let (start, end) = length_range();
-        let lengths: BTreeMap<&[u8], &[u8]> = tables[INDEX]
-            .range((start, String::new())..(end, String::new()))
-            .map(|((row, _), value)| (&row[1..], value.as_slice()))
-            .collect();
-        assert_eq!(lengths.len(), pages.len());
+        let mut lengths: BTreeMap<&[u8], (Option<u64>, u64)> = BTreeMap::new();
+        for ((row, column), value) in tables[INDEX].range((start, String::new())..(end, String::new())) {
+            let n: u64 = std::str::from_utf8(value).unwrap().parse().unwrap();
+            let entry = lengths.entry(&row[1..]).or_default();
+            match column.as_str() {
+                HIT_COUNT => entry.0 = Some(n),
+                _ => entry.1 = n,
+            }
+        }
+        assert_eq!(lengths.values().filter(|(hit, _)| hit.is_some()).count(), pages.len());
         for (url, (terms, _)) in &pages {
-            let sum = terms.values().sum::<u64>().to_string();
-            assert_eq!(lengths[url.as_bytes()], sum.as_bytes(), "length of {url}");
+            let (hit, anchors) = lengths[url.as_bytes()];
+            assert_eq!(hit.unwrap() + anchors, terms.values().sum::<u64>(), "length of {url}");
         }
         for query in QUERIES {
             let hits = search(&tables, query);

@@ -23,6 +23,11 @@ use crate::text::{canonical_order, parse_pagerank};
 /// gets it, and a weak notification of its `export:dirty`. A page without `doc:hash` loses
 /// `cluster:hash` and `cluster:canonical` (notifying `export:dirty` if it had one).
 ///
+/// `cluster:hash` is written on every run (set, or deleted even when absent), so that two runs
+/// on one page conflict: its two bindings (`doc:hash`, `raw:pagerank`) have separate acks, and
+/// without it a run that saw the page's old `doc:hash` could register it in a cluster after a
+/// concurrent run that saw the hash deleted had found nothing to do.
+///
 /// An unparsable `raw:pagerank` fails the run naming the cell, whether or not the page has a
 /// `doc:hash`; absent counts as 0.
 ///
@@ -58,15 +63,15 @@ impl Observer for Clustering {
                 if txn.get(CLUSTERS, &member, MEMBER_PAGERANK)?.as_deref() != Some(pagerank.as_bytes()) {
                     txn.set_str(CLUSTERS, &member, MEMBER_PAGERANK, pagerank)?;
                 }
-                if registered != Some(h) {
-                    txn.set_str(PAGES, row, CLUSTER_HASH, h)?;
-                }
+                // Written on every run, like the deletion below: the page's runs serialize on
+                // it (its two bindings have separate acks).
+                txn.set_str(PAGES, row, CLUSTER_HASH, h)?;
                 settle(txn, h)?;
             }
             None => {
-                if registered.is_some() {
-                    txn.delete(PAGES, row, CLUSTER_HASH)?;
-                }
+                // Even when absent: a concurrent run that still saw a hash (the other binding's)
+                // must conflict with this one rather than register the page after it.
+                txn.delete(PAGES, row, CLUSTER_HASH)?;
                 if canonical.is_some() {
                     txn.delete(PAGES, row, CLUSTER_CANONICAL)?;
                     notify(txn, url, EXPORT_DIRTY)?;
@@ -198,23 +203,42 @@ mod tests {
     }
 
     #[test]
-    fn nothing_to_do_without_a_hash() {
+    fn without_a_hash_only_cluster_hash_is_written() {
         let store = store();
         store.put(PAGES, "u:a", RAW_PAGERANK, "1");
         let mut txn = store.begin();
         Clustering::observe(&mut txn, &store.notification(PAGES, "u:a", RAW_PAGERANK)).unwrap();
-        assert!(txn.buffered().is_empty() && txn.buffered_weak().is_empty());
+        let written: Vec<(String, bool)> =
+            txn.buffered().iter().map(|(c, v)| (c.column.clone(), v.is_some())).collect();
+        assert_eq!(written, [(CLUSTER_HASH.to_owned(), false)], "deleted, though absent");
+        assert!(txn.buffered_weak().is_empty());
     }
 
     #[test]
-    fn every_run_writes_canon_url() {
+    fn every_run_writes_canon_url_and_cluster_hash() {
         let store = store();
         page(&store, "u:a", Some(H1), Some("1"));
         let mut txn = store.begin();
         Clustering::observe(&mut txn, &store.notification(PAGES, "u:a", RAW_PAGERANK)).unwrap();
         let written: Vec<String> = txn.buffered().keys().map(|c| c.column.clone()).collect();
-        assert_eq!(written, [CANON_URL]);
+        assert_eq!(written, [CANON_URL, CLUSTER_HASH]);
         assert!(txn.buffered_weak().is_empty(), "the canonical did not change");
+    }
+
+    #[test]
+    fn a_run_that_saw_a_deleted_hash_conflicts_with_the_run_that_saw_it_gone() {
+        let store = store();
+        store.put(PAGES, "u:a", DOC_HASH, H1);
+        store.put(PAGES, "u:a", RAW_PAGERANK, "1");
+        // The PageRank's run begins while the page still has its hash...
+        let mut stale = store.begin();
+        Clustering::observe(&mut stale, &store.notification(PAGES, "u:a", RAW_PAGERANK)).unwrap();
+        // ...which goes (its page was deleted) before that run commits.
+        store.remove(PAGES, "u:a", DOC_HASH);
+        let mut fresh = store.begin();
+        Clustering::observe(&mut fresh, &store.notification(PAGES, "u:a", DOC_HASH)).unwrap();
+        fresh.commit().unwrap();
+        assert!(stale.commit().unwrap_err().is_conflict(), "it would register a page without a hash");
     }
 
     #[test]

@@ -1,34 +1,38 @@
-//! The exporter: the inverted index rows of canonical pages.
+//! The exporter: the inverted index rows of the title and text of canonical pages.
 
 use std::collections::BTreeMap;
 
 use percolator_guest::{Notification, Observer, Result, Txn};
 
-use super::{decode, get_page, notified_url, put, scan_prefix};
+use super::{decode, get_page, notified_url, put};
 use crate::schema::{
-    CLUSTER_CANONICAL, DOC_TEXT, DOC_TITLE, EXPORT_TERMS, FWD, FWD_ANCHORS, HIT_COUNT, INDEX, PAGES, decode_fwd,
-    decode_term_counts, encode_count, encode_term_counts, join_row, length_row,
+    CLUSTER_CANONICAL, DOC_TEXT, DOC_TITLE, EXPORT_TERMS, HIT_COUNT, INDEX, PAGES, decode_term_counts, encode_count,
+    encode_term_counts, join_row, length_row,
 };
 use crate::text::count_terms;
 
-/// Writes `index/"term C"` for every term of an exported URL `C`, and deletes stale ones.
+/// Writes `index/"term C"/hit:count` for every term of the title and text of an exported URL
+/// `C`, and deletes stale ones.
 ///
-/// `C` is exported iff `cluster:canonical(C) == C`. Its terms are those of `doc:title`,
-/// `doc:text` and every anchor forwarded to it (`fwd/"C *"`), counted with repeats.
-/// `export:terms(C)` records them; the rows written or deleted are the difference from the
-/// recorded previous value, and `export:terms` is written on every run (deleted when there
-/// are no terms, as for a URL that is not exported).
+/// `C` is exported iff `cluster:canonical(C) == C`. Its terms are those of `doc:title` and
+/// `doc:text`, counted with repeats; `export:terms(C)` records them, the rows written or
+/// deleted are the difference from the recorded previous value, and `export:terms` is written
+/// on every run (deleted when there are no terms, as for a URL that is not exported). The
+/// anchors forwarded to `C` are not the exporter's: link forwarding counts them into
+/// `anchor:count` cells of the same rows by deltas, and ranking adds the two, so an exporter
+/// run is O(the page's text) whatever its inlinks.
 ///
-/// It also keeps the document's length, the sum of its term counts, in `index/" C"/hit:count`
-/// ([`length_row`]: the row of the empty term, which ranking reads for BM25; absent when there
-/// are no terms). It reads that cell and writes it only when it differs — not from the
-/// recorded `export:terms`, so that a store whose pages were exported before lengths were kept
-/// gets them from one more run of each (`percolator notify` of `pages/export:dirty`).
+/// It also keeps the text's length, the sum of its term counts, in `index/" C"/hit:count`
+/// ([`length_row`]: the row of the empty term; present exactly when `C` is exported, `0` for
+/// an exported page without terms), which ranking reads to know the exported pages and their
+/// lengths. It reads that cell and writes it only when it differs — not from the recorded
+/// `export:terms`, so that a store whose pages were exported before lengths were kept gets
+/// them from one more run of each (`percolator notify` of `pages/export:dirty`).
 ///
 /// Bind to `pages/export:dirty` with `notify = "weak"`: the column is never written, only
 /// notified, so a run may repeat; it recomputes from the current state, and `export:terms`,
-/// written on every run, serializes runs on one URL. Reads `pages/cluster:canonical`, `pages/doc:title`,
-/// `pages/doc:text`, `pages/export:terms`, `fwd/fwd:anchors`, `index/hit:count` (the length
+/// written on every run, serializes runs on one URL. Reads `pages/cluster:canonical`,
+/// `pages/doc:title`, `pages/doc:text`, `pages/export:terms`, `index/hit:count` (the length
 /// row); writes `index/hit:count`, `pages/export:terms`.
 pub struct Exporter;
 
@@ -39,16 +43,11 @@ impl Observer for Exporter {
         let [canonical, title, text, recorded] =
             get_page(txn, url, [CLUSTER_CANONICAL, DOC_TITLE, DOC_TEXT, EXPORT_TERMS])?;
         let old = decode(PAGES, row, EXPORT_TERMS, recorded.as_deref(), decode_term_counts)?;
+        let exported = canonical.as_deref() == Some(url);
         let mut new = BTreeMap::new();
-        if canonical.as_deref() == Some(url) {
+        if exported {
             count_terms(&mut new, title.as_deref().unwrap_or_default());
             count_terms(&mut new, text.as_deref().unwrap_or_default());
-            for (target, value) in scan_prefix(txn, FWD, url, FWD_ANCHORS)? {
-                let fwd_row = join_row(url, &target);
-                for (_, anchors) in decode(FWD, &fwd_row, FWD_ANCHORS, Some(&value), decode_fwd)? {
-                    count_terms(&mut new, anchors);
-                }
-            }
         }
         for term in old.keys().filter(|t| !new.contains_key(*t)) {
             txn.delete(INDEX, &join_row(term, url), HIT_COUNT)?;
@@ -58,10 +57,10 @@ impl Observer for Exporter {
                 txn.set_str(INDEX, &join_row(term, url), HIT_COUNT, &encode_count(count))?;
             }
         }
-        // Only this URL's runs write its length row, and they serialize on `export:terms`: the
-        // value read is the last committed run's.
+        // Only this URL's runs write its length row's hit:count, and they serialize on
+        // `export:terms`: the value read is the last committed run's.
         let length_row = length_row(url);
-        let new_length = (!new.is_empty()).then(|| encode_count(length(&new)));
+        let new_length = exported.then(|| encode_count(length(&new)));
         if txn.get(INDEX, &length_row, HIT_COUNT)?.as_deref() != new_length.as_deref().map(str::as_bytes) {
             put(txn, INDEX, &length_row, HIT_COUNT, new_length.as_deref())?;
         }
@@ -80,7 +79,7 @@ fn length(counts: &BTreeMap<String, u64>) -> u64 {
 mod tests {
     use super::*;
     use crate::observers::test_util::{column, store};
-    use crate::schema::EXPORT_DIRTY;
+    use crate::schema::{ANCHOR_COUNT, EXPORT_DIRTY};
     use percolator_guest::mem::MemStore;
     use percolator_guest::{Cell, Error};
 
@@ -102,26 +101,39 @@ mod tests {
     }
 
     #[test]
-    fn exports_title_text_and_forwarded_anchors() {
+    fn exports_title_and_text() {
         let store = store();
         store.declare_writes(INDEX, &[HIT_COUNT]);
         store.declare_writes(PAGES, &[EXPORT_TERMS]);
         store.put(PAGES, "c:x", CLUSTER_CANONICAL, "c:x");
         store.put(PAGES, "c:x", DOC_TITLE, "Cats");
         store.put(PAGES, "c:x", DOC_TEXT, "the cats and dogs");
-        store.put(FWD, join_row("c:x", "c:x"), FWD_ANCHORS, "s:1\tdogs\n");
-        store.put(FWD, join_row("c:x", "d:dup"), FWD_ANCHORS, "s:2\tdogs cats\ns:3\t\n");
-        store.put(FWD, join_row("c:xy", "t"), FWD_ANCHORS, "s:4\tnot mine\n");
+        // Forwarded anchors are counted by link forwarding, not here.
+        store.put(INDEX, join_row("dogs", "c:x"), ANCHOR_COUNT, "5");
         export(&store, "c:x");
-        assert_eq!(index(&store), strs(&[(" c:x", "6"), ("cats c:x", "3"), ("dogs c:x", "3")]));
-        assert_eq!(store.get_str(PAGES, "c:x", EXPORT_TERMS).as_deref(), Some("cats\t3\ndogs\t3\n"));
+        assert_eq!(index(&store), strs(&[(" c:x", "3"), ("cats c:x", "2"), ("dogs c:x", "1")]));
+        assert_eq!(store.get_str(PAGES, "c:x", EXPORT_TERMS).as_deref(), Some("cats\t2\ndogs\t1\n"));
+        assert_eq!(store.get_str(INDEX, join_row("dogs", "c:x"), ANCHOR_COUNT).as_deref(), Some("5"));
         // A repeated notification (weak runs may repeat) writes the same values again.
         let mut txn = store.begin();
         Exporter::observe(&mut txn, &dirty("c:x")).unwrap();
         let written: Vec<&str> = txn.buffered().keys().map(|c| c.column.as_str()).collect();
         assert_eq!(written, [EXPORT_TERMS]);
         txn.commit().unwrap();
-        assert_eq!(index(&store), strs(&[(" c:x", "6"), ("cats c:x", "3"), ("dogs c:x", "3")]));
+        assert_eq!(index(&store), strs(&[(" c:x", "3"), ("cats c:x", "2"), ("dogs c:x", "1")]));
+    }
+
+    #[test]
+    fn an_exported_page_without_terms_has_a_length_of_zero() {
+        let store = store();
+        store.put(PAGES, "c:x", CLUSTER_CANONICAL, "c:x");
+        store.put(PAGES, "c:x", DOC_TEXT, "a");
+        export(&store, "c:x");
+        assert_eq!(index(&store), strs(&[(" c:x", "0")]));
+        assert_eq!(store.get(PAGES, "c:x", EXPORT_TERMS), None);
+        store.remove(PAGES, "c:x", CLUSTER_CANONICAL);
+        export(&store, "c:x");
+        assert!(index(&store).is_empty());
     }
 
     #[test]

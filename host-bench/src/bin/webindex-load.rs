@@ -1,0 +1,431 @@
+//! The web index loaded from scratch, and one hub and one leaf page updated: what the pipeline
+//! costs per page, and whether a page's cost follows its change or its inlinks.
+//!
+//! A generated crawl (`webindex::crawl::generate_shaped`, hub-shaped by default: a few pages
+//! linked from most pages, power-law inlinks; first versions only) is loaded into an
+//! in-process host — the four web-index components of `config/web-index.toml`, a
+//! [`Pipeline`] on a [`Store`] over redb (durability none), the scanner running while the
+//! loader writes 100 pages per transaction — until the pipeline reaches its fixed point.
+//! Measured:
+//!
+//! - pages per second from the first load to the fixed point, observer runs per page,
+//!   conflicts per page;
+//! - bytes written per page: row key, column and value of every committed cell version
+//!   (counted in the backend, acks and every table included; deletions count row key and
+//!   column), and input bytes (URL, HTML, PageRank) for scale;
+//! - the redb file's size at the fixed point over the input's size, with old versions collected
+//!   every second during the load (`--no-gc`: never);
+//! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
+//!   linking to it (a new anchor), each from an idle pipeline to its fixed point again:
+//!   observer runs and bytes written. Each page is first updated once to a fixed version, so
+//!   the measured update changes the same bytes whatever the crawl.
+//!
+//! Then the tables are checked equal to `webindex::batch::compute` of the final inputs
+//! (`--no-check` skips it: for guests of another version of the pipeline, whose tables this
+//! crate's batch computation does not describe).
+//!
+//! ```text
+//! scripts/build-guests
+//! cargo run --release -p percolator-host-bench --bin webindex-load -- --pages 10000
+//! ```
+//!
+//! Options: `--pages N` (default 10000), `--seed S` (1), `--shape hubs|uniform` (hubs),
+//! `--guests DIR` (the components; default `target/guests`), `--config FILE` (whose
+//! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`, `--no-gc`. Prints
+//! `name value` lines; `#` lines are comments.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use percolator_runtime::Runtime;
+use percolator_server::config::Config;
+use percolator_server::pipeline::Pipeline;
+use percolator_store::backends::{
+    AtomicOutcome, BackendStats, Bigtable, CellRead, Mutation, NotifyEntry, Op, Outcome, RedbBigtable, RowMutation,
+    RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord,
+};
+use percolator_store::{
+    CellRef, Durability, RedbConfig, Result as StoreResult, ScannerConfig, Store, StoreConfig, Timestamp,
+};
+use webindex::batch::{self, Inputs, Tables};
+use webindex::crawl::{self, Shape};
+use webindex::schema;
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Pages per load transaction.
+const LOAD_BATCH: usize = 100;
+
+/// A backend that counts the bytes of the cell versions committed through it.
+struct Counting {
+    inner: Arc<dyn Bigtable>,
+    bytes: AtomicU64,
+}
+
+impl Counting {
+    fn count(&self, rows: &[&RowMutation]) {
+        let mut n = 0;
+        for m in rows {
+            for mutation in &m.mutations {
+                if let Mutation::PutWrite { column, write: WriteRecord { kind, .. }, .. } = mutation {
+                    n += match kind {
+                        WriteKind::Put(v) => m.row.len() + column.len() + v.len(),
+                        WriteKind::Delete => m.row.len() + column.len(),
+                        WriteKind::Rollback => 0,
+                    };
+                }
+            }
+        }
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
+impl Bigtable for Counting {
+    fn snapshot(&self) -> StoreResult<Option<Box<dyn Snapshot>>> {
+        self.inner.snapshot()
+    }
+    fn apply(&self, ops: Vec<Op>) -> StoreResult<Vec<Outcome>> {
+        let rows: Vec<Option<RowMutation>> =
+            ops.iter().map(|op| if let Op::Row(m) = op { Some(m.clone()) } else { None }).collect();
+        let outcomes = self.inner.apply(ops)?;
+        // One outcome per op: only the row operations that applied wrote anything.
+        let applied: Vec<&RowMutation> = rows
+            .iter()
+            .zip(&outcomes)
+            .filter_map(|(m, o)| m.as_ref().filter(|_| matches!(o, Outcome::Applied)))
+            .collect();
+        self.count(&applied);
+        Ok(outcomes)
+    }
+    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> StoreResult<Vec<CellRead>> {
+        self.inner.read_row(table, row, columns, ts)
+    }
+    fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> StoreResult<Option<(Timestamp, WriteRecord)>> {
+        self.inner.find_write(cell, start_ts)
+    }
+    fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> StoreResult<Option<Vec<u8>>> {
+        self.inner.read_data(cell, start_ts)
+    }
+    fn scan(&self, range: &ScanRange<'_>) -> StoreResult<Vec<ScannedCell>> {
+        self.inner.scan(range)
+    }
+    fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> StoreResult<Vec<RowVersions>> {
+        self.inner.scan_versions(from, limit)
+    }
+    fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> StoreResult<Vec<NotifyEntry>> {
+        self.inner.scan_notify(from, limit)
+    }
+    fn meta_get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
+        self.inner.meta_get(key)
+    }
+    fn meta_scan(&self, prefix: &str) -> StoreResult<Vec<(String, Vec<u8>)>> {
+        self.inner.meta_scan(prefix)
+    }
+    fn exclusive(&self) -> bool {
+        self.inner.exclusive()
+    }
+    fn stats(&self) -> BackendStats {
+        self.inner.stats()
+    }
+    fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
+        self.inner.atomic_unit(table, row)
+    }
+    fn apply_atomic(&self, rows: Vec<RowMutation>) -> StoreResult<AtomicOutcome> {
+        let copy = rows.clone();
+        let outcome = self.inner.apply_atomic(rows)?;
+        if outcome == AtomicOutcome::Applied {
+            self.count(&copy.iter().collect::<Vec<_>>());
+        }
+        Ok(outcome)
+    }
+    fn notify_partitions(&self) -> u32 {
+        self.inner.notify_partitions()
+    }
+    fn scan_notify_partition(
+        &self,
+        partition: u32,
+        from: Option<&[u8]>,
+        limit: usize,
+    ) -> StoreResult<Vec<NotifyEntry>> {
+        self.inner.scan_notify_partition(partition, from, limit)
+    }
+    fn try_lock_row(&self, row_key: &[u8], owner: u64, ttl: Duration) -> StoreResult<bool> {
+        self.inner.try_lock_row(row_key, owner, ttl)
+    }
+    fn unlock_row(&self, row_key: &[u8], owner: u64) -> StoreResult<()> {
+        self.inner.unlock_row(row_key, owner)
+    }
+    fn wake(&self, row_keys: &[Vec<u8>]) {
+        self.inner.wake(row_keys);
+    }
+    fn watch_wakes(&self, on_wake: Box<dyn Fn() + Send>, stop: Arc<AtomicBool>) {
+        self.inner.watch_wakes(on_wake, stop);
+    }
+}
+
+/// The command line.
+struct Args {
+    pages: usize,
+    seed: u64,
+    shape: Shape,
+    guests: PathBuf,
+    config: PathBuf,
+    check: bool,
+    no_gc: bool,
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn parse_args() -> Res<Args> {
+    let mut args = Args {
+        pages: 10_000,
+        seed: 1,
+        shape: Shape::Hubs,
+        guests: root().join("target/guests"),
+        config: root().join("config/web-index.toml"),
+        check: true,
+        no_gc: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{a} needs a value"));
+        match a.as_str() {
+            "--pages" => args.pages = value()?.parse().map_err(|e| format!("--pages: {e}"))?,
+            "--seed" => args.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
+            "--shape" => {
+                args.shape = match value()?.as_str() {
+                    "hubs" => Shape::Hubs,
+                    "uniform" => Shape::Uniform,
+                    other => return Err(format!("--shape {other:?}: expected hubs or uniform").into()),
+                }
+            }
+            "--guests" => args.guests = PathBuf::from(value()?),
+            "--config" => args.config = PathBuf::from(value()?),
+            "--no-check" => args.check = false,
+            "--no-gc" => args.no_gc = true,
+            other => {
+                return Err(format!(
+                    "unknown argument {other:?} (expected --pages, --seed, --shape, --guests, --config, --no-check, --no-gc)"
+                )
+                .into());
+            }
+        }
+    }
+    if args.pages < 10 {
+        return Err("--pages must be at least 10".into());
+    }
+    Ok(args)
+}
+
+fn main() {
+    if let Err(e) = parse_args().and_then(|args| {
+        let dir = std::env::temp_dir().join(format!("percolator-webindex-load-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let result = run(&args, &dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        result
+    }) {
+        eprintln!("webindex-load: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// The hub's HTML, version `v`.
+fn hub_html(v: u32) -> String {
+    format!(
+        "<title>Documentation hub {v}</title><p>Version {v} of the index of every guide and reference.</p>\
+         <a href=\"/guide/v{v}.html\">Guide {v}</a> <a href=\"http://probe.example/\">Probe home</a>"
+    )
+}
+
+/// The leaf page's HTML, version `v`: a link to `hub` with an anchor that changes.
+fn leaf_html(hub: &str, v: u32) -> String {
+    format!(
+        "<title>Leaf {v}</title><p>A leaf page about storage engines, version {v}.</p>\
+         <a href=\"{hub}\">storage guide {v}</a> <a href=\"/\">home</a>"
+    )
+}
+
+fn run(args: &Args, dir: &Path) -> Res<()> {
+    for g in ["document_processor", "clustering", "link_inversion", "exporter"] {
+        let wasm = args.guests.join(format!("{g}.wasm"));
+        if !wasm.is_file() {
+            return Err(format!("{} is missing: run scripts/build-guests first", wasm.display()).into());
+        }
+    }
+    let real = std::fs::read_to_string(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let bindings = &real[real.find("[[binding]]").ok_or("the configuration has no [[binding]]")?..];
+    let toml = format!(
+        "[store]\npath = \"store.redb\"\ndurability = \"none\"\n[scanner]\nthreads = 2\n\
+         [observers]\ndir = {:?}\ncache_dir = {:?}\n{bindings}",
+        args.guests.display().to_string(),
+        dir.join("cache").display().to_string(),
+    );
+    std::fs::write(dir.join("pipeline.toml"), toml)?;
+    let config = Config::load(&dir.join("pipeline.toml"))?;
+    let redb =
+        RedbBigtable::open(&config.store_path, RedbConfig { durability: Durability::None, ..RedbConfig::default() })?;
+    let counting = Arc::new(Counting { inner: Arc::new(redb), bytes: AtomicU64::new(0) });
+    let store = Store::with_backend(counting.clone(), StoreConfig::default())?;
+    let pipeline = Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone()))?);
+    pipeline.apply(&config)?;
+
+    let crawl = crawl::generate_shaped(args.seed, args.pages, args.shape);
+    let hub = crawl.pages[0].url.clone();
+    let leaf = "http://probe.example/leaf.html".to_owned();
+    let mut inputs: Inputs = BTreeMap::new();
+    for p in &crawl.pages {
+        inputs.insert(p.url.clone(), (Some(p.html.clone().into_bytes()), Some(p.pagerank.to_string().into_bytes())));
+    }
+    inputs.insert(leaf.clone(), (Some(leaf_html(&hub, 0).into_bytes()), None));
+    let input_bytes: usize = inputs
+        .iter()
+        .map(|(url, (h, p))| url.len() + h.as_ref().map_or(0, Vec::len) + p.as_ref().map_or(0, Vec::len))
+        .sum();
+    let pages = inputs.len();
+    println!(
+        "# web index load: {pages} pages ({:?} crawl, seed {}) and one hub and one leaf update",
+        args.shape, args.seed
+    );
+    println!("#   guests {}, bindings of {}", args.guests.display(), args.config.display());
+    println!(
+        "#   redb durability none, 2 scanner threads, {} observer workers, {LOAD_BATCH} pages per load transaction, gc {}",
+        config.observer_workers,
+        if args.no_gc { "off" } else { "every second" }
+    );
+
+    // The load, with the pipeline running, to the fixed point.
+    let scanner = store.start_scanner(ScannerConfig {
+        threads: config.scanner_threads,
+        workers: config.observer_workers,
+        ..ScannerConfig::default()
+    });
+    // Old versions collected as the load goes, as a host does (`[store] gc_interval_s`; every
+    // second here, for a load of minutes).
+    let gc = (!args.no_gc).then(|| store.start_gc(Duration::from_secs(1)));
+    let before = store.metrics();
+    let start = Instant::now();
+    let list: Vec<_> = inputs.iter().collect();
+    for chunk in list.chunks(LOAD_BATCH) {
+        store.run(|t| {
+            for (url, (html, pagerank)) in chunk {
+                if let Some(h) = html {
+                    t.set(schema::PAGES, url.as_str(), schema::RAW_HTML, h.as_slice())?;
+                }
+                if let Some(p) = pagerank {
+                    t.set(schema::PAGES, url.as_str(), schema::RAW_PAGERANK, p.as_slice())?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    let loaded = start.elapsed();
+    let elapsed = wait_fixed_point(&store, start, Duration::from_secs(3 * 3600))?;
+    let after = store.metrics();
+    let bytes = counting.bytes.load(Ordering::Relaxed);
+    let runs = after.observer_runs - before.observer_runs;
+    // No GC during the single-page updates below: their bytes written would count its
+    // deletions. (The load's bytes written include those of the passes during the load.)
+    drop(gc);
+    let file = std::fs::metadata(&config.store_path)?.len();
+    let figure = |name: &str, value: String| println!("webindex_load_{name} {value}");
+    figure("pages", pages.to_string());
+    figure("input_bytes", input_bytes.to_string());
+    figure("load_s", format!("{:.2}", loaded.as_secs_f64()));
+    figure("fixed_point_s", format!("{:.2}", elapsed.as_secs_f64()));
+    figure("pages_per_s", format!("{:.1}", pages as f64 / elapsed.as_secs_f64()));
+    figure("observer_runs", runs.to_string());
+    figure("observer_runs_per_page", format!("{:.2}", runs as f64 / pages as f64));
+    figure("conflicts_per_page", format!("{:.2}", (after.conflicts - before.conflicts) as f64 / pages as f64));
+    figure("commits", (after.commits - before.commits).to_string());
+    figure("bytes_written", bytes.to_string());
+    figure("bytes_written_per_page", format!("{:.0}", bytes as f64 / pages as f64));
+    figure("bytes_written_over_input", format!("{:.2}", bytes as f64 / input_bytes as f64));
+    figure("store_file_bytes", file.to_string());
+    figure("store_over_input", format!("{:.2}", file as f64 / input_bytes as f64));
+    let inlinks = store
+        .begin()?
+        .scan(
+            schema::INLINKS,
+            format!("{hub} ").as_bytes(),
+            Some(format!("{hub}!").as_bytes()),
+            Some(&[schema::LINK_ANCHOR]),
+            usize::MAX,
+        )?
+        .len();
+    figure("hub_inlinks", inlinks.to_string());
+
+    // One update of the hub and one of the leaf, each measured at its second version.
+    let mut update = |url: &str, html: String| -> Res<(u64, u64, Duration)> {
+        let (runs, bytes) = (store.metrics().observer_runs, counting.bytes.load(Ordering::Relaxed));
+        let start = Instant::now();
+        store.run(|t| t.set(schema::PAGES, url, schema::RAW_HTML, html.as_bytes()))?;
+        let took = wait_fixed_point(&store, start, Duration::from_secs(600))?;
+        inputs.get_mut(url).ok_or("an update of a page not loaded")?.0 = Some(html.into_bytes());
+        Ok((store.metrics().observer_runs - runs, counting.bytes.load(Ordering::Relaxed) - bytes, took))
+    };
+    update(&hub, hub_html(1))?;
+    update(&leaf, leaf_html(&hub, 1))?;
+    for (name, (runs, bytes, took)) in
+        [("hub", update(&hub, hub_html(2))?), ("leaf", update(&leaf, leaf_html(&hub, 2))?)]
+    {
+        figure(&format!("{name}_update_observer_runs"), runs.to_string());
+        figure(&format!("{name}_update_bytes_written"), bytes.to_string());
+        figure(&format!("{name}_update_ms"), format!("{:.1}", took.as_secs_f64() * 1e3));
+    }
+    scanner.stop();
+    let m = store.metrics();
+    figure("dead_letters", m.dead_letters.to_string());
+    if m.dead_letters != 0 {
+        return Err(format!("dead letters: {:?}", store.dead_letters()?).into());
+    }
+    if args.check {
+        let expected = {
+            let mut t = batch::compute(&inputs)?;
+            batch::normalize(&mut t);
+            t
+        };
+        let diff = batch::diff(&expected, &read_tables(&store)?, 20);
+        if !diff.is_empty() {
+            return Err(format!("the incremental result differs from batch:\n{}", diff.join("\n")).into());
+        }
+        figure("incremental_equals_batch", "1".to_owned());
+    }
+    drop(pipeline);
+    Ok(())
+}
+
+/// Polls until the store is quiescent; returns the time since `start`.
+fn wait_fixed_point(store: &Store, start: Instant, timeout: Duration) -> Res<Duration> {
+    loop {
+        if store.wait_quiescent(Duration::ZERO)? {
+            return Ok(start.elapsed());
+        }
+        if start.elapsed() > timeout {
+            return Err(format!("the pipeline did not reach its fixed point within {timeout:?}").into());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Every user cell of the pipeline's tables, trigger columns excluded, normalized.
+fn read_tables(store: &Store) -> Res<Tables> {
+    let txn = store.begin()?;
+    let mut tables = Tables::new();
+    for table in [schema::PAGES, schema::CLUSTERS, schema::INLINKS, schema::PENDING, schema::INDEX] {
+        let cells: batch::Table = txn
+            .scan(table, b"", None, None, usize::MAX)?
+            .into_iter()
+            .filter(|e| e.column != schema::LINK_DIRTY && e.column != schema::EXPORT_DIRTY)
+            .map(|e| ((e.row, e.column), e.value))
+            .collect();
+        tables.insert(table.to_owned(), cells);
+    }
+    batch::normalize(&mut tables);
+    Ok(tables)
+}
