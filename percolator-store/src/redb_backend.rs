@@ -119,7 +119,9 @@ impl RedbBigtable {
         let durable = match self.config.durability {
             Durability::Fsync => true,
             // Only the group commit's leader gets here: one at a time.
-            Durability::None => self.opened.elapsed().as_millis() as u64 >= self.next_durable_ms.load(Ordering::Relaxed),
+            Durability::None => {
+                self.opened.elapsed().as_millis() as u64 >= self.next_durable_ms.load(Ordering::Relaxed)
+            }
         };
         tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
         let mut out = Vec::with_capacity(groups.len());
