@@ -574,21 +574,20 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig, runs: Opt
             continue;
         }
         // A lap: sleep if it did nothing. With workers, the lap's rows may still be running:
-        // progress is what they cleared since the last lap, and rows still in flight count as
-        // progress to come (their commits, or a short wait, end the sleep).
+        // progress is what they cleared since the last lap, and while rows are in flight the
+        // sleep is short (their commits wake it anyway when they notify).
         ends = 0;
+        let mut busy = false;
         if let Some(runs) = runs {
             let cleared = runs.cleared.load(Ordering::Relaxed);
             progressed |= cleared != cleared_seen;
             cleared_seen = cleared;
-            if !progressed && runs.in_flight.load(Ordering::SeqCst) > 0 {
-                inner.signal.wait_change(generation, Duration::from_millis(1));
-                progressed = true;
-            }
+            busy = runs.in_flight.load(Ordering::SeqCst) > 0;
         }
         let now = inner.signal.generation();
         if !progressed && now == generation {
-            inner.signal.wait_change(generation, config.idle_wait);
+            let wait = if busy { config.idle_wait.min(Duration::from_millis(10)) } else { config.idle_wait };
+            inner.signal.wait_change(generation, wait);
         }
         generation = inner.signal.generation();
         progressed = false;
