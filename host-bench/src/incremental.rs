@@ -29,6 +29,7 @@ use percolator_store::{Durability, RedbConfig, ScannerConfig, Store, StoreConfig
 use webindex::batch::{self, Inputs, Tables};
 use webindex::{crawl, schema};
 
+use crate::tables::read_tables;
 use crate::{Res, percentile};
 
 /// The guests the pipeline's bindings name.
@@ -319,21 +320,4 @@ fn write_tables(store: &Store, tables: &Tables) -> Res<usize> {
         })?;
     }
     Ok(cells.len())
-}
-
-/// Every user cell of the pipeline's tables, trigger columns excluded, normalized.
-fn read_tables(store: &Store) -> Res<Tables> {
-    let txn = store.begin()?;
-    let mut tables = Tables::new();
-    for table in [schema::PAGES, schema::CLUSTERS, schema::INLINKS, schema::PENDING, schema::INDEX] {
-        let cells: batch::Table = txn
-            .scan(table, b"", None, None, usize::MAX)?
-            .into_iter()
-            .filter(|e| e.column != schema::LINK_DIRTY && e.column != schema::EXPORT_DIRTY)
-            .map(|e| ((e.row, e.column), e.value))
-            .collect();
-        tables.insert(table.to_owned(), cells);
-    }
-    batch::normalize(&mut tables);
-    Ok(tables)
 }

@@ -12,6 +12,7 @@
 //! transaction); the native twin does exactly the same through the same `Transaction`.
 
 mod incremental;
+mod tables;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

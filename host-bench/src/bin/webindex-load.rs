@@ -50,11 +50,15 @@ use percolator_store::backends::{
 use percolator_store::{
     CellRef, Durability, RedbConfig, Result as StoreResult, ScannerConfig, Store, StoreConfig, Timestamp,
 };
-use webindex::batch::{self, Inputs, Tables};
+use webindex::batch::{self, Inputs};
 use webindex::crawl::{self, Shape};
 use webindex::schema;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+#[path = "../tables.rs"]
+mod tables;
+use tables::read_tables;
 
 /// Pages per load transaction.
 const LOAD_BATCH: usize = 100;
@@ -411,21 +415,4 @@ fn wait_fixed_point(store: &Store, start: Instant, timeout: Duration) -> Res<Dur
         }
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// Every user cell of the pipeline's tables, trigger columns excluded, normalized.
-fn read_tables(store: &Store) -> Res<Tables> {
-    let txn = store.begin()?;
-    let mut tables = Tables::new();
-    for table in [schema::PAGES, schema::CLUSTERS, schema::INLINKS, schema::PENDING, schema::INDEX] {
-        let cells: batch::Table = txn
-            .scan(table, b"", None, None, usize::MAX)?
-            .into_iter()
-            .filter(|e| e.column != schema::LINK_DIRTY && e.column != schema::EXPORT_DIRTY)
-            .map(|e| ((e.row, e.column), e.value))
-            .collect();
-        tables.insert(table.to_owned(), cells);
-    }
-    batch::normalize(&mut tables);
-    Ok(tables)
 }
