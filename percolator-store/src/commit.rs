@@ -19,8 +19,8 @@ use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
 use crate::worker::now_ms;
 
-/// Rows per prewrite batch of secondaries; between batches the primary's lock is refreshed if
-/// the commit is running long (the heartbeat).
+// Rows per prewrite batch of secondaries; between batches the primary's lock is refreshed if
+// the commit is running long (the heartbeat).
 use crate::secondaries::SECONDARY_BATCH;
 
 /// One row's share of a transaction.
