@@ -72,8 +72,6 @@ impl Store {
         }
         // Pass 2: remove invisible versions, a page of rows per backend call (one fsync).
         let mut ops: Vec<Op> = Vec::new();
-        // Versions in `ops`, counted once applied.
-        let mut unapplied = 0u64;
         for_each_row(self, |row| {
             stats.rows += 1;
             let mut mutations = Vec::new();
@@ -112,30 +110,29 @@ impl Store {
                 }
             }
             if !mutations.is_empty() {
-                let removed = mutations.len() as u64;
                 let op = RowMutation { table: row.table.clone(), row: row.row.clone(), conditions: vec![], mutations };
                 ops.push(Op::Row(op));
-                unapplied += removed;
                 if ops.len() >= PAGE {
-                    self.apply_removals(std::mem::take(&mut ops), &mut unapplied, &mut stats)?;
+                    self.apply_removals(std::mem::take(&mut ops), &mut stats)?;
                 }
             }
             Ok(())
         })?;
-        self.apply_removals(ops, &mut unapplied, &mut stats)?;
+        self.apply_removals(ops, &mut stats)?;
         self.inner.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         Ok(stats)
     }
 
-    /// Applies a page of removals and counts them.
-    fn apply_removals(&self, ops: Vec<Op>, unapplied: &mut u64, stats: &mut GcStats) -> Result<()> {
-        if ops.is_empty() {
+    /// Applies a page of removals (row ops of removal mutations only) and counts them once
+    /// they are in.
+    fn apply_removals(&self, ops: Vec<Op>, stats: &mut GcStats) -> Result<()> {
+        let removed: u64 = ops.iter().map(|op| if let Op::Row(m) = op { m.mutations.len() as u64 } else { 0 }).sum();
+        if removed == 0 {
             return Ok(());
         }
         self.inner.backend.apply(ops)?;
-        stats.versions_removed += *unapplied;
-        self.inner.counters.gc_versions_removed.fetch_add(*unapplied, Ordering::Relaxed);
-        *unapplied = 0;
+        stats.versions_removed += removed;
+        self.inner.counters.gc_versions_removed.fetch_add(removed, Ordering::Relaxed);
         Ok(())
     }
 

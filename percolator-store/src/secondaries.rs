@@ -76,14 +76,10 @@ impl AsyncSecondaries {
         match sender.try_send(ops) {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(ops) | TrySendError::Disconnected(ops)) => {
-                self.done(1);
+                finished(&self.queued, 1);
                 Err(ops)
             }
         }
-    }
-
-    fn done(&self, n: u64) {
-        finished(&self.queued, n);
     }
 
     /// Waits until every queued transaction's secondaries are written (or failed).
