@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use percolator_runtime::{Access, ColumnRule, Limits, Runtime};
+use percolator_runtime::{Access, ColumnRule, Environment, Limits, Runtime};
 use percolator_store::{
     Durability, NotifyKind, ObserveError, Observer, ObserverSpec, RedbConfig, ScannerConfig, Store, StoreConfig,
     Transaction,
@@ -147,10 +147,17 @@ fn run(dir: &Path, wasm: &Path, n: usize, rounds: usize, samples: usize) -> Res<
         reads: vec![],
         writes: vec![ColumnRule::parse("w/derived:count")?, ColumnRule::parse("l/derived:count")?],
     };
-    let wasm_observer = Arc::new(runtime.observer("wasm", &compiled, access.clone(), Limits::default()));
+    let wasm_observer =
+        Arc::new(runtime.observer("wasm", &compiled, access.clone(), Limits::default(), Environment::default()));
     // The same component with no warm instances: a fresh Store + instantiation per run.
     let fresh_access = Access { reads: vec![], writes: vec![ColumnRule::parse("f/derived:count")?] };
-    let fresh = Arc::new(runtime.observer("fresh", &compiled, fresh_access, Limits { pool: 0, ..Limits::default() }));
+    let fresh = Arc::new(runtime.observer(
+        "fresh",
+        &compiled,
+        fresh_access,
+        Limits { pool: 0, ..Limits::default() },
+        Environment::default(),
+    ));
     store.register_observer(spec("native", "n"), Arc::new(NativeCounter))?;
     store.register_observer(spec("wasm", "w"), wasm_observer.clone())?;
     store.register_observer(spec("fresh", "f"), fresh)?;

@@ -14,7 +14,7 @@
 //! [`Runtime::compile_file`] and [`Runtime::observer`].
 //!
 //! ```no_run
-//! use percolator_runtime::{Access, ColumnRule, Limits, Runtime};
+//! use percolator_runtime::{Access, ColumnRule, Environment, Limits, Runtime};
 //!
 //! let runtime = Runtime::new(None)?; // no on-disk cache
 //! let compiled = runtime.compile_file(std::path::Path::new("target/guests/uppercase.wasm"))?;
@@ -22,16 +22,20 @@
 //!     reads: vec![ColumnRule::parse("pages/doc:title").map_err(wasmtime::Error::msg)?],
 //!     writes: vec![ColumnRule::parse("pages/doc:upper").map_err(wasmtime::Error::msg)?],
 //! };
-//! let observer = runtime.observer("uppercase", &compiled, access, Limits::default());
+//! let observer = runtime.observer("uppercase", &compiled, access, Limits::default(), Environment::default());
 //! observer.check_instantiates()?;
 //! # Ok::<(), wasmtime::Error>(())
 //! ```
 
 mod access;
 mod bindings;
+mod footprint;
 mod host;
 mod runtime;
+mod sandbox;
 mod world;
 
 pub use access::{Access, ColumnRule};
+pub use footprint::Footprint;
 pub use runtime::{Compiled, Limits, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
+pub use sandbox::{ClockMode, Environment};

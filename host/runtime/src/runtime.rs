@@ -23,13 +23,15 @@ use std::time::{Duration, Instant};
 
 use percolator_store::{NotifyKind, ObserveError, Transaction};
 use sha2::{Digest, Sha256};
-use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::component::{Component, Linker};
 use wasmtime::error::Context;
 use wasmtime::{Config, Engine, Result, Store, Trap};
 
 use crate::access::Access;
 use crate::bindings::{Cell, Notification, Observer as ObserverWorld, ObserverPre, WitError};
+use crate::footprint::Footprint;
 use crate::host::{Budget, HostState};
+use crate::sandbox::{Environment, Output, Wasi};
 use crate::world::Provided;
 
 /// Epoch ticker period: deadlines are enforced to within one tick.
@@ -42,15 +44,35 @@ const MAX_RUNS_PER_INSTANCE: u32 = 10_000;
 pub struct Limits {
     /// Wall-clock deadline of one `observe` call.
     pub timeout: Duration,
-    /// Linear-memory cap of one instance, in bytes.
+    /// Linear-memory cap of one instance (all its memories and tables), in bytes.
     pub memory_bytes: usize,
+    /// Core module instances one component instance may create (a Rust guest makes 3–4,
+    /// componentize-py's output 38, componentize-js's 7–10).
+    pub instances: u32,
+    /// Tables one component instance may create.
+    pub tables: u32,
+    /// Linear memories one component instance may create.
+    pub memories: u32,
     /// Warm instances kept (about the number of scanner threads).
     pub pool: usize,
 }
 
+impl Limits {
+    /// The defaults fit what the standard Rust, Python (componentize-py) and JavaScript
+    /// (componentize-js) toolchains produce for an observer.
+    pub const DEFAULT: Limits = Limits {
+        timeout: Duration::from_secs(1),
+        memory_bytes: 256 << 20,
+        instances: 64,
+        tables: 64,
+        memories: 16,
+        pool: 4,
+    };
+}
+
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { timeout: Duration::from_secs(1), memory_bytes: 64 << 20, pool: 4 }
+        Limits::DEFAULT
     }
 }
 
@@ -75,6 +97,8 @@ pub struct Compiled {
     pre: ObserverPre<HostState>,
     /// SHA-256 of the file's bytes, hex.
     pub source_hash: String,
+    /// What one instance of it creates (checked against a binding's [`Limits`]).
+    pub footprint: Footprint,
 }
 
 impl Runtime {
@@ -89,8 +113,8 @@ impl Runtime {
         config.max_wasm_stack(512 << 10);
         let engine = Engine::new(&config).context("creating the wasmtime engine")?;
         let mut linker = Linker::new(&engine);
-        ObserverWorld::add_to_linker::<_, HasSelf<_>>(&mut linker, |s| s).context("linking the host imports")?;
-        link_panic_recording_log(&mut linker).context("linking the log import")?;
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).context("linking WASI")?;
+        crate::host::add_to_linker(&mut linker, log_recording_panics).context("linking the host imports")?;
         let mut h = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         let ticker = Arc::new(());
@@ -137,7 +161,8 @@ impl Runtime {
         let source_hash = hex(&Sha256::digest(bytes));
         let component = without_panics("compiling", || self.component(bytes, &source_hash))?;
         let pre = without_panics("linking", || self.link(&component))?;
-        Ok(Compiled { pre, source_hash })
+        let footprint = without_panics("measuring", || Ok(Footprint::of(bytes)))?;
+        Ok(Compiled { pre, source_hash, footprint })
     }
 
     /// Checks the component's imports against the world (naming all that are missing), then
@@ -206,15 +231,25 @@ impl Runtime {
         Ok(component)
     }
 
-    /// Binds a compiled component as an observer with its access rules and limits.
-    pub fn observer(&self, name: &str, compiled: &Compiled, access: Access, limits: Limits) -> WasmObserver {
+    /// Binds a compiled component as an observer with its access rules, limits and environment
+    /// (parameters, clocks, randomness).
+    pub fn observer(
+        &self,
+        name: &str,
+        compiled: &Compiled,
+        access: Access,
+        limits: Limits,
+        env: Environment,
+    ) -> WasmObserver {
         WasmObserver {
             name: name.into(),
             engine: self.engine.clone(),
             pre: compiled.pre.clone(),
             source_hash: compiled.source_hash.clone(),
+            footprint: compiled.footprint,
             access: Arc::new(access),
             limits,
+            env,
             ticks: (limits.timeout.as_millis() as u64).div_ceil(EPOCH_TICK.as_millis() as u64).max(1),
             pool: Mutex::new(Vec::new()),
             stats: Arc::new(RunStats::default()),
@@ -424,28 +459,21 @@ thread_local! {
     static GUEST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
 }
 
-/// Replaces the `log` import's definition with one that logs as before and also remembers a
-/// logged panic message, so that the run's error can carry it.
-fn link_panic_recording_log(linker: &mut Linker<HostState>) -> Result<()> {
+/// The `log` import: logs as `host/log.rs` does, and remembers a logged panic message, so that
+/// the run's error can carry it.
+fn log_recording_panics(
+    state: &mut HostState,
+    level: crate::bindings::percolator::observer::log::Level,
+    message: String,
+) {
     use crate::bindings::percolator::observer::log::{Host, Level};
-    linker.allow_shadowing(true);
-    let linked = linker.instance("percolator:observer/log@0.1.0").and_then(|mut log| {
-        log.func_wrap(
-            "log",
-            |mut store: wasmtime::StoreContextMut<'_, HostState>, (level, message): (Level, String)| {
-                if level == Level::Error
-                    && let Some(panic) = message.strip_prefix(PANIC_LOG_PREFIX)
-                {
-                    let panic = panic_message(panic);
-                    GUEST_PANIC.with(|p| *p.borrow_mut() = Some(panic));
-                }
-                Host::log(store.data_mut(), level, message);
-                Ok(())
-            },
-        )
-    });
-    linker.allow_shadowing(false);
-    linked
+    if level == Level::Error
+        && let Some(panic) = message.strip_prefix(PANIC_LOG_PREFIX)
+    {
+        let panic = panic_message(panic);
+        GUEST_PANIC.with(|p| *p.borrow_mut() = Some(panic));
+    }
+    Host::log(state, level, message);
 }
 
 /// A logged panic, for an error: std formats it as `panicked at FILE:LINE:COL:\nMESSAGE`, which
@@ -537,8 +565,10 @@ pub struct WasmObserver {
     engine: Engine,
     pre: ObserverPre<HostState>,
     source_hash: String,
+    footprint: Footprint,
     access: Arc<Access>,
     limits: Limits,
+    env: Environment,
     /// Epoch ticks of the deadline.
     ticks: u64,
     pool: Mutex<Vec<Warm>>,
@@ -570,6 +600,7 @@ impl WasmObserver {
     /// initial memory above the cap, fails here with the reason instead of dead-lettering every
     /// notification later); the instance is kept warm.
     pub fn check_instantiates(&self) -> Result<()> {
+        self.footprint.check(&self.limits)?;
         let warm = without_panics("instantiating", || self.instantiate())?;
         if let Ok(mut pool) = self.pool.lock()
             && pool.len() < self.limits.pool
@@ -580,12 +611,24 @@ impl WasmObserver {
     }
 
     fn instantiate(&self) -> Result<Warm> {
-        let budget = Budget::new(self.limits.memory_bytes);
-        let mut store = Store::new(&self.engine, HostState::new(self.name.clone(), self.access.clone(), budget));
+        let budget = Budget::new(&self.limits);
+        let wasi = Wasi::new(&self.env);
+        let state = HostState::new(self.name.clone(), self.access.clone(), budget, self.env.params.clone(), wasi);
+        let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
         store.epoch_deadline_trap();
         store.set_epoch_deadline(self.ticks);
-        let instance = self.pre.instantiate(&mut store).context("instantiating")?;
+        let instance = match self.pre.instantiate(&mut store) {
+            Ok(instance) => instance,
+            Err(e) => {
+                let message = limit_error(&format!("{e:#}"), &self.limits).unwrap_or_else(|| format!("{e:#}"));
+                let stderr = store.data().wasi.stderr.take();
+                return Err(match stderr.tail() {
+                    Some(tail) => wasmtime::Error::msg(format!("instantiating: {message}; stderr: {tail}")),
+                    None => wasmtime::Error::msg(format!("instantiating: {message}")),
+                });
+            }
+        };
         Ok(Warm { store, instance, runs: 0 })
     }
 
@@ -600,7 +643,10 @@ impl WasmObserver {
             _ if format!("{e:#}").contains("memory limit") => {
                 format!("the guest exceeded its memory limit of {} MiB ({e:#})", self.limits.memory_bytes >> 20)
             }
-            _ => format!("trap: {e:#}"),
+            _ => match limit_error(&format!("{e:#}"), &self.limits) {
+                Some(named) => named,
+                None => format!("trap: {e:#}"),
+            },
         }
     }
 }
@@ -637,6 +683,7 @@ impl WasmObserver {
         data.conflict = None;
         data.denied = None;
         data.io_bytes = 0;
+        data.wasi.start_run(self.env.random_seed);
         warm.store.set_epoch_deadline(self.ticks);
         GUEST_PANIC.with(|p| p.borrow_mut().take());
         let result = warm.instance.call_observe(&mut warm.store, &notification);
@@ -645,9 +692,16 @@ impl WasmObserver {
             *txn = t;
         }
         let (conflict, denied) = (data.conflict.take(), data.denied.take());
+        let (stdout, stderr) = (data.wasi.stdout.take(), data.wasi.stderr.take());
+        self.log_output(&stdout, &stderr);
         warm.runs += 1;
+        let with_stderr = |message: String| match stderr.tail() {
+            Some(tail) => format!("{message}; stderr: {tail}"),
+            None => message,
+        };
         let outcome = match result {
-            Err(trap) => return Err(ObserveError::Failed(self.describe_trap(&trap))), // instance dropped
+            // The instance is dropped.
+            Err(trap) => return Err(ObserveError::Failed(with_stderr(self.describe_trap(&trap)))),
             Ok(Ok(())) => match denied {
                 // A guest that swallowed a denied access still fails: the binding was violated.
                 Some(d) => Err(ObserveError::Failed(d)),
@@ -657,7 +711,9 @@ impl WasmObserver {
                 Some(e) => ObserveError::Store(e),
                 None => ObserveError::Failed(format!("the guest returned a conflict the store did not report: {m}")),
             }),
-            Ok(Err(e)) => Err(ObserveError::Failed(format!("the observer returned an error: {}", describe(&e)))),
+            Ok(Err(e)) => {
+                Err(ObserveError::Failed(with_stderr(format!("the observer returned an error: {}", describe(&e)))))
+            }
         };
         if warm.runs < MAX_RUNS_PER_INSTANCE
             && let Ok(mut pool) = self.pool.lock()
@@ -667,6 +723,42 @@ impl WasmObserver {
         }
         outcome
     }
+}
+
+impl WasmObserver {
+    /// A run's stdout and stderr into the log, a line per line, under the observer's name.
+    fn log_output(&self, stdout: &Output, stderr: &Output) {
+        let observer = &*self.name;
+        for (stream, out) in [("stdout", stdout), ("stderr", stderr)] {
+            if out.is_empty() {
+                continue;
+            }
+            if out.dropped > 0 {
+                tracing::warn!(observer, stream, "{} earlier bytes of this run's {stream} dropped", out.dropped);
+            }
+            for line in out.text.lines().filter(|l| !l.trim().is_empty()) {
+                match stream {
+                    "stdout" => tracing::info!(observer, stream, "{line}"),
+                    _ => tracing::warn!(observer, stream, "{line}"),
+                }
+            }
+        }
+    }
+}
+
+/// wasmtime's error for a count over a [`ResourceLimiter`](wasmtime::ResourceLimiter) limit
+/// ("instance count too high at 17"), with the binding's setting that allows more.
+fn limit_error(message: &str, limits: &Limits) -> Option<String> {
+    let (what, field, limit) = if message.contains("instance count too high") {
+        ("core instances", "max_instances", limits.instances)
+    } else if message.contains("table count too high") {
+        ("tables", "max_tables", limits.tables)
+    } else if message.contains("memory count too high") {
+        ("memories", "max_memories", limits.memories)
+    } else {
+        return None;
+    };
+    Some(format!("the component creates more {what} than the binding allows ({field} = {limit}): {message}"))
 }
 
 fn describe(e: &WitError) -> String {

@@ -7,26 +7,67 @@ use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
 /// The WIT the bindings are generated from (`bindings.rs`), so the list cannot drift from what
-/// the linker defines.
-const OBSERVER_WIT: &str = include_str!("../../../wit/observer.wit");
+/// the linker defines; and the frozen first version, which the host keeps serving.
+const OBSERVER_WITS: [(&str, &str); 2] = [
+    ("observer.wit", include_str!("../../../wit/observer.wit")),
+    ("v0.1.0/observer.wit", include_str!("../../../wit/v0.1.0/observer.wit")),
+];
+
+/// The WASI 0.2 interfaces `wasmtime_wasi::p2::add_to_linker_sync` defines (deny-by-default,
+/// `sandbox.rs`). Their functions are left to the linker's check.
+const WASI_INTERFACES: [&str; 27] = [
+    "wasi:cli/environment",
+    "wasi:cli/exit",
+    "wasi:cli/stdin",
+    "wasi:cli/stdout",
+    "wasi:cli/stderr",
+    "wasi:cli/terminal-input",
+    "wasi:cli/terminal-output",
+    "wasi:cli/terminal-stdin",
+    "wasi:cli/terminal-stdout",
+    "wasi:cli/terminal-stderr",
+    "wasi:clocks/monotonic-clock",
+    "wasi:clocks/wall-clock",
+    "wasi:filesystem/types",
+    "wasi:filesystem/preopens",
+    "wasi:io/error",
+    "wasi:io/poll",
+    "wasi:io/streams",
+    "wasi:random/random",
+    "wasi:random/insecure",
+    "wasi:random/insecure-seed",
+    "wasi:sockets/network",
+    "wasi:sockets/instance-network",
+    "wasi:sockets/tcp",
+    "wasi:sockets/tcp-create-socket",
+    "wasi:sockets/udp",
+    "wasi:sockets/udp-create-socket",
+    "wasi:sockets/ip-name-lookup",
+];
+
+/// The WASI version the host links (imports of any 0.2.x match it).
+const WASI_VERSION: &str = "0.2.0";
 
 /// The interfaces the world imports (what the host's linker defines), with their functions.
 pub(crate) struct Provided {
-    /// Full interface name (`percolator:observer/txn@0.1.0`) and its function names.
+    /// Full interface name (`percolator:observer/txn@0.2.0`) and its function names, newest
+    /// version first.
     interfaces: Vec<(String, Vec<String>)>,
 }
 
 impl Provided {
-    /// Reads the `observer` world of `wit/observer.wit`.
+    /// Reads the `observer` world of `wit/observer.wit` and of the frozen versions.
     pub(crate) fn observer_world() -> Result<Provided, String> {
-        let mut resolve = wit_parser::Resolve::default();
-        let package = resolve.push_str("observer.wit", OBSERVER_WIT).map_err(|e| format!("{e:#}"))?;
-        let world = resolve.select_world(&[package], Some("observer")).map_err(|e| format!("{e:#}"))?;
         let mut interfaces = Vec::new();
-        for (key, item) in &resolve.worlds[world].imports {
-            if let wit_parser::WorldItem::Interface { id, .. } = item {
-                let functions = resolve.interfaces[*id].functions.keys().cloned().collect();
-                interfaces.push((resolve.name_world_key(key), functions));
+        for (file, text) in OBSERVER_WITS {
+            let mut resolve = wit_parser::Resolve::default();
+            let package = resolve.push_str(file, text).map_err(|e| format!("{file}: {e:#}"))?;
+            let world = resolve.select_world(&[package], Some("observer")).map_err(|e| format!("{file}: {e:#}"))?;
+            for (key, item) in &resolve.worlds[world].imports {
+                if let wit_parser::WorldItem::Interface { id, .. } = item {
+                    let functions = resolve.interfaces[*id].functions.keys().cloned().collect();
+                    interfaces.push((resolve.name_world_key(key), functions));
+                }
             }
         }
         Ok(Provided { interfaces })
@@ -40,6 +81,7 @@ impl Provided {
         for (name, import) in component.component_type().imports(engine) {
             match (self.interface(name), import.ty) {
                 (_, ComponentItem::Type(_)) => {}
+                (None, ComponentItem::ComponentInstance(_)) if is_wasi(name) => {}
                 (Some(functions), ComponentItem::ComponentInstance(instance)) => {
                     for (export, item) in instance.exports(engine).map(|(n, e)| (n, e.ty)) {
                         let provided =
@@ -55,7 +97,8 @@ impl Provided {
         missing
     }
 
-    /// `name (f, g), …` of every provided interface.
+    /// `name (f, g), …` of every interface of the newest version, then the older versions
+    /// and WASI in short.
     pub(crate) fn describe(&self) -> String {
         let one = |(name, functions): &(String, Vec<String>)| {
             if functions.is_empty() {
@@ -64,7 +107,21 @@ impl Provided {
                 format!("{name} ({})", functions.join(", "))
             }
         };
-        self.interfaces.iter().map(one).collect::<Vec<_>>().join(", ")
+        let newest = self.interfaces.first().and_then(|(n, _)| n.split_once('@')).map(|(_, v)| v).unwrap_or("");
+        let mut parts: Vec<String> =
+            self.interfaces.iter().filter(|(n, _)| n.ends_with(&format!("@{newest}"))).map(one).collect();
+        let mut older: Vec<&str> = self
+            .interfaces
+            .iter()
+            .filter_map(|(n, _)| n.split_once('@').map(|(_, v)| v))
+            .filter(|v| *v != newest)
+            .collect();
+        older.dedup();
+        for version in older {
+            parts.push(format!("the interfaces of percolator:observer@{version}"));
+        }
+        parts.push(format!("and WASI {WASI_VERSION} (deny-by-default: no files, sockets or environment)"));
+        parts.join(", ")
     }
 
     fn interface(&self, name: &str) -> Option<&[String]> {
@@ -98,6 +155,11 @@ fn compatible(import: &str, provided: &str) -> bool {
     }
 }
 
+/// A WASI 0.2 interface the host links.
+fn is_wasi(name: &str) -> bool {
+    WASI_INTERFACES.iter().any(|w| compatible(name, &format!("{w}@{WASI_VERSION}")))
+}
+
 fn kind(item: &ComponentItem) -> &'static str {
     match item {
         ComponentItem::ComponentFunc(_) => "function",
@@ -115,14 +177,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_world_provides_its_three_interfaces() {
+    fn the_world_provides_its_interfaces_old_versions_and_wasi() {
         let p = Provided::observer_world().unwrap();
         assert_eq!(
             p.describe(),
-            "percolator:observer/types@0.1.0 (types only), \
-             percolator:observer/txn@0.1.0 (get, get-many, scan, set, delete, notify-weak, start-ts), \
-             percolator:observer/log@0.1.0 (log)"
+            "percolator:observer/types@0.2.0 (types only), \
+             percolator:observer/txn@0.2.0 (get, get-many, scan, set, delete, notify-weak, start-ts), \
+             percolator:observer/log@0.2.0 (log), percolator:observer/config@0.2.0 (get, all), \
+             the interfaces of percolator:observer@0.1.0, \
+             and WASI 0.2.0 (deny-by-default: no files, sockets or environment)"
         );
+        assert!(is_wasi("wasi:io/poll@0.2.9") && is_wasi("wasi:sockets/tcp@0.2.0"));
+        assert!(!is_wasi("wasi:http/outgoing-handler@0.2.0") && !is_wasi("wasi:io/poll@0.3.0"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use percolator_api::LOADS_TABLE;
-use percolator_runtime::{Access, ColumnRule, Limits};
+use percolator_runtime::{Access, ClockMode, ColumnRule, Environment, Limits};
 use std::sync::Arc;
 
 use percolator_store::backends::{RedisBigtable, RedisConfig};
@@ -141,6 +141,18 @@ mod raw {
         #[serde(default)]
         pub(super) memory_mb: Option<Spanned<i64>>,
         #[serde(default)]
+        pub(super) max_instances: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) max_tables: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) max_memories: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) clock: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) random_seed: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) params: Option<Spanned<toml::Table>>,
+        #[serde(default)]
         pub(super) allow_cycle: bool,
     }
 }
@@ -164,6 +176,8 @@ pub struct Binding {
     pub max_attempts: u32,
     /// Per-run limits.
     pub limits: Limits,
+    /// What the guest sees besides the store: parameters, clocks, randomness.
+    pub env: Environment,
 }
 
 impl Binding {
@@ -546,7 +560,30 @@ impl Config {
             };
             let max_attempts = int(&b.max_attempts, "max_attempts", 1..1001, 5)? as u32;
             let timeout_ms = int(&b.timeout_ms, "timeout_ms", 1..600_001, 1000)? as u64;
-            let memory_mb = int(&b.memory_mb, "memory_mb", 1..4097, 64)? as usize;
+            let memory_mb =
+                int(&b.memory_mb, "memory_mb", 1..4097, (Limits::DEFAULT.memory_bytes >> 20) as i64)? as usize;
+            let count = |v, field, default: u32| int(v, field, 1..10_001, i64::from(default)).map(|n| n as u32);
+            let instances = count(&b.max_instances, "max_instances", Limits::DEFAULT.instances)?;
+            let tables = count(&b.max_tables, "max_tables", Limits::DEFAULT.tables)?;
+            let memories = count(&b.max_memories, "max_memories", Limits::DEFAULT.memories)?;
+            let clock = match b.clock.as_ref().map(|c| (c.get_ref().as_str(), c.span())) {
+                None | Some(("real", _)) => ClockMode::Real,
+                Some(("fixed", _)) => ClockMode::Fixed,
+                Some((other, span)) => {
+                    return Err(cx.err(Some(span), f("clock"), format!("{other:?} is not one of \"real\", \"fixed\"")));
+                }
+            };
+            let random_seed = match &b.random_seed {
+                None => None,
+                Some(x) if *x.get_ref() >= 0 => Some(*x.get_ref() as u64),
+                Some(x) => {
+                    return Err(cx.err(Some(x.span()), f("random_seed"), format!("{} is negative", x.get_ref())));
+                }
+            };
+            let params = match &b.params {
+                None => BTreeMap::new(),
+                Some(table) => parse_params(table.get_ref()).map_err(|e| cx.err(Some(table.span()), f("params"), e))?,
+            };
             bindings.push(Binding {
                 name,
                 wasm,
@@ -558,8 +595,12 @@ impl Config {
                 limits: Limits {
                     timeout: Duration::from_millis(timeout_ms),
                     memory_bytes: memory_mb << 20,
+                    instances,
+                    tables,
+                    memories,
                     pool: runs_in_flight,
                 },
+                env: Environment { params: Arc::new(params), clock, random_seed },
             });
             spans.push((span, b.allow_cycle));
         }
@@ -578,6 +619,35 @@ impl Config {
             bindings,
         })
     }
+}
+
+/// Longest parameter key and value, in bytes.
+const MAX_PARAM_BYTES: usize = 4096;
+
+/// `[binding.params]`: a table of scalars, each as text (a string as is, a number or a boolean
+/// as TOML writes it). Nested tables and lists are refused: the guest reads strings.
+fn parse_params(table: &toml::Table) -> Result<BTreeMap<String, String>, String> {
+    let mut params = BTreeMap::new();
+    for (key, value) in table {
+        let text = match value {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            toml::Value::Float(x) => x.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            toml::Value::Datetime(d) => d.to_string(),
+            toml::Value::Array(_) | toml::Value::Table(_) => {
+                return Err(format!(
+                    "{key:?} is a {}: parameters are strings, numbers or booleans (the guest reads them as text)",
+                    if value.is_array() { "list" } else { "table" }
+                ));
+            }
+        };
+        if key.len() > MAX_PARAM_BYTES || text.len() > MAX_PARAM_BYTES {
+            return Err(format!("{key:?}: a parameter's key and value are at most {MAX_PARAM_BYTES} bytes each"));
+        }
+        params.insert(key.clone(), text);
+    }
+    Ok(params)
 }
 
 /// A bound column is `family:qualifier`, both parts non-empty: what loads write (a field
@@ -772,13 +842,15 @@ fn locate<'a>(
 /// What each key of the file holds, in words.
 fn expected_type(key: &str) -> Option<&'static str> {
     Some(match key {
-        "threads" | "max_attempts" | "timeout_ms" | "memory_mb" => "an integer",
+        "threads" | "max_attempts" | "timeout_ms" | "memory_mb" | "max_instances" | "max_tables" | "max_memories"
+        | "random_seed" => "an integer",
+        "params" => "a table",
         "allow_cycle" => "a boolean (true or false)",
         "reads" | "writes" => "a list of strings",
         "binding" => "[[binding]] tables",
         "store" | "scanner" | "observers" | "http" => "a table",
         "path" | "durability" | "backend" | "namespace" | "oracle_listen" | "dir" | "cache_dir" | "listen"
-        | "token_file" | "name" | "wasm" | "table" | "column" | "notify" => "a string",
+        | "token_file" | "name" | "wasm" | "table" | "column" | "notify" | "clock" => "a string",
         _ => return None,
     })
 }

@@ -182,8 +182,10 @@ impl Pipeline {
                 }
                 _ => {
                     let stats = self.stats_of(&b.name)?;
-                    let observer =
-                        self.runtime.observer(&b.name, &compiled, b.access.clone(), b.limits).continuing(stats);
+                    let observer = self
+                        .runtime
+                        .observer(&b.name, &compiled, b.access.clone(), b.limits, b.env.clone())
+                        .continuing(stats);
                     observer.check_instantiates().map_err(|e| {
                         format!("binding {}: {} cannot start under its limits: {e:#}", b.name, b.wasm.display())
                     })?;

@@ -1,16 +1,22 @@
 //! The host side of the WIT imports: one `HostState` per wasmtime `Store`, one file per
 //! interface.
 
+mod config;
 mod log;
-mod txn;
+pub(crate) mod txn;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use percolator_store::Transaction;
+use wasmtime::component::ResourceTable;
 use wasmtime::{ResourceLimiter, bail};
+use wasmtime_wasi::{WasiCtxView, WasiView};
 
 use crate::access::Access;
 use crate::bindings::WitError;
+use crate::runtime::Limits;
+use crate::sandbox::Wasi;
 
 /// The data of one observer instance's wasmtime `Store`.
 pub(crate) struct HostState {
@@ -32,11 +38,33 @@ pub(crate) struct HostState {
     /// The first access violation of the run: a denied access fails the run even if the guest
     /// swallows the error.
     pub(crate) denied: Option<String>,
+    /// The binding's parameters (the `config` import).
+    pub(crate) params: Arc<BTreeMap<String, String>>,
+    /// The instance's WASI context (deny-by-default, `sandbox.rs`) and its resources.
+    pub(crate) wasi: Wasi,
+    table: ResourceTable,
 }
 
 impl HostState {
-    pub(crate) fn new(observer: Arc<str>, access: Arc<Access>, limits: Budget) -> HostState {
-        HostState { observer, txn: None, access, limits, io_bytes: 0, conflict: None, denied: None }
+    pub(crate) fn new(
+        observer: Arc<str>,
+        access: Arc<Access>,
+        limits: Budget,
+        params: Arc<BTreeMap<String, String>>,
+        wasi: Wasi,
+    ) -> HostState {
+        HostState {
+            observer,
+            txn: None,
+            access,
+            limits,
+            io_bytes: 0,
+            conflict: None,
+            denied: None,
+            params,
+            wasi,
+            table: ResourceTable::new(),
+        }
     }
 
     /// Charges `n` bytes of host-side work to this run; past the budget the run fails.
@@ -82,16 +110,32 @@ impl HostState {
 
 impl crate::bindings::percolator::observer::types::Host for HostState {}
 
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi.ctx, table: &mut self.table }
+    }
+}
+
 /// One byte budget per instance for all its linear memories and tables (8 bytes per table
-/// element), so neither several memories nor a huge table can exceed the binding's cap.
+/// element), so neither several memories nor a huge table can exceed the binding's cap; and
+/// the binding's counts of core instances, tables and memories.
 pub(crate) struct Budget {
     pub(crate) bytes: usize,
     used: usize,
+    instances: usize,
+    tables: usize,
+    memories: usize,
 }
 
 impl Budget {
-    pub(crate) fn new(bytes: usize) -> Budget {
-        Budget { bytes, used: 0 }
+    pub(crate) fn new(limits: &Limits) -> Budget {
+        Budget {
+            bytes: limits.memory_bytes,
+            used: 0,
+            instances: limits.instances as usize,
+            tables: limits.tables as usize,
+            memories: limits.memories as usize,
+        }
     }
 
     fn grow(&mut self, delta: usize) -> wasmtime::Result<bool> {
@@ -100,7 +144,12 @@ impl Budget {
                 self.used = total;
                 Ok(true)
             }
-            _ => bail!("memory limit of {} MiB exceeded", self.bytes >> 20),
+            Some(total) => bail!(
+                "memory limit of {} MiB exceeded: the instance asked for {:.1} MiB in all (raise memory_mb)",
+                self.bytes >> 20,
+                total as f64 / f64::from(1 << 20)
+            ),
+            None => bail!("memory limit of {} MiB exceeded", self.bytes >> 20),
         }
     }
 }
@@ -115,15 +164,65 @@ impl ResourceLimiter for Budget {
     }
 
     fn instances(&self) -> usize {
-        // A componentized Rust guest uses three or four core instances.
-        16
+        self.instances
     }
 
     fn tables(&self) -> usize {
-        16
+        self.tables
     }
 
     fn memories(&self) -> usize {
-        4
+        self.memories
     }
+}
+
+/// The versions of the world whose `txn` and `log` interfaces the host defines. 0.2.0 added the
+/// `config` interface and changed nothing else, so one implementation serves both: component
+/// types are structural, so the functions typed with 0.2.0's records and variants type-check
+/// against a 0.1.0 component's imports of the same shapes.
+pub(crate) const WORLD_VERSIONS: [&str; 2] = ["0.1.0", "0.2.0"];
+
+/// Defines the `percolator:observer` imports in `linker`: `txn` and `log` of every version of
+/// [`WORLD_VERSIONS`] (the log records a guest's panic message for the run's error, see
+/// `runtime.rs`) and `config` of 0.2.0.
+pub(crate) fn add_to_linker(
+    linker: &mut wasmtime::component::Linker<HostState>,
+    on_log: fn(&mut HostState, crate::bindings::percolator::observer::log::Level, String),
+) -> wasmtime::Result<()> {
+    use crate::bindings::percolator::observer::{config, log::Level, txn::Host as _};
+    use crate::bindings::{Cell, ScanEntry};
+    use wasmtime::StoreContextMut as Cx;
+    type Scan = (String, Vec<u8>, Option<Vec<u8>>, Option<Vec<String>>, u32);
+    type Reply<T> = wasmtime::Result<(Result<T, WitError>,)>;
+    for version in WORLD_VERSIONS {
+        let mut txn = linker.instance(&format!("percolator:observer/txn@{version}"))?;
+        txn.func_wrap("get", |mut s: Cx<'_, HostState>, (t, r, c): (String, Vec<u8>, String)| -> Reply<_> {
+            Ok((s.data_mut().get(t, r, c),))
+        })?;
+        txn.func_wrap("get-many", |mut s: Cx<'_, HostState>, (cells,): (Vec<Cell>,)| -> Reply<_> {
+            Ok((s.data_mut().get_many(cells),))
+        })?;
+        txn.func_wrap("scan", |mut s: Cx<'_, HostState>, (t, a, b, cols, n): Scan| -> Reply<Vec<ScanEntry>> {
+            Ok((s.data_mut().scan(t, a, b, cols, n),))
+        })?;
+        txn.func_wrap(
+            "set",
+            |mut s: Cx<'_, HostState>, (t, r, c, v): (String, Vec<u8>, String, Vec<u8>)| -> Reply<()> {
+                Ok((s.data_mut().set(t, r, c, v),))
+            },
+        )?;
+        txn.func_wrap("delete", |mut s: Cx<'_, HostState>, (t, r, c): (String, Vec<u8>, String)| -> Reply<()> {
+            Ok((s.data_mut().delete(t, r, c),))
+        })?;
+        txn.func_wrap("notify-weak", |mut s: Cx<'_, HostState>, (t, r, c): (String, Vec<u8>, String)| -> Reply<()> {
+            Ok((s.data_mut().notify_weak(t, r, c),))
+        })?;
+        txn.func_wrap("start-ts", |mut s: Cx<'_, HostState>, (): ()| Ok((s.data_mut().start_ts(),)))?;
+        let mut log = linker.instance(&format!("percolator:observer/log@{version}"))?;
+        log.func_wrap("log", move |mut s: Cx<'_, HostState>, (level, message): (Level, String)| {
+            on_log(s.data_mut(), level, message);
+            Ok(())
+        })?;
+    }
+    config::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(linker, |s| s)
 }
