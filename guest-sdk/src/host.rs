@@ -56,6 +56,14 @@ impl Txn for HostTxn {
     fn start_ts(&self) -> u64 {
         wit::start_ts()
     }
+
+    fn param(&self, key: &str) -> Option<String> {
+        crate::bindings::percolator::observer::config::get(key)
+    }
+
+    fn params(&self) -> Vec<(String, String)> {
+        crate::bindings::percolator::observer::config::all()
+    }
 }
 
 impl From<wt::Error> for Error {

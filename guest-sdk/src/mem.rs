@@ -57,6 +57,8 @@ struct State {
     weak_columns: BTreeSet<(String, String)>,
     /// `Some(n)`: a scan returns at most `n` cells, whatever its limit.
     scan_cap: Option<u32>,
+    /// The binding's parameters, as `[binding.params]` would give them.
+    params: BTreeMap<String, String>,
 }
 
 impl State {
@@ -176,6 +178,11 @@ impl MemStore {
     /// The weak notifications sent by committed transactions since the last call, oldest first.
     pub fn take_weak_notifications(&self) -> Vec<Cell> {
         std::mem::take(&mut self.lock().weak_sent)
+    }
+
+    /// Sets the binding parameter `key` (what `[binding.params]` gives the guest in the host).
+    pub fn set_param(&self, key: &str, value: impl Into<String>) {
+        self.lock().params.insert(key.to_owned(), value.into());
     }
 
     /// Starts a transaction at a new snapshot.
@@ -382,6 +389,14 @@ impl Txn for MemTxn {
 
     fn start_ts(&self) -> u64 {
         self.start_ts
+    }
+
+    fn param(&self, key: &str) -> Option<String> {
+        self.store.lock().params.get(key).cloned()
+    }
+
+    fn params(&self) -> Vec<(String, String)> {
+        self.store.lock().params.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
     }
 }
 

@@ -124,6 +124,14 @@ pub trait Txn {
     /// The snapshot timestamp.
     fn start_ts(&self) -> u64;
 
+    /// The binding's parameter `key` (its `[binding.params]` table in the host's
+    /// configuration, values as text), if the binding sets it. One component bound twice can
+    /// behave differently per binding (an output column, a threshold).
+    fn param(&self, key: &str) -> Option<String>;
+
+    /// Every parameter of the binding, sorted by key.
+    fn params(&self) -> Vec<(String, String)>;
+
     /// [`get`](Txn::get) of a [`Cell`].
     fn get_cell(&self, cell: &Cell) -> Result<Option<Vec<u8>>> {
         self.get(&cell.table, &cell.row, &cell.column)
@@ -206,6 +214,14 @@ impl<T: Txn + ?Sized> Txn for &mut T {
     }
     fn start_ts(&self) -> u64 {
         (**self).start_ts()
+    }
+
+    fn param(&self, key: &str) -> Option<String> {
+        (**self).param(key)
+    }
+
+    fn params(&self) -> Vec<(String, String)> {
+        (**self).params()
     }
 }
 

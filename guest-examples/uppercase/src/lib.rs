@@ -3,7 +3,8 @@
 //! Bind it to the column `raw:text`. On each notification it reads `raw:text` of the notified
 //! row and writes the upper-cased text to `derived:upper` in the same row (deleting
 //! `derived:upper` if `raw:text` is gone). A value that is not UTF-8 fails the run.
-//! Reads: `raw:text`; writes: `derived:upper`.
+//! Reads: `raw:text`; writes: `derived:upper`, or the column its binding's parameter `target`
+//! names (`[binding.params] target = "derived:shout"`), so it can be bound twice.
 
 use percolator_guest::{Notification, Observer, Result, Txn};
 
@@ -17,9 +18,10 @@ pub struct Uppercase;
 
 impl Observer for Uppercase {
     fn observe(txn: &mut impl Txn, n: &Notification) -> Result<()> {
+        let target = txn.param("target").unwrap_or_else(|| TARGET.to_owned());
         match txn.get_str(n.table(), n.row(), SOURCE)? {
-            Some(text) => txn.set_str(n.table(), n.row(), TARGET, &text.to_uppercase()),
-            None => txn.delete(n.table(), n.row(), TARGET),
+            Some(text) => txn.set_str(n.table(), n.row(), &target, &text.to_uppercase()),
+            None => txn.delete(n.table(), n.row(), &target),
         }
     }
 }
@@ -41,6 +43,16 @@ mod tests {
         store.observe::<Uppercase>(&store.notification("docs", "r1", SOURCE)).unwrap();
         assert_eq!(store.get_str("docs", "r1", TARGET).as_deref(), Some("HELLO, WÖRLD"));
         assert_eq!(store.get("docs", "r2", TARGET), None);
+    }
+
+    #[test]
+    fn the_target_column_is_the_bindings_parameter() {
+        let store = MemStore::new();
+        store.set_param("target", "derived:shout");
+        store.put("docs", "r1", SOURCE, "hi");
+        store.observe::<Uppercase>(&store.notification("docs", "r1", SOURCE)).unwrap();
+        assert_eq!(store.get_str("docs", "r1", "derived:shout").as_deref(), Some("HI"));
+        assert_eq!(store.get("docs", "r1", TARGET), None);
     }
 
     #[test]

@@ -159,9 +159,17 @@ impl Runtime {
         }
         without_panics("parsing", || well_formed(bytes))?;
         let source_hash = hex(&Sha256::digest(bytes));
-        let component = without_panics("compiling", || self.component(bytes, &source_hash))?;
+        // A core module becomes a component first (a few milliseconds, so also on a cache hit:
+        // the footprint is read from the component).
+        let encoded = if wasmparser_is_core(bytes) {
+            Some(without_panics("componentizing", || componentize(bytes))?)
+        } else {
+            None
+        };
+        let component_bytes = encoded.as_deref().unwrap_or(bytes);
+        let footprint = without_panics("measuring", || Ok(Footprint::of(component_bytes)))?;
+        let component = without_panics("compiling", || self.component(component_bytes, &source_hash))?;
         let pre = without_panics("linking", || self.link(&component))?;
-        let footprint = without_panics("measuring", || Ok(Footprint::of(bytes)))?;
         Ok(Compiled { pre, source_hash, footprint })
     }
 
@@ -192,6 +200,8 @@ impl Runtime {
         })
     }
 
+    /// The component of `bytes` (a component), from the cache (keyed by the source file's
+    /// hash) or compiled and cached.
     fn component(&self, bytes: &[u8], source_hash: &str) -> Result<Component> {
         let cached = self.cache_dir.as_ref().map(|d| d.join(format!("{source_hash}-{:016x}.cwasm", self.engine_hash)));
         if let Some(path) = &cached
@@ -206,17 +216,6 @@ impl Runtime {
                 Ok(c) => return Ok(c),
                 Err(e) => tracing::warn!("discarding unreadable cache entry {}: {e:#}", path.display()),
             }
-        }
-        if wasmparser_is_core(bytes) {
-            let encoded = wit_component::ComponentEncoder::default()
-                .module(bytes)
-                .map_err(wasmtime::Error::from_anyhow)
-                .context("the core module carries no usable component type (was it built with wit-bindgen?)")?
-                .validate(true)
-                .encode()
-                .map_err(wasmtime::Error::from_anyhow)
-                .context("componentizing the core module")?;
-            return self.compile_component(&encoded, cached.as_deref());
         }
         self.compile_component(bytes, cached.as_deref())
     }
@@ -542,6 +541,18 @@ fn without_panics<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
             one_line(&message)
         )))
     })
+}
+
+/// A core module carrying wit-bindgen's component-type section, made a component.
+fn componentize(bytes: &[u8]) -> Result<Vec<u8>> {
+    wit_component::ComponentEncoder::default()
+        .module(bytes)
+        .map_err(wasmtime::Error::from_anyhow)
+        .context("the core module carries no usable component type (was it built with wit-bindgen?)")?
+        .validate(true)
+        .encode()
+        .map_err(wasmtime::Error::from_anyhow)
+        .context("componentizing the core module")
 }
 
 fn wasmparser_is_core(bytes: &[u8]) -> bool {

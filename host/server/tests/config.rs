@@ -65,6 +65,34 @@ fn a_valid_config_is_parsed_into_domain_types() {
 }
 
 #[test]
+fn sandbox_settings_limits_and_parameters_are_parsed_and_checked() {
+    use percolator_runtime::{ClockMode, Limits};
+    let dir = Dir::new("sandbox");
+    let extra = "max_instances = 40\nmax_memories = 2\nclock = \"fixed\"\nrandom_seed = 7\n\
+                 [binding.params]\ntarget = \"derived:shout\"\nthreshold = 3\nloud = true\n";
+    let c = Config::load(&dir.config(&format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", extra)))).unwrap();
+    let up = &c.bindings[0];
+    assert_eq!((up.limits.instances, up.limits.memories, up.limits.tables), (40, 2, Limits::DEFAULT.tables));
+    assert_eq!((up.env.clock, up.env.random_seed), (ClockMode::Fixed, Some(7)));
+    let params: Vec<(&str, &str)> = up.env.params.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    assert_eq!(params, [("loud", "true"), ("target", "derived:shout"), ("threshold", "3")]);
+    let plain = Config::load(&dir.config(&format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "")))).unwrap();
+    assert_eq!(plain.bindings[0].limits.memory_bytes, Limits::DEFAULT.memory_bytes);
+    assert_eq!((plain.bindings[0].env.clock, plain.bindings[0].env.random_seed), (ClockMode::Real, None));
+
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "clock = \"sundial\"\n")));
+    assert!(e.contains("binding[0].clock") && e.contains("\"sundial\" is not one of \"real\", \"fixed\""), "{e}");
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "max_instances = 0\n")));
+    assert!(e.contains("binding[0].max_instances") && e.contains("out of range"), "{e}");
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "random_seed = -1\n")));
+    assert!(e.contains("binding[0].random_seed") && e.contains("negative"), "{e}");
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "[binding.params]\nlist = [1, 2]\n")));
+    assert!(e.contains("binding[0].params") && e.contains("\"list\" is a list"), "{e}");
+    let e = err(&dir, &format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "params = \"target\"\n")));
+    assert!(e.contains("binding[0].params") && e.contains("expected a table"), "{e}");
+}
+
+#[test]
 fn unknown_keys_are_rejected_with_line_and_expected_keys() {
     let dir = Dir::new("unknown");
     let body = format!("{HEAD}{}", binding("up", "a.wasm", "raw:text", "retries = 3\n"));

@@ -280,6 +280,53 @@ fn a_guest_that_cannot_start_under_its_limits_is_rejected_at_load() {
     assert_eq!(h.pipeline.status().generation, 1, "the old version keeps serving");
 }
 
+#[test]
+fn a_component_over_its_instance_limit_is_rejected_at_load_with_the_value_it_needs() {
+    let h = start(
+        "instance-limit",
+        &[("upper.wasm", "uppercase")],
+        &binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n"),
+    );
+    let config_file = h.dir.join("pipeline.toml");
+    let body = std::fs::read_to_string(&config_file).unwrap() + "max_instances = 1\nmax_memories = 1\n";
+    std::fs::write(&config_file, body).unwrap();
+    let e = h.pipeline.apply(&Config::load(&config_file).unwrap()).unwrap_err();
+    // A componentized Rust guest instantiates its module, its adapter shims and their fixups.
+    assert!(e.contains("core module instances, the binding allows 1 (max_instances)"), "{e}");
+    assert!(!e.contains("max_memories"), "one memory is within its limit: {e}");
+    assert_eq!(h.pipeline.status().generation, 1, "the old version keeps serving");
+}
+
+/// One component bound twice, each binding with its own `[binding.params]`; and a component of
+/// the first version of the world (0.1.0, no `config` import) beside them.
+#[test]
+fn parameters_reach_the_guest_and_a_first_version_component_still_runs() {
+    let h = start(
+        "params",
+        &[("upper.wasm", "uppercase"), ("upper01.wasm", "uppercase-v01")],
+        &(binding(
+            "shout",
+            "upper.wasm",
+            "raw:text",
+            "writes = [\"docs/derived:shout\"]\n[binding.params]\ntarget = \"derived:shout\"\n",
+        ) + &binding(
+            "yell",
+            "upper.wasm",
+            "raw:text",
+            "writes = [\"docs/derived:yell\"]\n[binding.params]\ntarget = \"derived:yell\"\nunused = 3\n",
+        ) + &binding("v01", "upper01.wasm", "raw:other", "writes = [\"docs/derived:upper\"]\n")),
+    );
+    h.store.run(|t| t.set("docs", "r1", "raw:text", "hi")).unwrap();
+    h.store.run(|t| t.set("docs", "r2", "raw:other", "old world")).unwrap();
+    assert!(h.store.wait_quiescent(QUIET).unwrap());
+    assert!(h.store.dead_letters().unwrap().is_empty(), "{:?}", h.store.dead_letters().unwrap());
+    let t = h.store.begin().unwrap();
+    assert_eq!(t.get("docs", "r1", "derived:shout").unwrap(), Some(b"HI".to_vec()));
+    assert_eq!(t.get("docs", "r1", "derived:yell").unwrap(), Some(b"HI".to_vec()));
+    assert_eq!(t.get("docs", "r1", "derived:upper").unwrap(), None, "the default target is not written");
+    assert_eq!(t.get("docs", "r2", "derived:upper").unwrap(), Some(b"OLD WORLD".to_vec()));
+}
+
 /// The run counts of a binding (runs, failures, their time) are totals over the store's life:
 /// `persist_counts` (which `up` calls every 10 s and when it stops) saves them in the store,
 /// and the next host on the store continues from them. The run-time histogram starts anew.
