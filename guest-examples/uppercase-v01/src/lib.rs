@@ -4,6 +4,7 @@
 //!
 //! Reads the notified cell and writes it upper-cased to `derived:upper` of the same row.
 
+#[allow(clippy::too_many_arguments)] // wit-bindgen's glue for `scan`
 mod bindings {
     wit_bindgen::generate!({
         path: "../../wit/v0.1.0",
