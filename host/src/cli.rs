@@ -779,6 +779,14 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                 "last reload error: {}\n",
                 h.last_error.as_deref().map(escape).unwrap_or_else(|| "none".into())
             ));
+            for c in &h.compiling {
+                out.push_str(&format!(
+                    "compiling: {} for binding {} ({:.1} s so far; the current version serves meanwhile)\n",
+                    c.wasm,
+                    c.binding,
+                    c.elapsed_ms as f64 / 1000.0
+                ));
+            }
             if h.bindings.is_empty() {
                 out.push_str("bindings: none\n");
             } else {
@@ -939,6 +947,7 @@ mod tests {
                 generation: 1,
                 loaded_at: None,
                 last_error: None,
+                compiling: Vec::new(),
                 bindings: vec![binding("both"), binding("local")],
                 throughput: Throughput {
                     window_secs: 0.0,

@@ -445,6 +445,9 @@ pub struct HostReport {
     pub loaded_at: Option<String>,
     /// Why the last reload was rejected, if it was.
     pub last_error: Option<String>,
+    /// Components being compiled for a reload now; the current generation serves meanwhile.
+    #[serde(default)]
+    pub compiling: Vec<CompilingReport>,
     /// Loaded bindings.
     pub bindings: Vec<BindingReport>,
     /// Rates over the last seconds.
@@ -452,6 +455,17 @@ pub struct HostReport {
     /// The store's counters by name (`percolator_store::Metrics::counters`): totals over the
     /// store's life, except `backend_*` (since the store was opened).
     pub metrics: std::collections::BTreeMap<String, u64>,
+}
+
+/// A component being compiled.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct CompilingReport {
+    /// The binding it is for.
+    pub binding: String,
+    /// The component file.
+    pub wasm: String,
+    /// Milliseconds it has been compiling.
+    pub elapsed_ms: u64,
 }
 
 /// One loaded binding.

@@ -491,7 +491,14 @@ impl Config {
                 ));
             }
             let wasm = observers_dir.join(b.wasm.get_ref());
-            if !wasm.is_file() {
+            if wasm.is_dir() {
+                return Err(cx.err(
+                    Some(b.wasm.span()),
+                    f("wasm"),
+                    format!("{} is a folder, not a file", wasm.display()),
+                ));
+            }
+            if !wasm.exists() {
                 return Err(cx.err(Some(b.wasm.span()), f("wasm"), format!("{} does not exist", wasm.display())));
             }
             percolator_store::validate_table(b.table.get_ref())

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use percolator_runtime::{RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
 use percolator_store::{NotifyKind, Observer, ObserverSpec, Store};
@@ -55,8 +55,23 @@ pub struct Status {
     pub last_error: Option<String>,
     /// When the current generation was loaded.
     pub loaded_at: Option<SystemTime>,
+    /// The components being compiled for a reload now (the current generation serves
+    /// meanwhile).
+    pub compiling: Vec<Compiling>,
 }
 
+/// A component being compiled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Compiling {
+    /// The binding it is for.
+    pub binding: String,
+    /// The component file.
+    pub wasm: PathBuf,
+    /// How long it has been compiling.
+    pub elapsed: Duration,
+}
+
+#[derive(Clone)]
 struct Loaded {
     binding: Binding,
     observer: Arc<WasmObserver>,
@@ -81,6 +96,11 @@ pub struct Pipeline {
     /// binding is removed so that its last counts are saved. Locked after `state` when both
     /// are; a save holds it, so saves never overtake one another.
     counts: Mutex<BTreeMap<String, Counted>>,
+    /// Held by [`Pipeline::apply`] from start to end: one reload at a time. The state lock is
+    /// not held while components compile, so `status` answers meanwhile.
+    applying: Mutex<()>,
+    /// The component being compiled now, if any (for `status`).
+    compiling: Mutex<Option<(String, PathBuf, Instant)>>,
 }
 
 /// The metadata key (of [`Store::add_totals`]) of a binding's run counts.
@@ -103,6 +123,8 @@ impl Pipeline {
             runtime,
             state: Mutex::new((BTreeMap::new(), Status::default())),
             counts: Mutex::new(BTreeMap::new()),
+            applying: Mutex::new(()),
+            compiling: Mutex::new(None),
         }
     }
 
@@ -118,7 +140,16 @@ impl Pipeline {
     /// finish on the version they started with. A rejected reload is logged; when nothing was
     /// loaded before (start-up) there is no previous version, and the error, returned but not
     /// logged, says that the pipeline could not be loaded.
+    ///
+    /// Components compile without the state's lock held: the current generation serves and
+    /// [`Pipeline::status`] answers (listing what is compiling) while a large component — a
+    /// Python or JavaScript one takes seconds — compiles. Reloads are applied one at a time.
     pub fn apply(&self, config: &Config) -> Result<(), String> {
+        let _one_at_a_time = self.applying.lock().unwrap_or_else(PoisonError::into_inner);
+        // Only `apply` changes the loaded bindings, and it is not running elsewhere: this copy
+        // stays the current state until the swap below.
+        let current = self.lock().0.clone();
+        let prepared = self.prepare(config, &current);
         let mut state = self.lock();
         let first = state.1.loaded_at.is_none();
         let rejected = |state: &mut (BTreeMap<String, Loaded>, Status), msg: String| {
@@ -134,7 +165,7 @@ impl Pipeline {
                 msg
             }
         };
-        match self.prepare(config, &state.0) {
+        match prepared {
             Ok(loaded) => {
                 let unchanged = loaded.len() == state.0.len()
                     && loaded
@@ -156,6 +187,7 @@ impl Pipeline {
                     generation: state.1.generation + 1,
                     last_error: None,
                     loaded_at: Some(SystemTime::now()),
+                    compiling: Vec::new(),
                 };
                 state.0 = loaded;
                 tracing::info!(generation = state.1.generation, bindings = state.0.len(), "pipeline loaded");
@@ -174,7 +206,11 @@ impl Pipeline {
     fn prepare(&self, config: &Config, current: &BTreeMap<String, Loaded>) -> Result<BTreeMap<String, Loaded>, String> {
         let mut out = BTreeMap::new();
         for b in &config.bindings {
-            let compiled = self.runtime.compile_file(&b.wasm).map_err(|e| format!("binding {}: {e:#}", b.name))?;
+            *self.compiling.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((b.name.clone(), b.wasm.clone(), Instant::now()));
+            let compiled = self.runtime.compile_file(&b.wasm);
+            *self.compiling.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            let compiled = compiled.map_err(|e| format!("binding {}: {e:#}", b.name))?;
             // Unchanged binding and component: keep the running observer (and its warm instances).
             let (observer, loaded_at) = match current.get(&b.name) {
                 Some(l) if l.binding == *b && l.observer.source_hash() == compiled.source_hash => {
@@ -256,6 +292,17 @@ impl Pipeline {
     pub fn status(&self) -> Status {
         let state = self.lock();
         let mut status = state.1.clone();
+        status.compiling = self
+            .compiling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(binding, wasm, started)| Compiling {
+                binding: binding.clone(),
+                wasm: wasm.clone(),
+                elapsed: started.elapsed(),
+            })
+            .collect();
         status.bindings = state
             .0
             .values()

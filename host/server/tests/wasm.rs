@@ -327,6 +327,52 @@ fn parameters_reach_the_guest_and_a_first_version_component_still_runs() {
     assert_eq!(t.get("docs", "r2", "derived:upper").unwrap(), Some(b"OLD WORLD".to_vec()));
 }
 
+/// A reload compiles without holding the pipeline: while a component is being read and
+/// compiled, `status` answers and lists it with its elapsed time, and the current generation
+/// keeps serving. The component here is a FIFO whose bytes arrive when the test writes them, so
+/// "compiling" lasts exactly as long as the test wants, whatever the machine's speed.
+#[test]
+fn a_reload_compiles_in_the_background_while_the_current_version_serves() {
+    let h = start(
+        "background",
+        &[("upper.wasm", "uppercase")],
+        &binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n"),
+    );
+    let fifo = h.dir.join("observers/slow.wasm");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    let config_file = h.dir.join("pipeline.toml");
+    let body = std::fs::read_to_string(&config_file).unwrap()
+        + &binding("slow", "slow.wasm", "raw:slow", "writes = [\"docs/derived:upper\"]\n");
+    std::fs::write(&config_file, body).unwrap();
+    let config = Config::load(&config_file).unwrap();
+    let pipeline = h.pipeline.clone();
+    let reload = std::thread::spawn(move || pipeline.apply(&config));
+    let deadline = Instant::now() + QUIET;
+    let compiling = loop {
+        let status = h.pipeline.status();
+        // (`upper`, unchanged and cached, may show for a moment before.)
+        if let Some(c) = status.compiling.iter().find(|c| c.binding == "slow") {
+            break c.clone();
+        }
+        assert!(Instant::now() < deadline, "the reload never showed as compiling");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!((compiling.binding.as_str(), compiling.wasm.as_path()), ("slow", fifo.as_path()));
+    // The current generation serves meanwhile.
+    h.store.run(|t| t.set("docs", "r1", "raw:text", "served")).unwrap();
+    assert!(h.store.wait_quiescent(QUIET).unwrap());
+    assert_eq!(h.store.begin().unwrap().get("docs", "r1", "derived:upper").unwrap(), Some(b"SERVED".to_vec()));
+    let status = h.pipeline.status();
+    assert_eq!(status.generation, 1);
+    assert!(status.compiling[0].elapsed >= compiling.elapsed, "the elapsed time grows");
+    // The component's bytes arrive: the reload finishes.
+    std::fs::write(&fifo, std::fs::read(guest("uppercase")).unwrap()).unwrap();
+    reload.join().unwrap().unwrap();
+    let status = h.pipeline.status();
+    assert_eq!((status.generation, status.compiling.len(), status.bindings.len()), (2, 0, 2));
+}
+
 /// The run counts of a binding (runs, failures, their time) are totals over the store's life:
 /// `persist_counts` (which `up` calls every 10 s and when it stops) saves them in the store,
 /// and the next host on the store continues from them. The run-time histogram starts anew.

@@ -350,6 +350,16 @@
         ),
       );
     }
+    for (const c of (host && host.compiling) || []) {
+      box.append(
+        h(
+          'div',
+          { className: 'banner warn', id: 'compiling' },
+          h('b', {}, `Compiling ${c.wasm} for binding ${c.binding} (${(c.elapsed_ms / 1000).toFixed(1)} s so far).`),
+          h('div', {}, `Generation ${host.generation} keeps serving until it is ready.`),
+        ),
+      );
+    }
     if (status.config_error) {
       box.append(h('div', { className: 'banner bad' }, h('b', {}, 'The configuration does not load.'), h('div', { className: 'detail' }, status.config_error)));
     }

@@ -6,8 +6,8 @@ use std::time::{Duration, UNIX_EPOCH};
 use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
-    ApiError, ApiResult, BindingReport, DeadLetterReport, Empty, GcReport, HealthReport, Histogram, HostReport,
-    MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest,
+    ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, Empty, GcReport, HealthReport, Histogram,
+    HostReport, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest,
     WaitResponse, WorkerReport,
 };
 use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, Store, histogram_quantile};
@@ -110,6 +110,15 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
             generation: s.generation,
             loaded_at: s.loaded_at.map(rfc3339),
             last_error: s.last_error,
+            compiling: s
+                .compiling
+                .iter()
+                .map(|c| CompilingReport {
+                    binding: c.binding.clone(),
+                    wasm: c.wasm.display().to_string(),
+                    elapsed_ms: u64::try_from(c.elapsed.as_millis()).unwrap_or(u64::MAX),
+                })
+                .collect(),
             bindings,
             throughput: h.sampler.throughput_now(metrics),
             metrics: metrics_report(&metrics),
