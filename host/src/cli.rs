@@ -114,6 +114,28 @@ pub(crate) enum Command {
         #[arg(long)]
         rerun: bool,
     },
+    /// Dry-run a new version of a binding's component: run it and the current version on
+    /// existing rows, in transactions that are never committed, and print the cells it would
+    /// write differently (added, changed, removed). Nothing is written. Exit status 4 when
+    /// anything differs.
+    Replay {
+        /// The binding (its access rules, limits and parameters apply to both versions).
+        #[arg(long)]
+        binding: String,
+        /// The candidate component.
+        #[arg(long, value_name = "FILE")]
+        wasm: PathBuf,
+        /// A row to replay on (repeatable); default: the first --limit rows that have a value
+        /// in the binding's column.
+        #[arg(long = "row", value_name = "ROW")]
+        rows: Vec<String>,
+        /// How many rows without --row (at most 1000).
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove versions no reader can see.
     Gc,
     /// Wait until the pipeline is quiescent (no pending notification, no run going); on a
@@ -274,6 +296,9 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, String> {
 /// letters.
 pub(crate) const EXIT_DEAD_LETTERS: u8 = 3;
 
+/// Exit status of `replay` when the candidate writes differently on some row.
+pub(crate) const EXIT_REPLAY_DIFFERS: u8 = 4;
+
 /// Cells a `scan` asks for per request.
 const SCAN_PAGE: u64 = 10_000;
 
@@ -373,6 +398,26 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
             let again = if *rerun { " (acks removed: their observers run again)" } else { "" };
             w(writeln!(out, "notified {} of {table}/{column}{again}", plural(r.notified, "row", "rows")))?;
         }
+        Command::Replay { binding, wasm, rows, limit, json: as_json } => {
+            let wasm = std::path::absolute(wasm).map_err(|e| format!("{}: {e}", wasm.display()))?;
+            if !wasm.exists() {
+                return Err(format!("{} does not exist", wasm.display()));
+            }
+            let r = route.call::<ep::Replay>(ReplayRequest {
+                binding: binding.clone(),
+                wasm: wasm.display().to_string(),
+                rows: rows.clone(),
+                limit: Some(*limit),
+            })?;
+            if *as_json {
+                w(writeln!(out, "{}", json(&r)?))?;
+            } else {
+                w(out.write_all(replay_text(&r, &wasm).as_bytes()))?;
+            }
+            if r.changed_rows > 0 {
+                return Ok(ExitCode::from(EXIT_REPLAY_DIFFERS));
+            }
+        }
         Command::Gc => {
             let s = route.call::<ep::Gc>(Empty {})?;
             w(writeln!(
@@ -389,6 +434,71 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
         Command::Up { .. } | Command::Load(_) => unreachable!("handled by run"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A replay's report for people: a line per row, the changed cells under it, a summary.
+fn replay_text(r: &ReplayReport, candidate: &Path) -> String {
+    let short = |h: &str| h.get(..12).unwrap_or(h).to_owned();
+    let mut out = format!(
+        "replay of binding {} on {} of {}/{}: candidate {} ({}) against the current version ({})\n",
+        r.binding,
+        plural(r.rows.len(), "row", "rows"),
+        r.table,
+        r.column,
+        candidate.display(),
+        short(&r.candidate_hash),
+        short(&r.current_hash),
+    );
+    let value = |v: &Option<String>| v.as_deref().map(escape).unwrap_or_else(|| "(not written)".into());
+    for row in &r.rows {
+        let mut notes = Vec::new();
+        if let Some(e) = &row.current_error {
+            notes.push(format!("the current version fails: {}", escape(e)));
+        }
+        if let Some(e) = &row.candidate_error {
+            notes.push(format!("the candidate fails: {}", escape(e)));
+        }
+        let summary = if row.cells.is_empty() && notes.is_empty() {
+            format!("identical ({})", plural(row.identical_cells, "cell", "cells"))
+        } else {
+            let mut parts: Vec<String> = Vec::new();
+            if !row.cells.is_empty() {
+                parts.push(differ(row.cells.len() as u64, "cell", "cells"));
+            }
+            parts.extend(notes);
+            parts.join("; ")
+        };
+        out.push_str(&format!("row {}: {summary}\n", escape(&row.row)));
+        for c in &row.cells {
+            let sign = match c.change.as_str() {
+                "added" => '+',
+                "removed" => '-',
+                _ => '~',
+            };
+            out.push_str(&format!(
+                "  {sign} {}/{}/{}: {} -> {}\n",
+                c.table,
+                escape(&c.row),
+                c.column,
+                value(&c.current),
+                value(&c.candidate)
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "summary: {} ({} added, {} changed, {} removed), {} identical; nothing was written\n",
+        differ(r.changed_rows, "row", "rows"),
+        plural(r.cells_added, "cell", "cells"),
+        r.cells_changed,
+        r.cells_removed,
+        r.identical_rows
+    ));
+    out
+}
+
+/// `1 row differs`, `2 rows differ`.
+fn differ(n: u64, one: &str, many: &str) -> String {
+    if n == 1 { format!("1 {one} differs") } else { format!("{n} {many} differ") }
 }
 
 /// `wait`: on a terminal, waits a second at a time and shows the backlog, the observer runs per
@@ -1039,6 +1149,7 @@ mod tests {
             store_name: "mem".into(),
             host: None,
             config_error: None,
+            config: None,
         };
         let args = LoadArgs {
             table: "t".into(),

@@ -1092,3 +1092,77 @@ fn a_large_load_streams_in_bounded_memory() {
     assert!(peak_kib < 80 << 10, "peak RSS {peak_kib} kB loading a file of {file_kib} KiB");
     assert_eq!(sb.ok(&["get", "big", "r01599", "raw:body"]).trim_end(), body);
 }
+
+/// `replay` runs a candidate and the binding's current version on existing rows, prints the
+/// cells they would write differently, and writes nothing: against a running host, and on the
+/// store file when none runs.
+#[test]
+fn replay_prints_what_a_new_version_would_write_and_writes_nothing() {
+    let wide = UPPER.replace("writes = [\"docs/derived:upper\"]", "writes = [\"docs/derived:*\"]");
+    let sb = Sandbox::new("replay", "listen = \"127.0.0.1:0\"", &wide);
+    sb.write("docs.jsonl", "{\"row\": \"r1\", \"text\": \"one\"}\n{\"row\": \"r2\", \"text\": \"two\"}\n");
+    let same = sb.path("same.wasm");
+    std::fs::copy(common::guest("uppercase-v01"), &same).unwrap();
+    let counter = sb.path("counter.wasm");
+    std::fs::copy(common::guest("counter"), &counter).unwrap();
+    let panics = sb.path("panics.wasm");
+    std::fs::copy(common::guest("panics"), &panics).unwrap();
+    let mut host = Host::start(&sb);
+    sb.ok(&["load", "docs", "docs.jsonl"]);
+    sb.wait();
+    let runs = |sb: &Sandbox| binding(&json(&sb.ok(&["status", "--json"])), "upper")["runs"].clone();
+    assert_eq!(runs(&sb), 2);
+
+    // The same behaviour in another component (of the 0.1.0 world): identical, exit 0.
+    let out = sb.ok(&["replay", "--binding", "upper", "--wasm", same.to_str().unwrap()]);
+    assert!(out.starts_with("replay of binding upper on 2 rows of docs/raw:text: candidate "), "{out}");
+    assert!(out.contains("row r1: identical (1 cell)\nrow r2: identical (1 cell)\n"), "{out}");
+    assert!(
+        out.ends_with(
+            "summary: 0 rows differ (0 cells added, 0 changed, 0 removed), 2 identical; nothing was written\n"
+        ),
+        "{out}"
+    );
+
+    // A different observer: one cell added, one removed, on the row asked for; exit status 4.
+    let out = sb.run(&["replay", "--binding", "upper", "--wasm", counter.to_str().unwrap(), "--row", "r1"]);
+    assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("row r1: 2 cells differ\n"), "{text}");
+    assert!(text.contains("  + docs/r1/derived:count: (not written) -> "), "{text}");
+    assert!(text.contains("  - docs/r1/derived:upper: ONE -> (not written)\n"), "{text}");
+    assert!(
+        text.ends_with(
+            "summary: 1 row differs (1 cell added, 0 changed, 1 removed), 0 identical; nothing was written\n"
+        ),
+        "{text}"
+    );
+
+    // A failing candidate: its error, per row.
+    let out = sb.run(&["replay", "--binding", "upper", "--wasm", panics.to_str().unwrap(), "--limit", "1"]);
+    assert_eq!(out.status.code(), Some(4));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("row r1: 1 cell differs; the candidate fails: the guest panicked: deliberate panic"),
+        "{text}"
+    );
+
+    // Nothing was written, and the binding's own run counts did not move.
+    assert_eq!(sb.fails(&["get", "docs", "r1", "derived:count"]), "percolator: docs/r1/derived:count: no value\n");
+    assert_eq!(runs(&sb), 2);
+    let json_out = json(&sb.ok(&["replay", "--binding", "upper", "--wasm", same.to_str().unwrap(), "--json"]));
+    assert_eq!((json_out["identical_rows"].as_u64(), json_out["changed_rows"].as_u64()), (Some(2), Some(0)));
+
+    // Bad input: named.
+    let e = sb.fails(&["replay", "--binding", "nope", "--wasm", same.to_str().unwrap()]);
+    assert_eq!(e, "percolator: no binding is named \"nope\"; they are upper\n");
+    let e = sb.fails(&["replay", "--binding", "upper", "--wasm", "missing.wasm"]);
+    assert!(e.contains("missing.wasm does not exist"), "{e}");
+    let e = sb.fails(&["replay", "--binding", "upper", "--wasm", sb.path("docs.jsonl").to_str().unwrap()]);
+    assert!(e.contains("the candidate does not load") && e.contains("not a WebAssembly module"), "{e}");
+
+    // No host: the same on the store file.
+    host.stop();
+    let out = sb.ok(&["replay", "--binding", "upper", "--wasm", same.to_str().unwrap()]);
+    assert!(out.contains("row r2: identical (1 cell)\n"), "{out}");
+}

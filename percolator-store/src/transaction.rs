@@ -109,6 +109,18 @@ impl Transaction {
         self.start_ts
     }
 
+    /// The buffered writes, in key order: `Some(value)` a set, `None` a delete. What
+    /// [`commit`](Transaction::commit) would write (a dry run reads it and drops the
+    /// transaction).
+    pub fn buffered_writes(&self) -> &BTreeMap<CellRef, Option<Vec<u8>>> {
+        &self.writes
+    }
+
+    /// The buffered weak notifications.
+    pub fn buffered_weak_notifications(&self) -> &BTreeSet<CellRef> {
+        &self.weak
+    }
+
     fn check(&self, table: &str, row: &[u8], column: &str) -> Result<()> {
         validate_table(table)?;
         validate_row(row)?;

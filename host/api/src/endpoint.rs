@@ -124,6 +124,9 @@ endpoints! {
     Wait: Post "/v1/wait", "wait", WaitRequest => WaitResponse,
         "Waits until no notification is pending and no run is going, or the timeout.",
         timeout = wait_timeout;
+    /// A dry run of a new version of a binding's component.
+    Replay: Post "/v1/replay", "replay", ReplayRequest => ReplayReport,
+        "Runs a candidate component and the binding's current version on existing rows in transactions that are never committed, and answers the cells they would write differently.";
     /// Run observers on existing rows.
     Notify: Post "/v1/notify", "notify", NotifyRequest => NotifyResponse,
         "Notifies a column's observers of the rows that already have a value (rerun: even rows they processed).";

@@ -457,6 +457,94 @@ pub struct HostReport {
     pub metrics: std::collections::BTreeMap<String, u64>,
 }
 
+/// A dry run of a candidate version of a binding's component on existing rows.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ReplayRequest {
+    /// The binding whose current version the candidate is compared with (its access rules,
+    /// limits and parameters apply to both).
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN))]
+    pub binding: String,
+    /// The candidate component: a path the host can read (the command line sends it absolute).
+    #[schemars(length(min = 1))]
+    pub wasm: String,
+    /// Row keys to replay on (text); empty: the first `limit` rows of the binding's table that
+    /// have a value in its column.
+    #[serde(default)]
+    pub rows: Vec<String>,
+    /// How many rows when `rows` is empty (default 20, at most 1,000).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_REPLAY_ROWS))]
+    pub limit: Option<u32>,
+}
+
+/// Most rows one replay runs on.
+pub const MAX_REPLAY_ROWS: u32 = 1000;
+/// Rows a replay runs on when neither rows nor a limit are given.
+pub const DEFAULT_REPLAY_ROWS: u32 = 20;
+
+/// What a replay found: per row, the cells the candidate would write differently from the
+/// current version. Nothing was committed.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ReplayReport {
+    /// The binding.
+    pub binding: String,
+    /// Its observed table.
+    pub table: String,
+    /// Its observed column.
+    pub column: String,
+    /// SHA-256 of the current version's component.
+    pub current_hash: String,
+    /// SHA-256 of the candidate component.
+    pub candidate_hash: String,
+    /// One entry per row replayed, in row order.
+    pub rows: Vec<RowReplay>,
+    /// Rows where the two versions write differently (a failure of one of them included).
+    pub changed_rows: u64,
+    /// Rows where they write the same cells with the same values.
+    pub identical_rows: u64,
+    /// Cells only the candidate writes.
+    pub cells_added: u64,
+    /// Cells both write, with different values (or one deletes).
+    pub cells_changed: u64,
+    /// Cells only the current version writes.
+    pub cells_removed: u64,
+}
+
+/// One row of a replay.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct RowReplay {
+    /// The row key (UTF-8, invalid sequences replaced).
+    pub row: String,
+    /// The row key, hex.
+    pub row_hex: String,
+    /// Why the current version's run failed, if it did.
+    pub current_error: Option<String>,
+    /// Why the candidate's run failed, if it did.
+    pub candidate_error: Option<String>,
+    /// The cells written differently.
+    pub cells: Vec<CellChange>,
+    /// Cells both versions write identically.
+    pub identical_cells: u64,
+}
+
+/// A cell one version writes differently from the other.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct CellChange {
+    /// `added` (only the candidate writes it), `changed` (both, differently) or `removed`
+    /// (only the current version writes it).
+    pub change: String,
+    /// Table.
+    pub table: String,
+    /// Row key (UTF-8, invalid sequences replaced).
+    pub row: String,
+    /// Column.
+    pub column: String,
+    /// What the current version writes: a value preview, `(deleted)`, or none.
+    pub current: Option<String>,
+    /// What the candidate writes.
+    pub candidate: Option<String>,
+}
+
 /// A component being compiled.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct CompilingReport {

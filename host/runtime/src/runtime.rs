@@ -600,6 +600,26 @@ impl WasmObserver {
         &self.stats
     }
 
+    /// The same component, access, limits and environment as another observer named `name`,
+    /// with counters and warm instances of its own: for dry runs (`replay`) that must not count
+    /// as the binding's runs.
+    pub fn detached(&self, name: &str) -> WasmObserver {
+        WasmObserver {
+            name: name.into(),
+            engine: self.engine.clone(),
+            pre: self.pre.clone(),
+            source_hash: self.source_hash.clone(),
+            footprint: self.footprint,
+            access: self.access.clone(),
+            limits: self.limits,
+            env: self.env.clone(),
+            ticks: self.ticks,
+            pool: Mutex::new(Vec::new()),
+            stats: Arc::new(RunStats::default()),
+            _ticker: self._ticker.clone(),
+        }
+    }
+
     /// The same observer counting into `stats` (a new version of a binding continues its
     /// predecessor's counters).
     pub fn continuing(mut self, stats: Arc<RunStats>) -> WasmObserver {

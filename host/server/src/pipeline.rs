@@ -133,6 +133,21 @@ impl Pipeline {
         &self.store
     }
 
+    /// The Wasm runtime its components are compiled with.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// A loaded binding and the observer running it.
+    pub fn loaded(&self, name: &str) -> Option<(Binding, Arc<WasmObserver>)> {
+        self.lock().0.get(name).map(|l| (l.binding.clone(), l.observer.clone()))
+    }
+
+    /// The names of the loaded bindings.
+    pub fn names(&self) -> Vec<String> {
+        self.lock().0.keys().cloned().collect()
+    }
+
     /// Validates and compiles every binding of `config`, then swaps the store's observers to
     /// exactly these in one step (a configuration that changes nothing keeps the generation and
     /// swaps nothing, but clears the last error). On any error nothing changes: the previous bindings keep

@@ -69,6 +69,7 @@ impl Direct {
                 store_name: config.backend.describe(&config.store_path).into(),
                 host: None,
                 config_error: None,
+                config: Some(Arc::new(config.clone())),
             },
         })
     }
@@ -85,6 +86,7 @@ impl Direct {
                 store_name: store_name.into(),
                 host: None,
                 config_error: Some(config_error.into()),
+                config: None,
             },
         }
     }

@@ -115,6 +115,7 @@ async fn serve(
         store_name: config.backend.describe(&config.store_path).into(),
         host: Some(host),
         config_error: None,
+        config: None,
     };
     let app = http::router(AppState::new(cx, token.as_deref(), addr));
     let server = tokio::spawn(

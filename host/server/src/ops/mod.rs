@@ -16,12 +16,14 @@ use percolator_api::{ApiError, ApiResult};
 use percolator_store::Store;
 use tokio::sync::watch;
 
+use crate::config::Config;
 use crate::pipeline::Pipeline;
 use crate::sampler::Sampler;
 
 pub mod cells;
 pub mod load;
 pub mod pipeline;
+pub mod replay;
 
 pub use cells::{check_column, check_row, check_table};
 pub use pipeline::{BACKLOG_CAP, Backlog, backlog};
@@ -57,6 +59,9 @@ pub struct Context {
     /// so a write could not set the notifications they need: commands that [write](Op::WRITES)
     /// are refused.
     pub config_error: Option<Arc<str>>,
+    /// No-host route only: the configuration, when it loads (`replay` compiles its bindings'
+    /// components).
+    pub config: Option<Arc<Config>>,
 }
 
 /// A command's implementation: its [`Endpoint`] says what it takes and answers.
@@ -99,6 +104,7 @@ pub fn register(r: &mut impl Registry) {
     r.op::<endpoint::Gc>();
     r.op::<endpoint::Wait>();
     r.op::<endpoint::Notify>();
+    r.op::<endpoint::Replay>();
 }
 
 /// Runs `E` on `cx`, refusing a write while the configuration does not load.

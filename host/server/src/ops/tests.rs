@@ -47,6 +47,7 @@ fn mem_store() -> Context {
         store_name: "mem".into(),
         host: None,
         config_error: None,
+        config: None,
     }
 }
 
