@@ -15,6 +15,8 @@ use percolator_api::*;
 use percolator_server::ops::Op;
 use percolator_server::route::{self, Route};
 use percolator_server::serve;
+
+use crate::project::{self, Lang};
 use sha2::{Digest, Sha256};
 
 /// Test hook, read by debug builds only: `load` stops after this many batches, as if it were
@@ -66,6 +68,24 @@ pub(crate) enum Command {
     Up {
         /// The configuration (default: --config).
         config: Option<PathBuf>,
+    },
+    /// Write a new guest project (an observer) from a template, in any folder: the observer,
+    /// its tests, the language's guest SDK and the WIT, ready for `percolator build`.
+    New {
+        /// The project's name (lower-case letters, digits, '-', '_'); also its folder's.
+        name: String,
+        /// The language.
+        #[arg(long, value_enum, default_value_t = Lang::Rust)]
+        lang: Lang,
+        /// The folder to create (default: ./NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Build a guest project (default: the current folder) into the component `NAME.wasm`
+    /// in it, with its language's toolchain.
+    Build {
+        /// The project's folder.
+        dir: Option<PathBuf>,
     },
     /// Print one cell's value.
     Get {
@@ -278,6 +298,18 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, String> {
             serve::up(config, serve::signals())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::New { name, lang, dir } => {
+            let dir = dir.clone().unwrap_or_else(|| PathBuf::from(name));
+            print!("{}", project::new(name, *lang, &dir)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Build { dir } => {
+            let dir = dir.clone().unwrap_or_else(|| PathBuf::from("."));
+            let wasm = project::build(&dir)?;
+            let size = std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0);
+            println!("built {} ({size} bytes)", wasm.display());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Load(args) => {
             // Read and check the file before touching any store.
             let input = read_load_input(args)?;
@@ -431,7 +463,9 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
             ))?;
         }
         Command::Wait { timeout, allow_dead_letters } => return wait(route, *timeout, *allow_dead_letters),
-        Command::Up { .. } | Command::Load(_) => unreachable!("handled by run"),
+        Command::Up { .. } | Command::Load(_) | Command::New { .. } | Command::Build { .. } => {
+            unreachable!("handled by run")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

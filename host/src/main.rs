@@ -9,6 +9,7 @@ use clap::Parser;
 use cli::{Cli, Command};
 
 mod cli;
+mod project;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

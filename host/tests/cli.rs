@@ -1166,3 +1166,43 @@ fn replay_prints_what_a_new_version_would_write_and_writes_nothing() {
     let out = sb.ok(&["replay", "--binding", "upper", "--wasm", same.to_str().unwrap()]);
     assert!(out.contains("row r2: identical (1 cell)\n"), "{out}");
 }
+
+/// `new` writes a guest project outside the repository, `build` makes it a component with the
+/// standard toolchain, and a host runs it (with its binding's parameter).
+#[test]
+fn new_and_build_make_a_guest_project_anywhere() {
+    let sb = Sandbox::new("new", "listen = \"127.0.0.1:0\"", "");
+    let out = sb.ok(&["new", "shout", "--dir", sb.path("proj/shout").to_str().unwrap()]);
+    assert!(out.starts_with("created ") && out.contains("Rust observer"), "{out}");
+    let e = sb.fails(&["new", "shout", "--dir", sb.path("proj/shout").to_str().unwrap()]);
+    assert!(e.contains("already exists and is not an empty folder"), "{e}");
+    let e = sb.fails(&["new", "Bad Name"]);
+    assert!(e.contains("\"Bad Name\" is not a usable project name"), "{e}");
+    let e = sb.fails(&["build", sb.path("observers").to_str().unwrap()]);
+    assert!(e.contains("is not a percolator guest project"), "{e}");
+
+    // The guests' target directory: its wasm32 standard library is built already.
+    let target = common::workspace().join("target/wasm");
+    let mut build = sb.command();
+    build.args(["build", sb.path("proj/shout").to_str().unwrap()]).env("CARGO_TARGET_DIR", &target);
+    let out = build.output().unwrap();
+    assert!(out.status.success(), "build failed: {}", String::from_utf8_lossy(&out.stderr));
+    let wasm = sb.path("proj/shout/shout.wasm");
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("built {}", wasm.display())));
+
+    std::fs::copy(&wasm, sb.path("observers/shout.wasm")).unwrap();
+    let config = std::fs::read_to_string(sb.path("p.toml")).unwrap();
+    sb.write(
+        "p.toml",
+        &format!(
+            "{config}\n[[binding]]\nname = \"shout\"\nwasm = \"shout.wasm\"\ntable = \"docs\"\ncolumn = \"raw:text\"\n\
+             writes = [\"docs/derived:shout\"]\n[binding.params]\ntarget = \"derived:shout\"\n"
+        ),
+    );
+    let mut host = Host::start(&sb);
+    sb.write("docs.jsonl", "{\"row\": \"r1\", \"text\": \"hey\"}\n");
+    sb.ok(&["load", "docs", "docs.jsonl"]);
+    sb.wait();
+    assert_eq!(sb.ok(&["get", "docs", "r1", "derived:shout"]), "HEY\n");
+    host.stop();
+}
