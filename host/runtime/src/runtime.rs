@@ -641,6 +641,15 @@ impl WasmObserver {
         Ok(())
     }
 
+    /// Instantiates once, outside the pool: how long it took and the bytes of linear memory and
+    /// tables the new instance holds (what its binding's `memory_mb` must allow). For
+    /// benchmarks and diagnostics.
+    pub fn instance_cost(&self) -> Result<(Duration, usize)> {
+        let started = Instant::now();
+        let warm = without_panics("instantiating", || self.instantiate())?;
+        Ok((started.elapsed(), warm.store.data().limits.used()))
+    }
+
     fn instantiate(&self) -> Result<Warm> {
         let budget = Budget::new(&self.limits);
         let wasi = Wasi::new(&self.env);

@@ -138,6 +138,11 @@ impl Budget {
         }
     }
 
+    /// Bytes of linear memory and tables the instance holds.
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
+
     fn grow(&mut self, delta: usize) -> wasmtime::Result<bool> {
         match self.used.checked_add(delta) {
             Some(total) if total <= self.bytes => {
