@@ -633,7 +633,8 @@ impl WasmObserver {
     pub fn check_instantiates(&self) -> Result<()> {
         self.footprint.check(&self.limits)?;
         let warm = without_panics("instantiating", || self.instantiate())?;
-        if let Ok(mut pool) = self.pool.lock()
+        if !self.env.deterministic()
+            && let Ok(mut pool) = self.pool.lock()
             && pool.len() < self.limits.pool
         {
             pool.push(warm);
@@ -756,6 +757,7 @@ impl WasmObserver {
             }
         };
         if warm.runs < MAX_RUNS_PER_INSTANCE
+            && !self.env.deterministic()
             && let Ok(mut pool) = self.pool.lock()
             && pool.len() < self.limits.pool
         {

@@ -62,6 +62,15 @@ pub struct Environment {
     pub random_seed: Option<u64>,
 }
 
+impl Environment {
+    /// Fixed clocks or seeded randomness: every run gets a fresh instance, so that what a run
+    /// sees does not depend on what earlier runs of a reused instance did (a language
+    /// runtime's lazy start-up draws random bytes on its first call only, say).
+    pub fn deterministic(&self) -> bool {
+        self.clock == ClockMode::Fixed || self.random_seed.is_some()
+    }
+}
+
 /// A bounded output stream: the guest's stdout or stderr. Keeps the last [`CAPTURE_BYTES`] of
 /// a run and counts what it dropped; never fails a write (a guest that prints too much loses
 /// its oldest output, not its run).

@@ -85,6 +85,19 @@ impl Drop for Host {
 /// (file name → guest crate) and whose `pipeline.toml` has `bindings` (TOML `[[binding]]`
 /// tables), with `scanner_threads` scanner threads (durability none).
 pub fn start(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_threads: usize) -> Host {
+    start_with(name, guests, bindings, scanner_threads, "")
+}
+
+/// [`start`] with compiled components cached in the workspace's `target/test-component-cache`,
+/// shared by every test that uses it (the large Python and JavaScript components compile once;
+/// entries are verified by digest, so sharing is safe).
+#[allow(dead_code)]
+pub fn start_cached(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_threads: usize) -> Host {
+    let cache = workspace().join("target/test-component-cache");
+    start_with(name, guests, bindings, scanner_threads, &format!("cache_dir = {:?}\n", cache.display().to_string()))
+}
+
+fn start_with(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_threads: usize, observers: &str) -> Host {
     let dir = std::env::temp_dir().join(format!("percolator-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("observers")).unwrap();
@@ -93,7 +106,9 @@ pub fn start(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_thread
     }
     std::fs::write(
         dir.join("pipeline.toml"),
-        format!("[store]\npath = \"store.redb\"\ndurability = \"none\"\n[observers]\ndir = \"observers\"\n{bindings}"),
+        format!(
+            "[store]\npath = \"store.redb\"\ndurability = \"none\"\n[observers]\ndir = \"observers\"\n{observers}{bindings}"
+        ),
     )
     .unwrap();
     open(dir, scanner_threads)
