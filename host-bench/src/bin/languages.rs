@@ -33,7 +33,7 @@ fn measure(path: &Path, runs: usize, store: &Store) -> Res<Figures> {
     let cold = {
         let runtime = Runtime::new(None)?;
         let started = Instant::now();
-        runtime.compile_file(path)?;
+        runtime.compile_file(path).map_err(|e| format!("{e:#}"))?;
         started.elapsed()
     };
     let cache = std::env::temp_dir().join(format!("percolator-bench-languages-{}", std::process::id()));

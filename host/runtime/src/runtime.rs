@@ -734,6 +734,7 @@ impl WasmObserver {
         }
         let (conflict, denied) = (data.conflict.take(), data.denied.take());
         let (stdout, stderr) = (data.wasi.stdout.take(), data.wasi.stderr.take());
+        let refused = data.limits.take_refused();
         self.log_output(&stdout, &stderr);
         warm.runs += 1;
         let with_stderr = |message: String| match stderr.tail() {
@@ -742,7 +743,19 @@ impl WasmObserver {
         };
         let outcome = match result {
             // The instance is dropped.
-            Err(trap) => return Err(ObserveError::Failed(with_stderr(self.describe_trap(&trap)))),
+            Err(trap) => {
+                let described = match refused {
+                    // The guest's allocator gave up after a refused growth (any trap then).
+                    Some(asked) if !format!("{trap:#}").contains("memory limit") => format!(
+                        "the guest exceeded its memory limit of {} MiB (it asked for {:.1} MiB in all, then trapped: {})",
+                        self.limits.memory_bytes >> 20,
+                        asked as f64 / f64::from(1 << 20),
+                        self.describe_trap(&trap)
+                    ),
+                    _ => self.describe_trap(&trap),
+                };
+                return Err(ObserveError::Failed(with_stderr(described)));
+            }
             Ok(Ok(())) => match denied {
                 // A guest that swallowed a denied access still fails: the binding was violated.
                 Some(d) => Err(ObserveError::Failed(d)),

@@ -125,6 +125,10 @@ pub(crate) struct Budget {
     instances: usize,
     tables: usize,
     memories: usize,
+    /// The total a refused growth asked for, since the last take: a guest whose allocator
+    /// aborts on a failed `memory.grow` (SpiderMonkey does) traps as `unreachable`, and this
+    /// says why.
+    refused: Option<usize>,
 }
 
 impl Budget {
@@ -135,7 +139,13 @@ impl Budget {
             instances: limits.instances as usize,
             tables: limits.tables as usize,
             memories: limits.memories as usize,
+            refused: None,
         }
+    }
+
+    /// The total a refused growth asked for since the last call, if one was refused.
+    pub(crate) fn take_refused(&mut self) -> Option<usize> {
+        self.refused.take()
     }
 
     /// Bytes of linear memory and tables the instance holds.
@@ -149,11 +159,14 @@ impl Budget {
                 self.used = total;
                 Ok(true)
             }
-            Some(total) => bail!(
-                "memory limit of {} MiB exceeded: the instance asked for {:.1} MiB in all (raise memory_mb)",
-                self.bytes >> 20,
-                total as f64 / f64::from(1 << 20)
-            ),
+            Some(total) => {
+                self.refused = Some(total);
+                bail!(
+                    "memory limit of {} MiB exceeded: the instance asked for {:.1} MiB in all (raise memory_mb)",
+                    self.bytes >> 20,
+                    total as f64 / f64::from(1 << 20)
+                )
+            }
             None => bail!("memory limit of {} MiB exceeded", self.bytes >> 20),
         }
     }
