@@ -5,7 +5,8 @@
 //! A project is self-contained: the template, the guest SDK of its language (vendored, so no
 //! package registry is needed for it) and `wit/observer.wit`, all built into this binary.
 //! `build` recognises the language by the project's files: `Cargo.toml` (Rust), `app.py`
-//! (Python), `app.js` (JavaScript).
+//! (Python: componentize-py), `component.js` (JavaScript: componentize-js); a Python or
+//! JavaScript project's name is in its `guest.toml`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -17,7 +18,14 @@ use clap::ValueEnum;
 pub(crate) enum Lang {
     /// Rust, built for wasm32-unknown-unknown with cargo.
     Rust,
+    /// Python, built with componentize-py.
+    Python,
+    /// JavaScript, built with componentize-js.
+    Js,
 }
+
+/// The componentize-py release the Python SDK is written and tested against.
+const COMPONENTIZE_PY: &str = "0.25.1";
 
 /// The WIT the project's component implements.
 const OBSERVER_WIT: &str = include_str!("../../wit/observer.wit");
@@ -40,6 +48,28 @@ const RUST: Files = &[
     ("wit/observer.wit", OBSERVER_WIT),
 ];
 
+const PYTHON: Files = &[
+    ("app.py", include_str!("../templates/python/app.py.tmpl")),
+    ("test_app.py", include_str!("../templates/python/test_app.py.tmpl")),
+    ("README.md", include_str!("../templates/python/README.md.tmpl")),
+    (".gitignore", include_str!("../templates/python/gitignore.tmpl")),
+    ("guest.toml", "name = \"{{name}}\"\nlang = \"python\"\n"),
+    ("percolator_guest.py", include_str!("../../guest-sdk/python/percolator_guest.py")),
+    ("wit/observer.wit", OBSERVER_WIT),
+];
+
+const JS: Files = &[
+    ("app.js", include_str!("../templates/js/app.js.tmpl")),
+    ("component.js", include_str!("../templates/js/component.js.tmpl")),
+    ("app.test.js", include_str!("../templates/js/app.test.js.tmpl")),
+    ("package.json", include_str!("../templates/js/package.json.tmpl")),
+    ("README.md", include_str!("../templates/js/README.md.tmpl")),
+    (".gitignore", include_str!("../templates/js/gitignore.tmpl")),
+    ("guest.toml", "name = \"{{name}}\"\nlang = \"js\"\n"),
+    ("percolator-guest.js", include_str!("../../guest-sdk/js/percolator-guest.js")),
+    ("wit/observer.wit", OBSERVER_WIT),
+];
+
 /// Writes a new project `name` in the folder `dir` (which must not exist, or be empty).
 /// Returns what was written, for the user.
 pub(crate) fn new(name: &str, lang: Lang, dir: &Path) -> Result<String, String> {
@@ -56,6 +86,8 @@ pub(crate) fn new(name: &str, lang: Lang, dir: &Path) -> Result<String, String> 
     }
     let files = match lang {
         Lang::Rust => RUST,
+        Lang::Python => PYTHON,
+        Lang::Js => JS,
     };
     let type_name = type_name(name);
     for (path, contents) in files {
@@ -105,10 +137,64 @@ pub(crate) fn build(dir: &Path) -> Result<PathBuf, String> {
     if dir.join("Cargo.toml").is_file() {
         return build_rust(dir);
     }
+    let guest = dir.join("guest.toml");
+    if guest.is_file() {
+        let text = std::fs::read_to_string(&guest).map_err(|e| format!("{}: {e}", guest.display()))?;
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| {
+                    l.split_once('=')
+                        .filter(|(k, _)| k.trim() == key)
+                        .map(|(_, v)| v.trim().trim_matches('"').to_owned())
+                })
+                .ok_or_else(|| format!("{}: no {key} = \"…\"", guest.display()))
+        };
+        let (name, lang) = (field("name")?, field("lang")?);
+        check_name(&name).map_err(|e| format!("{}: {e}", guest.display()))?;
+        let out = dir.join(format!("{name}.wasm"));
+        let mut c = match lang.as_str() {
+            "python" => {
+                let tool = tool("PERCOLATOR_COMPONENTIZE_PY", "componentize-py", &[]).ok_or_else(|| {
+                    format!("componentize-py is not on PATH: `pip install componentize-py=={COMPONENTIZE_PY}` (in a venv whose bin/ is on PATH), or set PERCOLATOR_COMPONENTIZE_PY")
+                })?;
+                let mut c = Command::new(tool);
+                c.args(["-d", "wit", "-w", "observer", "componentize", "-p", ".", "app", "-o"]).arg(&out);
+                c
+            }
+            "js" => {
+                let tool = tool("PERCOLATOR_COMPONENTIZE_JS", "componentize-js", &[&dir.join("node_modules/.bin/componentize-js")])
+                    .ok_or("componentize-js is not installed: run `npm install` in the project (or set PERCOLATOR_COMPONENTIZE_JS)")?;
+                let mut c = Command::new(tool);
+                // No wasi:http: the sandbox gives observers no network (fetch() is left out).
+                c.args(["component.js", "-w", "wit/observer.wit", "-n", "observer", "-d", "http", "fetch-event", "-o"])
+                    .arg(&out);
+                c
+            }
+            other => return Err(format!("{}: lang {other:?} is not one of \"python\", \"js\"", guest.display())),
+        };
+        let status = c.current_dir(dir).status().map_err(|e| format!("running {c:?}: {e}"))?;
+        if !status.success() {
+            return Err(format!("building {} failed ({status})", dir.display()));
+        }
+        return std::path::absolute(&out).map_err(|e| format!("{}: {e}", out.display()));
+    }
     Err(format!(
-        "{} is not a percolator guest project: no Cargo.toml (Rust) in it; `percolator new NAME --lang rust` makes one",
+        "{} is not a percolator guest project: no Cargo.toml (Rust) or guest.toml (Python, JavaScript) in it; \
+         `percolator new NAME --lang rust|python|js` makes one",
         dir.display()
     ))
+}
+
+/// A tool: the environment variable's path, else one of `candidates` that exists, else
+/// `name` if it is on PATH.
+fn tool(env: &str, name: &str, candidates: &[&Path]) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(p) = candidates.iter().find(|p| p.is_file()) {
+        return Some(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 fn build_rust(dir: &Path) -> Result<PathBuf, String> {

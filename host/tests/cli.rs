@@ -1191,18 +1191,42 @@ fn new_and_build_make_a_guest_project_anywhere() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(&format!("built {}", wasm.display())));
 
     std::fs::copy(&wasm, sb.path("observers/shout.wasm")).unwrap();
+
+    // Python and JavaScript projects, built with the toolchains scripts/build-guests installed.
+    let tools = common::workspace().join("target");
+    let toolchains = [
+        ("py", "python", "PERCOLATOR_COMPONENTIZE_PY", tools.join("venv-componentize-py/bin/componentize-py")),
+        ("js", "js", "PERCOLATOR_COMPONENTIZE_JS", tools.join("js-toolchain/node_modules/.bin/componentize-js")),
+    ];
+    for (name, lang, env, tool) in &toolchains {
+        let dir = sb.path(&format!("proj/{name}"));
+        let out = sb.ok(&["new", name, "--lang", lang, "--dir", dir.to_str().unwrap()]);
+        assert!(out.starts_with("created "), "{out}");
+        let mut build = sb.command();
+        build.args(["build", dir.to_str().unwrap()]).env(env, tool);
+        let out = build.output().unwrap();
+        assert!(out.status.success(), "build of {lang} failed: {}", String::from_utf8_lossy(&out.stderr));
+        std::fs::copy(dir.join(format!("{name}.wasm")), sb.path(&format!("observers/{name}.wasm"))).unwrap();
+    }
+    let mut build = sb.command();
+    build.args(["build", sb.path("proj/py").to_str().unwrap()]).env("PATH", "/nonexistent");
+    let e = fails(build.output().unwrap(), &["build"]);
+    assert!(e.contains("componentize-py is not on PATH: `pip install componentize-py==0.25.1`"), "{e}");
+
     let config = std::fs::read_to_string(sb.path("p.toml")).unwrap();
-    sb.write(
-        "p.toml",
-        &format!(
-            "{config}\n[[binding]]\nname = \"shout\"\nwasm = \"shout.wasm\"\ntable = \"docs\"\ncolumn = \"raw:text\"\n\
-             writes = [\"docs/derived:shout\"]\n[binding.params]\ntarget = \"derived:shout\"\n"
-        ),
-    );
+    let bind = |name: &str| {
+        format!(
+            "\n[[binding]]\nname = \"{name}\"\nwasm = \"{name}.wasm\"\ntable = \"docs\"\ncolumn = \"raw:text\"\n\
+             writes = [\"docs/derived:{name}\"]\n[binding.params]\ntarget = \"derived:{name}\"\n"
+        )
+    };
+    sb.write("p.toml", &format!("{config}{}{}{}", bind("shout"), bind("py"), bind("js")));
     let mut host = Host::start(&sb);
     sb.write("docs.jsonl", "{\"row\": \"r1\", \"text\": \"hey\"}\n");
     sb.ok(&["load", "docs", "docs.jsonl"]);
     sb.wait();
-    assert_eq!(sb.ok(&["get", "docs", "r1", "derived:shout"]), "HEY\n");
+    for name in ["shout", "py", "js"] {
+        assert_eq!(sb.ok(&["get", "docs", "r1", &format!("derived:{name}")]), "HEY\n", "{name}");
+    }
     host.stop();
 }
