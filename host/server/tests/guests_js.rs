@@ -10,46 +10,9 @@ mod common;
 
 const QUIET: Duration = Duration::from_secs(120);
 
-fn binding(name: &str, wasm: &str, column: &str, extra: &str) -> String {
-    format!("\n[[binding]]\nname = \"{name}\"\nwasm = \"{wasm}\"\ntable = \"docs\"\ncolumn = \"{column}\"\n{extra}")
-}
-
-fn hostile(mode: &str, extra: &str) -> String {
-    binding(
-        mode,
-        "hostile.wasm",
-        &format!("in:{mode}"),
-        &format!("writes = [\"docs/out:{mode}\"]\nmax_attempts = 1\n{extra}[binding.params]\nmode = \"{mode}\"\n"),
-    )
-}
-
 #[test]
 fn a_javascript_observer_runs_with_its_parameters() {
-    let h = common::start_cached(
-        "js-upper",
-        &[("upper.wasm", "uppercase_js")],
-        &(binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")
-            + &binding(
-                "shout",
-                "upper.wasm",
-                "raw:text",
-                "writes = [\"docs/derived:shout\"]\n[binding.params]\ntarget = \"derived:shout\"\n",
-            )),
-        2,
-    );
-    for i in 0..10 {
-        h.store.run(|t| t.set("docs", format!("r{i}"), "raw:text", format!("hello {i}"))).unwrap();
-    }
-    h.store.run(|t| t.set("docs", "bad", "raw:text", vec![0xff, 0xfe])).unwrap();
-    assert!(h.store.wait_quiescent(QUIET).unwrap());
-    let t = h.store.begin().unwrap();
-    for i in 0..10 {
-        assert_eq!(t.get("docs", format!("r{i}"), "derived:upper").unwrap(), Some(format!("HELLO {i}").into_bytes()));
-        assert_eq!(t.get("docs", format!("r{i}"), "derived:shout").unwrap(), Some(format!("HELLO {i}").into_bytes()));
-    }
-    let dead = h.store.dead_letters().unwrap();
-    assert_eq!(dead.len(), 2, "{dead:?}");
-    assert!(dead.iter().all(|d| d.error.contains("docs/bad/raw:text is not UTF-8")), "{dead:?}");
+    common::uppercase_runs_with_its_parameters("js-upper", "uppercase_js");
 }
 
 #[test]
@@ -57,11 +20,11 @@ fn hostile_javascript_guests_are_contained_and_say_what_they_met() {
     let h = common::start_cached(
         "js-hostile",
         &[("hostile.wasm", "hostile_js"), ("upper.wasm", "uppercase_js")],
-        &(hostile("spin", "timeout_ms = 300\n")
-            + &hostile("bomb", "memory_mb = 64\n")
-            + &hostile("fetch", "")
-            + &hostile("throw", "")
-            + &binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")),
+        &(common::hostile_binding("spin", "timeout_ms = 300\n")
+            + &common::hostile_binding("bomb", "memory_mb = 64\n")
+            + &common::hostile_binding("fetch", "")
+            + &common::hostile_binding("throw", "")
+            + &common::docs_binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")),
         2,
     );
     for mode in ["spin", "bomb", "fetch", "throw"] {

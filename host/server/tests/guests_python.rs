@@ -11,47 +11,9 @@ mod common;
 
 const QUIET: Duration = Duration::from_secs(120);
 
-fn binding(name: &str, wasm: &str, column: &str, extra: &str) -> String {
-    format!("\n[[binding]]\nname = \"{name}\"\nwasm = \"{wasm}\"\ntable = \"docs\"\ncolumn = \"{column}\"\n{extra}")
-}
-
-fn hostile(mode: &str, extra: &str) -> String {
-    binding(
-        mode,
-        "hostile.wasm",
-        &format!("in:{mode}"),
-        &format!("writes = [\"docs/out:{mode}\"]\nmax_attempts = 1\n{extra}[binding.params]\nmode = \"{mode}\"\n"),
-    )
-}
-
 #[test]
 fn a_python_observer_runs_with_its_parameters() {
-    let h = common::start_cached(
-        "py-upper",
-        &[("upper.wasm", "uppercase_py")],
-        &(binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")
-            + &binding(
-                "shout",
-                "upper.wasm",
-                "raw:text",
-                "writes = [\"docs/derived:shout\"]\n[binding.params]\ntarget = \"derived:shout\"\n",
-            )),
-        2,
-    );
-    for i in 0..10 {
-        h.store.run(|t| t.set("docs", format!("r{i}"), "raw:text", format!("hello {i}"))).unwrap();
-    }
-    h.store.run(|t| t.set("docs", "bad", "raw:text", vec![0xff, 0xfe])).unwrap();
-    assert!(h.store.wait_quiescent(QUIET).unwrap());
-    let t = h.store.begin().unwrap();
-    for i in 0..10 {
-        assert_eq!(t.get("docs", format!("r{i}"), "derived:upper").unwrap(), Some(format!("HELLO {i}").into_bytes()));
-        assert_eq!(t.get("docs", format!("r{i}"), "derived:shout").unwrap(), Some(format!("HELLO {i}").into_bytes()));
-    }
-    // Not UTF-8: the SDK's error, with the cell named, in the dead letters of both bindings.
-    let dead = h.store.dead_letters().unwrap();
-    assert_eq!(dead.len(), 2, "{dead:?}");
-    assert!(dead.iter().all(|d| d.error.contains("docs/bad/raw:text is not UTF-8")), "{dead:?}");
+    common::uppercase_runs_with_its_parameters("python-upper", "uppercase_py");
 }
 
 #[test]
@@ -59,14 +21,14 @@ fn hostile_python_guests_are_contained_and_say_what_they_met() {
     let h = common::start_cached(
         "py-hostile",
         &[("hostile.wasm", "hostile_py"), ("upper.wasm", "uppercase_py")],
-        &(hostile("spin", "timeout_ms = 300\n")
-            + &hostile("bomb", "memory_mb = 64\n")
-            + &hostile("file", "")
-            + &hostile("socket", "")
-            + &hostile("env", "")
-            + &hostile("clock", "clock = \"fixed\"\nrandom_seed = 7\n")
-            + &hostile("raise", "")
-            + &binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")),
+        &(common::hostile_binding("spin", "timeout_ms = 300\n")
+            + &common::hostile_binding("bomb", "memory_mb = 64\n")
+            + &common::hostile_binding("file", "")
+            + &common::hostile_binding("socket", "")
+            + &common::hostile_binding("env", "")
+            + &common::hostile_binding("clock", "clock = \"fixed\"\nrandom_seed = 7\n")
+            + &common::hostile_binding("raise", "")
+            + &common::docs_binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")),
         2,
     );
     for mode in ["spin", "bomb", "file", "socket", "env", "clock", "raise"] {

@@ -147,3 +147,53 @@ pub fn percolator_bin() -> PathBuf {
     );
     bin
 }
+
+/// A `[[binding]]` of `wasm` on `docs/<column>` with `extra` lines (the language guests' tests).
+#[allow(dead_code)]
+pub fn docs_binding(name: &str, wasm: &str, column: &str, extra: &str) -> String {
+    format!("\n[[binding]]\nname = \"{name}\"\nwasm = \"{wasm}\"\ntable = \"docs\"\ncolumn = \"{column}\"\n{extra}")
+}
+
+/// A binding of a language's `hostile.wasm` on `docs/in:<mode>` misbehaving as `mode` says
+/// (its parameter), allowed to write `docs/out:<mode>`, dead-lettered at the first failure.
+#[allow(dead_code)]
+pub fn hostile_binding(mode: &str, extra: &str) -> String {
+    docs_binding(
+        mode,
+        "hostile.wasm",
+        &format!("in:{mode}"),
+        &format!("writes = [\"docs/out:{mode}\"]\nmax_attempts = 1\n{extra}[binding.params]\nmode = \"{mode}\"\n"),
+    )
+}
+
+/// A language's uppercase guest (`guest`), bound twice — with the default target and with the
+/// `target` parameter — runs end to end, and a non-UTF-8 value dead-letters both bindings
+/// with the SDK's message naming the cell.
+#[allow(dead_code)]
+pub fn uppercase_runs_with_its_parameters(name: &str, guest: &str) {
+    let h = start_cached(
+        name,
+        &[("upper.wasm", guest)],
+        &(docs_binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")
+            + &docs_binding(
+                "shout",
+                "upper.wasm",
+                "raw:text",
+                "writes = [\"docs/derived:shout\"]\n[binding.params]\ntarget = \"derived:shout\"\n",
+            )),
+        2,
+    );
+    for i in 0..10 {
+        h.store.run(|t| t.set("docs", format!("r{i}"), "raw:text", format!("hello {i}"))).unwrap();
+    }
+    h.store.run(|t| t.set("docs", "bad", "raw:text", vec![0xff, 0xfe])).unwrap();
+    assert!(h.store.wait_quiescent(std::time::Duration::from_secs(120)).unwrap());
+    let t = h.store.begin().unwrap();
+    for i in 0..10 {
+        assert_eq!(t.get("docs", format!("r{i}"), "derived:upper").unwrap(), Some(format!("HELLO {i}").into_bytes()));
+        assert_eq!(t.get("docs", format!("r{i}"), "derived:shout").unwrap(), Some(format!("HELLO {i}").into_bytes()));
+    }
+    let dead = h.store.dead_letters().unwrap();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    assert!(dead.iter().all(|d| d.error.contains("docs/bad/raw:text is not UTF-8")), "{dead:?}");
+}
