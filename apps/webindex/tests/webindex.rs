@@ -34,12 +34,21 @@ mod common;
 /// A fresh temp dir holding an `observers/` folder with the pipeline's components and
 /// `pipeline.toml`: the bindings of `config/web-index.toml` under a test header.
 fn setup(name: &str, durability: &str, header_extra: &str) -> PathBuf {
+    setup_with(name, durability, header_extra, &[])
+}
+
+/// [`setup`] with some components replaced: `(file, guest)`, e.g. the Python port of
+/// clustering as `clustering.wasm`.
+fn setup_with(name: &str, durability: &str, header_extra: &str, replaced: &[(&str, &str)]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("percolator-webindex-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("observers")).unwrap();
     for wasm in ["document_processor", "clustering", "link_inversion", "exporter"] {
         let src = common::guest(wasm);
         std::fs::copy(&src, dir.join("observers").join(format!("{wasm}.wasm"))).unwrap();
+    }
+    for (file, guest) in replaced {
+        std::fs::copy(common::guest(guest), dir.join("observers").join(file)).unwrap();
     }
     let real = std::fs::read_to_string(root().join("config/web-index.toml")).unwrap();
     let bindings = &real[real.find("[[binding]]").expect("config/web-index.toml has bindings")..];
@@ -127,10 +136,21 @@ fn incremental_equals_batch_on_a_hub_crawl() {
     concurrent_writers("hubs", &crawl::generate_shaped(12, 200, crawl::Shape::Hubs));
 }
 
+/// The same with clustering written in Python (`guest-examples/python/clustering`, a port of
+/// the Rust observer) bound in its place: the other language's observer writes the same cells.
+#[test]
+fn incremental_equals_batch_with_the_python_clustering() {
+    concurrent_writers_with("python-clustering", &crawl::generate(13, 120), &[("clustering.wasm", "clustering_py")]);
+}
+
 /// Loads `crawl` with re-crawls, in random order, with three concurrent writers, into an
 /// in-process host; at its fixed point the tables equal the batch computation's.
 fn concurrent_writers(name: &str, crawl: &crawl::Crawl) {
-    let dir = setup(name, "none", "");
+    concurrent_writers_with(name, crawl, &[]);
+}
+
+fn concurrent_writers_with(name: &str, crawl: &crawl::Crawl, replaced: &[(&str, &str)]) {
+    let dir = setup_with(name, "none", "", replaced);
     let config = Config::load(&dir.join("pipeline.toml")).unwrap();
     let store = open_store(&dir);
     let pipeline = Arc::new(Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone())).unwrap()));
