@@ -29,6 +29,11 @@ const show = (row) => new TextDecoder().decode(bytes(row));
 
 // Typed helpers over the raw operations (shared by the host's and the in-memory transaction).
 class TxnBase {
+  // Reads several cells ({ table, row, column }) at once, in the order given.
+  getMany(cells) {
+    return cells.map((c) => this.get(c.table, c.row, c.column));
+  }
+
   getStr(table, row, column) {
     const v = this.get(table, row, column);
     if (v === undefined) return undefined;
@@ -82,6 +87,11 @@ class HostTxn extends TxnBase {
 
   get(table, row, column) {
     return this.call(this.imports.txn.get, table, bytes(row), column) ?? undefined;
+  }
+
+  getMany(cells) {
+    const wit = cells.map((c) => ({ table: c.table, row: bytes(c.row), column: c.column }));
+    return this.call(this.imports.txn.getMany, wit).map((v) => v ?? undefined);
   }
 
   scan(table, start, end, columns, limit) {
@@ -221,12 +231,44 @@ export class MemTxn extends TxnBase {
     this.store = store;
     this.start = start;
     this.writes = new Map();
+    this.weak = [];
   }
 
   get(table, row, column) {
     const k = key(table, row, column);
     if (this.writes.has(k)) return this.writes.get(k);
     return this.store.read(k, this.start);
+  }
+
+  // Cells of rows [start, end) of `table` in (row, column) order: { row, column, value }.
+  scan(table, start, end, columns, limit) {
+    const lo = bytes(start ?? '');
+    const hi = end === undefined ? undefined : bytes(end);
+    const cmp = (a, b) => {
+      for (let i = 0; i < Math.min(a.length, b.length); i++) if (a[i] !== b[i]) return a[i] - b[i];
+      return a.length - b.length;
+    };
+    const cells = new Map();
+    const note = (k) => {
+      const [t, r, c] = k.split('\u0000');
+      if (t === table) cells.set(k, { row: new Uint8Array(r === '' ? [] : r.split(',').map(Number)), column: c });
+    };
+    for (const k of this.store.versions.keys()) note(k);
+    for (const k of this.writes.keys()) note(k);
+    const out = [];
+    const sorted = [...cells.values()].sort((a, b) => cmp(a.row, b.row) || (a.column < b.column ? -1 : a.column > b.column ? 1 : 0));
+    for (const c of sorted) {
+      if (cmp(c.row, lo) < 0 || (hi !== undefined && cmp(c.row, hi) >= 0)) continue;
+      if (columns && !columns.includes(c.column)) continue;
+      const value = this.get(table, c.row, c.column);
+      if (value !== undefined) out.push({ row: c.row, column: c.column, value });
+      if (out.length >= Math.min(limit ?? 1000, 10000)) break;
+    }
+    return out;
+  }
+
+  notifyWeak(table, row, column) {
+    this.weak.push({ table, row: bytes(row), column });
   }
 
   writable(table, column) {

@@ -143,6 +143,12 @@ fn incremental_equals_batch_with_the_python_clustering() {
     concurrent_writers_with("python-clustering", &crawl::generate(13, 120), &[("clustering.wasm", "clustering_py")]);
 }
 
+/// And with clustering written in JavaScript (`guest-examples/js/clustering`).
+#[test]
+fn incremental_equals_batch_with_the_javascript_clustering() {
+    concurrent_writers_with("js-clustering", &crawl::generate(14, 120), &[("clustering.wasm", "clustering_js")]);
+}
+
 /// Loads `crawl` with re-crawls, in random order, with three concurrent writers, into an
 /// in-process host; at its fixed point the tables equal the batch computation's.
 fn concurrent_writers(name: &str, crawl: &crawl::Crawl) {
