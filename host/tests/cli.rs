@@ -1160,6 +1160,8 @@ fn replay_prints_what_a_new_version_would_write_and_writes_nothing() {
     assert!(e.contains("missing.wasm does not exist"), "{e}");
     let e = sb.fails(&["replay", "--binding", "upper", "--wasm", sb.path("docs.jsonl").to_str().unwrap()]);
     assert!(e.contains("the candidate does not load") && e.contains("not a WebAssembly module"), "{e}");
+    let e = sb.fails(&["replay", "--binding", "upper", "--wasm", "/dev/zero"]);
+    assert!(e.contains("the candidate /dev/zero is not a regular file"), "{e}");
 
     // No host: the same on the store file.
     host.stop();

@@ -17,6 +17,10 @@ use percolator_store::{CellRef, Notification, ObserveError, Observer, Store};
 use super::{Context, Op, check_row};
 use crate::config::Binding;
 
+/// Largest candidate component read, in bytes (the Python and JavaScript toolchains' output is
+/// 12–20 MB).
+const MAX_COMPONENT_BYTES: u64 = 256 << 20;
+
 /// Longest value shown in a change, in bytes (the rest is counted).
 const PREVIEW_BYTES: usize = 1024;
 
@@ -79,9 +83,23 @@ fn replay(
     r: &ReplayRequest,
     limit: u32,
 ) -> ApiResult<ReplayReport> {
-    let compiled = runtime
-        .compile_file(Path::new(&r.wasm))
-        .map_err(|e| ApiError::bad_input(format!("the candidate does not load: {e:#}")))?;
+    // Only a regular file of a bounded size: the path comes from a request (a device or a FIFO
+    // would never end).
+    let path = Path::new(&r.wasm);
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() && m.len() <= MAX_COMPONENT_BYTES => {}
+        Ok(m) if m.is_file() => {
+            return Err(ApiError::bad_input(format!(
+                "the candidate {} is {} bytes: at most {MAX_COMPONENT_BYTES}",
+                path.display(),
+                m.len()
+            )));
+        }
+        Ok(_) => return Err(ApiError::bad_input(format!("the candidate {} is not a regular file", path.display()))),
+        Err(e) => return Err(ApiError::bad_input(format!("the candidate {}: {e}", path.display()))),
+    }
+    let compiled =
+        runtime.compile_file(path).map_err(|e| ApiError::bad_input(format!("the candidate does not load: {e:#}")))?;
     let candidate = runtime.observer(
         &format!("{} (candidate)", binding.name),
         &compiled,
