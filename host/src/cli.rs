@@ -158,6 +158,14 @@ pub(crate) enum Command {
     },
     /// Remove versions no reader can see.
     Gc,
+    /// Remove every old version and give the freed space back to the file system: offline,
+    /// on a redb store file that no host serves (stop the host first; refused while one runs,
+    /// and for a Redis store). Prints the file's size before and after.
+    Compact {
+        /// The store file (default: the configuration's `[store] path`).
+        #[arg(long, value_name = "PATH")]
+        store: Option<PathBuf>,
+    },
     /// Wait until the pipeline is quiescent (no pending notification, no run going); on a
     /// terminal it shows the backlog, runs/s and an estimate meanwhile. Exit status 1 on
     /// timeout, 3 when quiescent with dead letters (unless --allow-dead-letters).
@@ -317,6 +325,23 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, String> {
             println!("{}", load_file(&route, args, input)?);
             Ok(ExitCode::SUCCESS)
         }
+        Command::Compact { store } => {
+            if let Some(url) = &cli.url {
+                return Err(format!(
+                    "compact does not go through a host (it needs the store file closed); drop --url {url}"
+                ));
+            }
+            let done = route::compact(&cli.config, store.as_deref())?;
+            let c = &done.compaction;
+            println!(
+                "compacted {}: {} → {} bytes ({} removed by gc)",
+                done.path.display(),
+                c.bytes_before,
+                c.bytes_after,
+                plural(c.gc.versions_removed, "old version", "old versions")
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         command => {
             let route = route::connect(&cli.config, cli.url.as_deref(), false)?;
             verb(&route, command)
@@ -463,7 +488,11 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
             ))?;
         }
         Command::Wait { timeout, allow_dead_letters } => return wait(route, *timeout, *allow_dead_letters),
-        Command::Up { .. } | Command::Load(_) | Command::New { .. } | Command::Build { .. } => {
+        Command::Up { .. }
+        | Command::Load(_)
+        | Command::New { .. }
+        | Command::Build { .. }
+        | Command::Compact { .. } => {
             unreachable!("handled by run")
         }
     }

@@ -737,6 +737,85 @@ fn without_a_host_the_commands_use_the_store_file() {
     );
 }
 
+/// `compact` runs only on a store file nobody holds: refused while a host serves it, while
+/// another process holds it, for a Redis store and through `--url`; then it collects the old
+/// versions, the file shrinks, and every newest value still reads (with `--store` too).
+#[test]
+fn compact_shrinks_a_store_no_host_serves() {
+    let sb = Sandbox::new("compact", "listen = \"127.0.0.1:0\"", "");
+    let e = sb.fails(&["compact"]);
+    assert!(e.contains(&format!("store {} does not exist", sb.path("store.redb").display())), "{e}");
+    assert!(!sb.path("store.redb").exists(), "compact created no store");
+    // Three versions of 300 rows of 4 KB of text that does not compress much.
+    let text = |round: u32, row: u32| -> String {
+        let mut x = u64::from(round) << 32 | u64::from(row) | 1;
+        (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect()
+    };
+    for round in 0..3 {
+        let lines: String =
+            (0..300).map(|r| format!("{{\"row\": \"r{r:03}\", \"text\": \"{}\"}}\n", text(round, r))).collect();
+        sb.write(&format!("round{round}.jsonl"), &lines);
+        sb.ok(&["load", "docs", &format!("round{round}.jsonl")]);
+    }
+    let newest = format!("{}\n", text(2, 7));
+    // A host serves it: refused, nothing changes.
+    let mut host = Host::start(&sb);
+    let before = std::fs::metadata(sb.path("store.redb")).unwrap().len();
+    let e = sb.fails(&["compact"]);
+    assert!(
+        e.contains(&format!("a host serves store {} at {}: stop it first", sb.path("store.redb").display(), host.url)),
+        "{e}"
+    );
+    assert!(e.contains("needs the store file closed"), "{e}");
+    let e = sb.fails(&["--url", &host.url.clone(), "compact"]);
+    assert!(e.contains("compact does not go through a host"), "{e}");
+    host.stop();
+    // Another process holds the file (and serves nothing).
+    let store = Store::open(sb.path("store.redb"), StoreConfig::default(), RedbConfig::default()).unwrap();
+    let e = sb.fails(&["compact"]);
+    assert!(e.contains("is in use by another process: stop it first"), "{e}");
+    drop(store);
+    assert!(std::fs::metadata(sb.path("store.redb")).unwrap().len() >= before);
+
+    let out = sb.ok(&["compact"]);
+    let sizes: Vec<u64> = out
+        .split_once(": ")
+        .and_then(|(_, rest)| rest.split_once(" bytes"))
+        .map(|(s, _)| s.split(" → ").map(|n| n.parse().unwrap()).collect())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(out.starts_with(&format!("compacted {}: ", sb.path("store.redb").display())), "{out}");
+    // The texts' older versions, and the loads' checkpoints'.
+    let removed: u64 = out.rsplit_once(" (").and_then(|(_, r)| r.split(' ').next()).unwrap().parse().unwrap();
+    assert!((600..700).contains(&removed), "{out}");
+    assert!(sizes[1] * 2 < sizes[0], "{out}");
+    assert_eq!(sizes[1], std::fs::metadata(sb.path("store.redb")).unwrap().len());
+    assert_eq!(sb.ok(&["get", "docs", "r007", "raw:text"]), newest);
+    // `--store` needs no configuration.
+    let out = sb
+        .bare_command()
+        .args(["--config", "nowhere.toml", "compact", "--store"])
+        .arg(sb.path("store.redb"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("(0 old versions removed by gc)"));
+    assert_eq!(sb.ok(&["get", "docs", "r007", "raw:text"]), newest);
+    // A Redis store has no file to compact.
+    sb.write(
+        "redis.toml",
+        "[store]\npath = \"x\"\nbackend = \"redis\"\n[store.redis]\nnamespace = \"ns\"\nnodes = [\"127.0.0.1:1\"]\n",
+    );
+    let e = fails(sb.bare_command().args(["--config", "redis.toml", "compact"]).output().unwrap(), &["compact"]);
+    assert!(e.contains("namespace \"ns\" on the Redis Cluster") && e.contains("nothing to compact"), "{e}");
+}
+
 /// Polls `status --json` until `ready` holds (or a minute passes).
 fn status_until(sb: &Sandbox, what: &str, ready: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -27,7 +27,7 @@ use crate::secondaries::SECONDARY_BATCH;
 struct RowWrites {
     table: String,
     row: Vec<u8>,
-    /// (column, value or delete).
+    /// (column, value in its stored form (`values.rs`) or delete).
     cells: Vec<(String, Option<Vec<u8>>)>,
     /// Weak notifications to send to this row.
     weak: Vec<String>,
@@ -49,7 +49,8 @@ fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
     }
     for (c, v) in &txn.writes {
         let i = index_of(&mut rows, &mut index, c);
-        rows[i].cells.push((c.column.clone(), v.clone()));
+        // The stored form (large values compressed), on the committing thread.
+        rows[i].cells.push((c.column.clone(), v.as_deref().map(|v| txn.inner.values.encode(txn.start_ts, v))));
     }
     for c in &txn.weak {
         let i = index_of(&mut rows, &mut index, c);

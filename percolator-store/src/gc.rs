@@ -10,15 +10,17 @@
 //! rollback records below the safepoint, deletes that no one can see past (unless an observer
 //! of the cell has yet to see them), and orphaned data.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::bigtable::*;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lock::{self, Force, TxnStatus};
-use crate::store::Store;
+use crate::redb_backend::{RedbBigtable, RedbConfig};
+use crate::store::{Store, StoreConfig};
 use crate::timestamp::Timestamp;
 use crate::worker;
 
@@ -42,7 +44,47 @@ pub struct GcStats {
     pub deferred: bool,
 }
 
+/// What [`Store::compact`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Compaction {
+    /// The GC pass before the compaction.
+    pub gc: GcStats,
+    /// The file's size before (bytes).
+    pub bytes_before: u64,
+    /// The file's size after (bytes).
+    pub bytes_after: u64,
+}
+
 impl Store {
+    /// Collects every old version of the redb store at `path` and compacts its file, offline:
+    /// opens the store, runs a GC pass (nothing else runs, so each cell keeps only its newest
+    /// version), closes it, and compacts the file ([`RedbBigtable::compact`]).
+    ///
+    /// Fails with [`Error::AlreadyOpen`] if a host (another process) or another handle of
+    /// this process has the store open — nothing is changed then — and with
+    /// [`Error::NotFound`] if there is no file at `path` (none is created). After another
+    /// failure the store is whole: the GC pass and each step of redb's compaction are durable
+    /// on their own.
+    ///
+    /// [`RedbBigtable::compact`]: crate::backends::RedbBigtable::compact
+    pub fn compact(path: impl AsRef<Path>) -> Result<Compaction> {
+        let path = path.as_ref();
+        if !path.is_file() {
+            return Err(Error::NotFound(format!("no store file at {}", path.display())));
+        }
+        let bytes_before = std::fs::metadata(path)?.len();
+        let gc = {
+            let store = Store::open(path, StoreConfig::default(), RedbConfig::default())?;
+            let stats = store.gc()?;
+            store.flush_secondaries();
+            stats
+            // Closed here: redb compacts only a file nobody has open.
+        };
+        let (_, bytes_after) = RedbBigtable::compact(path)?;
+        Ok(Compaction { gc, bytes_before, bytes_after })
+    }
+
     /// Removes versions that no running or future transaction can read.
     pub fn gc(&self) -> Result<GcStats> {
         let mut safepoint = self.safepoint()?;

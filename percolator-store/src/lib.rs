@@ -55,6 +55,7 @@ mod secondaries;
 mod store;
 mod timestamp;
 mod transaction;
+mod values;
 mod worker;
 
 /// The seam below the protocol, for backend authors and tests: the [`Bigtable`](backends::Bigtable)
@@ -74,12 +75,13 @@ pub mod backends {
     pub use crate::mem_backend::MemBigtable;
     pub use crate::redb_backend::RedbBigtable;
     pub use crate::redis_backend::{RedisBigtable, RedisConfig};
+    pub use crate::values::{COMPRESS_FROM, decode_value, encode_value};
 }
 
 pub use bigtable::CellRef;
 pub use error::{ConflictKind, Error, Result};
 pub use freshness::{FRESHNESS_BUCKETS, FreshnessCounts, histogram_quantile};
-pub use gc::{GcRunner, GcStats};
+pub use gc::{Compaction, GcRunner, GcStats};
 pub use key::{
     MAX_NAME_LEN, MAX_ROW_LEN, RESERVED_COLUMN_PREFIX, prefix_end, validate_column, validate_row, validate_table,
 };

@@ -612,9 +612,11 @@ fn run_observer_in_span(
         let ack_col = ack_column(&b.spec.name);
         let reads = txn.read_row(&cell.table, &cell.row, &[&cell.column, &ack_col])?;
         let latest = reads[0].write.as_ref().map(|(ts, _)| *ts);
-        let ack = match reads[1].value() {
+        let ack = match inner.values.read_ref(&reads[1])? {
             Some(v) => Timestamp::from_raw(u64::from_be_bytes(
-                v.try_into().map_err(|_| Error::Corrupt(format!("ack column {ack_col} of {cell} is not 8 bytes")))?,
+                v.as_slice()
+                    .try_into()
+                    .map_err(|_| Error::Corrupt(format!("ack column {ack_col} of {cell} is not 8 bytes")))?,
             )),
             None => Timestamp::ZERO,
         };

@@ -114,6 +114,37 @@ impl RedbBigtable {
         })
     }
 
+    /// Compacts the store file at `path` in place: redb moves the pages in use to the start of
+    /// the file and gives the rest back to the file system (it never does while the file is
+    /// open for use). Offline: fails with [`Error::AlreadyOpen`] if another process or handle
+    /// has the file open, and with [`Error::NotFound`] if there is no file (none is created).
+    /// Returns the file's size before and after. Old versions must be collected first to free
+    /// their pages ([`Store::compact`](crate::Store::compact) does both).
+    ///
+    /// # After a failure
+    /// redb compacts in durable steps: the file is whole, and as large or smaller.
+    pub fn compact(path: impl AsRef<Path>) -> Result<(u64, u64)> {
+        let path = path.as_ref();
+        let size = || -> Result<u64> { Ok(std::fs::metadata(path)?.len()) };
+        if !path.is_file() {
+            return Err(Error::NotFound(format!("no store file at {}", path.display())));
+        }
+        let before = size()?;
+        let mut db = Database::builder().open(path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
+            e => Error::Storage(format!("opening {}: {e}", path.display())),
+        })?;
+        // Each call moves what it can; a later one may find more to move. Bounded, in case a
+        // version of redb kept reporting progress.
+        for _ in 0..16 {
+            if !db.compact().map_err(|e| Error::Storage(format!("compacting {}: {e}", path.display())))? {
+                break;
+            }
+        }
+        drop(db);
+        Ok((before, size()?))
+    }
+
     fn commit_batch(&self, groups: &[&Batch]) -> Result<Vec<Done>> {
         let mut tx = self.db.begin_write()?;
         let durable = match self.config.durability {

@@ -147,8 +147,9 @@ fn decode(bytes: &[u8]) -> Result<BTreeMap<String, ObserverSpec>> {
 /// zero if none was saved) and the bindings.
 fn read(txn: &Transaction) -> Result<(Timestamp, BTreeMap<String, ObserverSpec>)> {
     let cell = txn.read_row(TABLE, ROW, &[COLUMN])?.pop().expect("one column read");
-    match (&cell.write, cell.value()) {
-        (Some((ts, _)), Some(v)) => Ok((*ts, decode(v)?)),
+    let ts = cell.write.as_ref().map(|(ts, _)| *ts);
+    match (ts, txn.inner.values.read(cell)?) {
+        (Some(ts), Some(v)) => Ok((ts, decode(&v)?)),
         _ => Ok((Timestamp::ZERO, BTreeMap::new())),
     }
 }

@@ -19,6 +19,7 @@ use crate::registry::{self, Registry};
 use crate::secondaries::AsyncSecondaries;
 use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
+use crate::values::Values;
 use crate::worker::{self, Liveness, Stop, now_ms};
 
 /// How [`Store::run`] retries conflicts.
@@ -224,6 +225,8 @@ pub(crate) struct Inner {
     pub(crate) freshness: Freshness,
     /// The counters' saved totals (see `metrics.rs`).
     pub(crate) totals: Totals,
+    /// Which transactions write values in their stored form (`values.rs`).
+    pub(crate) values: Values,
     stop: Arc<Stop>,
 }
 
@@ -304,6 +307,8 @@ impl Store {
             join_service(backend.as_ref(), &oracle, &endpoints, &namespace, config.worker_lease)?;
         }
         let totals = Totals::load(backend.as_ref())?;
+        // Before any transaction: every transaction of this store starts above the marker.
+        let values = Values::open(backend.as_ref(), &oracle)?;
         let worker = oracle.next()?.raw();
         // Its own id is a fresh timestamp: every transaction it runs starts above it.
         // The lease goes first: a registry change that does not see it committed before the
@@ -342,6 +347,7 @@ impl Store {
             secondaries: config_async.then(|| AsyncSecondaries::start(backend_for_secondaries)),
             freshness: Freshness::default(),
             totals,
+            values,
             stop: stop.clone(),
         });
         let (version, specs) = registry::load(&inner)?;

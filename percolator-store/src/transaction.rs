@@ -139,10 +139,10 @@ impl Transaction {
             return Ok(w.clone());
         }
         let mut reads = self.read_row(table, row, &[column])?;
-        Ok(reads.pop().and_then(|r| r.write).and_then(|(_, w)| match w.kind {
-            crate::bigtable::WriteKind::Put(v) => Some(v),
-            _ => None,
-        }))
+        match reads.pop() {
+            Some(r) => self.inner.values.read(r),
+            None => Ok(None),
+        }
     }
 
     /// Reads several cells at once (one backend read per distinct row), in the order given.
@@ -160,7 +160,7 @@ impl Transaction {
         for ((table, row), idx) in by_row {
             let cols: Vec<&str> = idx.iter().map(|&i| cells[i].column.as_str()).collect();
             for (i, r) in idx.into_iter().zip(self.read_row(table, row, &cols)?) {
-                out[i] = Some(r.value().map(<[u8]>::to_vec));
+                out[i] = Some(self.inner.values.read(r)?);
             }
         }
         Ok(out.into_iter().map(|v| v.expect("every cell read")).collect())
@@ -218,8 +218,8 @@ impl Transaction {
                     self.drop_view();
                     continue 'pages;
                 }
-                if let Some(v) = cell.read.value() {
-                    merged.insert((cell.row.clone(), cell.column.clone()), v.to_vec());
+                if let Some(v) = self.inner.values.read_ref(&cell.read)? {
+                    merged.insert((cell.row.clone(), cell.column.clone()), v);
                 }
                 cursor = (cell.row.clone(), Some(cell.column.clone()));
             }

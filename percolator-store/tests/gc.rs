@@ -4,7 +4,7 @@ mod common;
 
 use common::*;
 use percolator_store::StoreConfig;
-use percolator_store::backends::WriteKind;
+use percolator_store::backends::{WriteKind, decode_value};
 
 #[test]
 fn gc_keeps_pinned_snapshot_and_newest_version() {
@@ -33,7 +33,7 @@ fn gc_keeps_pinned_snapshot_and_newest_version() {
         .writes
         .iter()
         .map(|(_, w)| match &w.kind {
-            WriteKind::Put(v) => u64::from_be_bytes(v.clone().try_into().unwrap()),
+            WriteKind::Put(v) => u64::from_be_bytes(decode_value(v).unwrap().try_into().unwrap()),
             other => panic!("unexpected {other:?}"),
         })
         .collect();
@@ -82,4 +82,69 @@ fn continuous_gc_collects_as_it_goes_and_the_file_stops_growing() {
     assert!(last <= sizes[9] * 2, "the file keeps growing after round 10: {sizes:?}");
     let t = store.begin().unwrap();
     assert_eq!(t.get("t", "r0000", "c:v").unwrap(), Some(vec![(rounds - 1) as u8; 4096]));
+}
+
+/// Offline compaction gives the pages of collected versions back to the file system: a store
+/// that held 30 versions of 300 rows shrinks once GC and compaction ran, and every row still
+/// reads its newest value (large values are stored compressed; these are not compressible, so
+/// the file's size is the versions'). A held store and a missing file are refused.
+#[test]
+fn compaction_after_gc_shrinks_the_file_and_keeps_every_value() {
+    let dir = TempDir::new("gc-compact");
+    let path = dir.file("store.redb");
+    let value = |row: u64, round: u64| -> Vec<u8> {
+        // Incompressible bytes, different per row and round.
+        let mut x = (row << 32 | round) ^ 0x9E37_79B9_7F4A_7C15;
+        (0..2048)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    let (rows, rounds) = (300u64, 30u64);
+    {
+        let store = TestStore::open(&path, StoreConfig::default(), percolator_store::Durability::Fsync);
+        for round in 0..rounds {
+            store
+                .run(|t| {
+                    for r in 0..rows {
+                        t.set("t", format!("r{r:04}"), "c:v", value(r, round))?;
+                    }
+                    Ok(())
+                })
+                .unwrap();
+        }
+        store.run(|t| t.set("t", "small", "c:v", "kept")).unwrap();
+        // Open: compaction is refused and changes nothing.
+        let refused = percolator_store::Store::compact(&path);
+        assert!(matches!(refused, Err(percolator_store::Error::AlreadyOpen { .. })), "{refused:?}");
+    }
+    let grown = std::fs::metadata(&path).unwrap().len();
+    assert!(grown > rows * rounds * 2048, "{grown} bytes for {} written", rows * rounds * 2048);
+    let c = percolator_store::Store::compact(&path).unwrap();
+    assert_eq!(c.bytes_before, grown);
+    assert_eq!(c.gc.versions_removed, rows * (rounds - 1));
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(c.bytes_after, after);
+    // What is left: one version of each row, 600 KB; redb's pages and tree around it.
+    assert!(after < grown / 10, "{grown} bytes before, {after} after");
+    assert!(after >= rows * 2048);
+    let store = TestStore::open(&path, StoreConfig::default(), percolator_store::Durability::Fsync);
+    let t = store.begin().unwrap();
+    for r in 0..rows {
+        assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, rounds - 1)), "row {r}");
+    }
+    assert_eq!(t.get("t", "small", "c:v").unwrap(), Some(b"kept".to_vec()));
+    drop(t);
+    drop(store);
+    // A second compaction finds nothing more to give back.
+    let again = percolator_store::Store::compact(&path).unwrap();
+    assert_eq!(again.gc.versions_removed, 0);
+    assert!(again.bytes_after <= after, "{again:?}");
+    let missing = percolator_store::Store::compact(dir.file("nowhere.redb"));
+    assert!(matches!(missing, Err(percolator_store::Error::NotFound(_))), "{missing:?}");
+    assert!(!dir.file("nowhere.redb").exists(), "a missing store is not created");
 }

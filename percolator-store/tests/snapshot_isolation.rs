@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use common::TestStore;
-use percolator_store::backends::{LockRecord, Mutation, Op, Outcome, RowMutation, WriteKind, WriteRecord};
+use percolator_store::backends::{
+    LockRecord, Mutation, Op, Outcome, RowMutation, WriteKind, WriteRecord, encode_value,
+};
 use percolator_store::{
     CellRef, ConflictKind, Error, RetryPolicy, ScanEntry, Store, StoreConfig, Timestamp, Transaction,
 };
@@ -205,7 +207,7 @@ fn abandoned_secondary(
             vec![Mutation::PutWrite {
                 column: "c:p".into(),
                 commit_ts,
-                write: WriteRecord { start_ts, kind: WriteKind::Put(b"primary".to_vec()) },
+                write: WriteRecord { start_ts, kind: WriteKind::Put(encode_value(b"primary")) },
             }],
         ),
         None => apply_row(
@@ -213,7 +215,7 @@ fn abandoned_secondary(
             prow,
             vec![
                 Mutation::PutLock { column: "c:p".into(), start_ts, lock: lock.clone() },
-                Mutation::PutData { column: "c:p".into(), start_ts, value: b"primary".to_vec() },
+                Mutation::PutData { column: "c:p".into(), start_ts, value: encode_value(b"primary") },
             ],
         ),
     }
@@ -222,7 +224,8 @@ fn abandoned_secondary(
         row,
         vec![
             Mutation::PutLock { column: col.into(), start_ts, lock },
-            Mutation::PutData { column: col.into(), start_ts, value: value.to_vec() },
+            // Values in the stored form a transaction of this version writes.
+            Mutation::PutData { column: col.into(), start_ts, value: encode_value(value) },
         ],
     );
 }

@@ -308,6 +308,71 @@ pub fn connect(config: &Path, url: Option<&str>, creates: bool) -> Result<Route,
     Ok(Route::Direct(direct))
 }
 
+/// What `percolator compact` did to a store file.
+pub struct Compacted {
+    /// The store file.
+    pub path: PathBuf,
+    /// The GC pass and the file's sizes.
+    pub compaction: percolator_store::Compaction,
+}
+
+/// Collects old versions and compacts the redb store file of the configuration `config` (or
+/// `store`, when given: then the configuration is not read), offline: refused, with nothing
+/// changed, when a host answers at the store's endpoint file or another process holds the file
+/// (compaction needs it closed), and for a Redis store (no file; Redis gives memory back by
+/// itself). See [`Store::compact`].
+pub fn compact(config: &Path, store: Option<&Path>) -> Result<Compacted, String> {
+    let (path, target) = match store {
+        Some(p) => (p.to_owned(), None),
+        None => {
+            let t = Target::find(config)?;
+            (t.store_path.clone(), Some(t))
+        }
+    };
+    let explain = |m: String| match &target {
+        Some(t) => t.explain(m),
+        None => m,
+    };
+    if let Some(t) = &target
+        && let Backend::Redis(r) = &t.backend
+    {
+        return Err(explain(format!(
+            "compact works on a redb store file; the store of {} is namespace {:?} on the Redis Cluster, \
+             which gives memory back by itself: there is nothing to compact",
+            t.file.display(),
+            r.namespace
+        )));
+    }
+    let token = match &target {
+        Some(t) => t.http.token(),
+        None => HttpConfig::default().token(),
+    }
+    .ok()
+    .flatten();
+    let closed = "compact needs the store file closed; `percolator gc` collects old versions while a host runs";
+    let mut endpoint = path.as_os_str().to_owned();
+    endpoint.push(".endpoint");
+    if let Ok(text) = std::fs::read_to_string(&endpoint) {
+        let url = text.trim();
+        let serves = match Remote::new(url, token).health() {
+            Ok(h) => same_file(Path::new(&h.store), &path),
+            // Something answers there, and it cannot say which store it serves.
+            Err(e) => e.kind != ErrorKind::Unavailable,
+        };
+        if serves {
+            return Err(explain(format!("a host serves store {} at {url}: stop it first ({closed})", path.display())));
+        }
+    }
+    match Store::compact(&path) {
+        Ok(compaction) => Ok(Compacted { path, compaction }),
+        Err(percolator_store::Error::AlreadyOpen { .. }) => {
+            Err(explain(format!("store {} is in use by another process: stop it first ({closed})", path.display())))
+        }
+        Err(percolator_store::Error::NotFound(_)) => Err(explain(format!("store {} does not exist", path.display()))),
+        Err(e) => Err(explain(format!("compacting {}: {e}", path.display()))),
+    }
+}
+
 fn same_file(a: &Path, b: &Path) -> bool {
     match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
         (Ok(a), Ok(b)) => a == b,

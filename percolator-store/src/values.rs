@@ -1,0 +1,266 @@
+//! The stored form of a cell's value: large values compressed, above the seam.
+//!
+//! A transaction's values are written to the backend (its staged data at prewrite, the value
+//! its write record inlines) in a **stored form**: a tag byte, then
+//! - `0`: the value as it is;
+//! - `1`: the value's length (u32 little-endian), then the value compressed with deflate
+//!   (`miniz_oxide`, level 1) — for values of at least [`COMPRESS_FROM`] bytes that it makes
+//!   smaller.
+//!
+//! Stores written before this form existed hold values as they are, with no tag, and nothing in
+//! such a value says so. So a store records when it started: the **format marker**, a write
+//! record on the reserved cell `__system/format/__values` at a fresh timestamp `T`, written
+//! once, by the first store of this version that opens the backend (a conditional row
+//! operation: only if the cell has no write record, so two hosts opening at once agree on one
+//! `T`). A value is in the stored form exactly when its transaction's start timestamp is above
+//! `T`: every store of this version learns `T` before it starts any transaction, so all its
+//! transactions start above `T`; every transaction of an earlier version started below it.
+//! The reader knows the start timestamp: every write record carries it, and staged data is
+//! moved into a write record with the same start timestamp (roll forward copies the bytes, it
+//! never decodes them). See `docs/design.md`, "Compressed values".
+
+use crate::backends::{Bigtable, CellRead, Condition, Mutation, Op, Outcome, RowMutation, WriteKind, WriteRecord};
+use crate::error::{Error, Result};
+use crate::oracle::Oracle;
+use crate::timestamp::Timestamp;
+
+/// Values at least this long are compressed (when that makes them smaller): below it, the
+/// saving is a few bytes and the CPU is not worth it.
+pub const COMPRESS_FROM: usize = 256;
+
+/// Tag of a value stored as it is.
+const RAW: u8 = 0;
+/// Tag of a value stored deflated, after its length.
+const DEFLATE: u8 = 1;
+/// miniz_oxide's fastest level: 2.0× on the web index's large values at ~90 MB/s
+/// (`host-bench/src/bin/value-codecs.rs`), against 2.1× at ~60 MB/s for level 6.
+const DEFLATE_LEVEL: u8 = 1;
+/// Deflate expands at most ≈ 1032:1; a length claiming more than this times the compressed
+/// size (plus slack) is corrupt, and is refused before anything is allocated for it.
+const MAX_DEFLATE_RATIO: usize = 1032;
+
+/// Where the format marker lives (a reserved column: not writable through the public API).
+const MARKER_TABLE: &str = "__system";
+const MARKER_ROW: &[u8] = b"format";
+const MARKER_COLUMN: &str = "__values";
+/// The marker's value: the version of the stored form.
+const MARKER_V1: u8 = 1;
+
+/// The bytes a transaction of this version writes for `value` (its staged data and its write
+/// record's value): a tag, then the value as it is or deflated. For tools and tests that write
+/// cells beside the protocol, into a store opened by this version (see [`decode_value`]).
+pub fn encode_value(value: &[u8]) -> Vec<u8> {
+    if value.len() >= COMPRESS_FROM
+        && let Ok(len) = u32::try_from(value.len())
+    {
+        let packed = miniz_oxide::deflate::compress_to_vec(value, DEFLATE_LEVEL);
+        if packed.len() + 5 < value.len() {
+            let mut out = Vec::with_capacity(5 + packed.len());
+            out.push(DEFLATE);
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(&packed);
+            return out;
+        }
+    }
+    let mut out = Vec::with_capacity(1 + value.len());
+    out.push(RAW);
+    out.extend_from_slice(value);
+    out
+}
+
+/// The value a stored form ([`encode_value`]) holds. Bytes that are no stored form (an unknown
+/// tag, a truncated or damaged deflate stream, a length that does not match) are
+/// [`Error::Corrupt`].
+pub fn decode_value(stored: &[u8]) -> Result<Vec<u8>> {
+    decode_owned(stored.to_vec())
+}
+
+fn decode_owned(mut stored: Vec<u8>) -> Result<Vec<u8>> {
+    match stored.first() {
+        Some(&RAW) => {
+            stored.remove(0);
+            Ok(stored)
+        }
+        Some(&DEFLATE) => {
+            let len = stored
+                .get(1..5)
+                .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize)
+                .ok_or_else(|| Error::Corrupt("a compressed value is truncated (no length)".into()))?;
+            let packed = &stored[5..];
+            if len > packed.len().saturating_mul(MAX_DEFLATE_RATIO).saturating_add(64) {
+                return Err(Error::Corrupt(format!(
+                    "a compressed value of {} bytes claims {len} bytes uncompressed",
+                    packed.len()
+                )));
+            }
+            let value = miniz_oxide::inflate::decompress_to_vec_with_limit(packed, len)
+                .map_err(|e| Error::Corrupt(format!("a compressed value does not inflate: {:?}", e.status)))?;
+            if value.len() != len {
+                return Err(Error::Corrupt(format!(
+                    "a compressed value inflates to {} bytes, its header says {len}",
+                    value.len()
+                )));
+            }
+            Ok(value)
+        }
+        Some(t) => Err(Error::Corrupt(format!("unknown value encoding tag {t}"))),
+        None => Err(Error::Corrupt("an empty stored value (no encoding tag)".into())),
+    }
+}
+
+/// The store's side of the stored form: which transactions use it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Values {
+    /// The format marker's timestamp: transactions that started above it write and read the
+    /// stored form; those below it (earlier versions) wrote values as they are.
+    encoded_after: Timestamp,
+}
+
+impl Values {
+    /// Reads the backend's format marker, writing it first if there is none.
+    pub(crate) fn open(backend: &dyn Bigtable, oracle: &Oracle) -> Result<Values> {
+        // Two attempts: if another store wrote the marker between our read and our write, the
+        // condition fails and the second read finds it.
+        for _ in 0..2 {
+            let read = backend.read_row(MARKER_TABLE, MARKER_ROW, &[MARKER_COLUMN], oracle.next()?)?;
+            if let Some(marker) = read.into_iter().next().and_then(|r| r.write) {
+                return Values::from_marker(marker);
+            }
+            let ts = oracle.next()?;
+            let op = RowMutation {
+                table: MARKER_TABLE.into(),
+                row: MARKER_ROW.to_vec(),
+                // Put if absent: no write record at all, no lock.
+                conditions: vec![
+                    Condition::NoWriteSince { column: MARKER_COLUMN.into(), since: Timestamp::ZERO },
+                    Condition::NoLock { column: MARKER_COLUMN.into() },
+                ],
+                mutations: vec![Mutation::PutWrite {
+                    column: MARKER_COLUMN.into(),
+                    commit_ts: ts,
+                    write: WriteRecord { start_ts: ts, kind: WriteKind::Put(vec![MARKER_V1]) },
+                }],
+            };
+            if backend.apply(vec![Op::Row(op)])?.first() == Some(&Outcome::Applied) {
+                return Ok(Values { encoded_after: ts });
+            }
+        }
+        Err(Error::Storage("the store's value format marker was neither found nor written".into()))
+    }
+
+    fn from_marker((commit_ts, w): (Timestamp, WriteRecord)) -> Result<Values> {
+        match w.kind {
+            WriteKind::Put(v) if v == [MARKER_V1] => Ok(Values { encoded_after: commit_ts }),
+            WriteKind::Put(v) => Err(Error::Corrupt(format!(
+                "the value format marker {MARKER_TABLE}/format/{MARKER_COLUMN} holds {v:?}: written by a newer \
+                 version of percolator-store?"
+            ))),
+            other => Err(Error::Corrupt(format!(
+                "the value format marker {MARKER_TABLE}/format/{MARKER_COLUMN} is a {other:?} record"
+            ))),
+        }
+    }
+
+    /// What a transaction that started at `start_ts` writes for `value`.
+    pub(crate) fn encode(&self, start_ts: Timestamp, value: &[u8]) -> Vec<u8> {
+        if start_ts > self.encoded_after { encode_value(value) } else { value.to_vec() }
+    }
+
+    /// The value of a write record (`None` for a Delete or Rollback).
+    pub(crate) fn decode(&self, w: WriteRecord) -> Result<Option<Vec<u8>>> {
+        match w.kind {
+            WriteKind::Put(v) if w.start_ts > self.encoded_after => decode_owned(v).map(Some),
+            WriteKind::Put(v) => Ok(Some(v)),
+            WriteKind::Delete | WriteKind::Rollback => Ok(None),
+        }
+    }
+
+    /// The visible value of a read cell.
+    pub(crate) fn read(&self, r: CellRead) -> Result<Option<Vec<u8>>> {
+        match r.write {
+            Some((_, w)) => self.decode(w),
+            None => Ok(None),
+        }
+    }
+
+    /// [`Values::read`] of a borrowed read.
+    pub(crate) fn read_ref(&self, r: &CellRead) -> Result<Option<Vec<u8>>> {
+        match &r.write {
+            Some((_, WriteRecord { start_ts, kind: WriteKind::Put(v) })) if *start_ts > self.encoded_after => {
+                decode_value(v).map(Some)
+            }
+            Some((_, WriteRecord { kind: WriteKind::Put(v), .. })) => Ok(Some(v.clone())),
+            _ => Ok(None),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_and_large_ones_shrink() {
+        let text = "<p>The quick brown fox jumps over the lazy dog.</p>\n".repeat(40);
+        for v in [&b""[..], b"x", &[7u8; 255], &[7u8; 256], text.as_bytes()] {
+            let stored = encode_value(v);
+            assert_eq!(decode_value(&stored).unwrap(), v);
+            assert_eq!(stored[0], if v.len() >= COMPRESS_FROM { DEFLATE } else { RAW }, "{} bytes", v.len());
+        }
+        assert!(encode_value(text.as_bytes()).len() < text.len() / 10);
+        // Incompressible bytes stay as they are.
+        let mut x = 1u64;
+        let noise: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        assert_eq!(encode_value(&noise)[0], RAW);
+    }
+
+    #[test]
+    fn damaged_stored_values_are_corrupt_not_a_panic() {
+        let stored = encode_value("abc".repeat(200).as_bytes());
+        let corrupt = |b: &[u8]| matches!(decode_value(b), Err(Error::Corrupt(_)));
+        assert!(corrupt(&[]));
+        assert!(corrupt(&[9, 1, 2]));
+        assert!(corrupt(&stored[..3]), "no length");
+        assert!(corrupt(&stored[..stored.len() - 2]), "truncated stream");
+        let mut wrong_len = stored.clone();
+        wrong_len[1] ^= 1;
+        assert!(corrupt(&wrong_len), "length does not match");
+        let mut huge = stored.clone();
+        huge[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(corrupt(&huge), "a length no deflate stream can reach");
+        let mut garbage = stored;
+        for b in &mut garbage[5..] {
+            *b = b.wrapping_mul(31).wrapping_add(7);
+        }
+        assert!(decode_value(&garbage).is_err_and(|e| matches!(e, Error::Corrupt(_))));
+    }
+
+    #[test]
+    fn only_transactions_after_the_marker_use_the_stored_form() {
+        let v = Values { encoded_after: Timestamp::from_raw(100) };
+        let big = vec![b'a'; 1000];
+        assert_eq!(v.encode(Timestamp::from_raw(99), &big), big, "an earlier version's transaction");
+        let stored = v.encode(Timestamp::from_raw(101), &big);
+        assert!(stored.len() < 100);
+        let rec = |start, bytes: &[u8]| WriteRecord {
+            start_ts: Timestamp::from_raw(start),
+            kind: WriteKind::Put(bytes.to_vec()),
+        };
+        assert_eq!(v.decode(rec(101, &stored)).unwrap(), Some(big.clone()));
+        // A value written before the marker is read as it is, whatever its first byte.
+        for old in [&b"\x01\x02"[..], b"\x00abc", b""] {
+            assert_eq!(v.decode(rec(50, old)).unwrap(), Some(old.to_vec()));
+            let read = CellRead { lock: None, write: Some((Timestamp::from_raw(60), rec(50, old))) };
+            assert_eq!(v.read_ref(&read).unwrap(), Some(old.to_vec()));
+        }
+        let del = WriteRecord { start_ts: Timestamp::from_raw(101), kind: WriteKind::Delete };
+        assert_eq!(v.decode(del).unwrap(), None);
+    }
+}
