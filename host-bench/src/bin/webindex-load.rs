@@ -14,7 +14,8 @@
 //!   (counted in the backend, acks and every table included; deletions count row key and
 //!   column), and input bytes (URL, HTML, PageRank) for scale;
 //! - the redb file's size at the fixed point over the input's size, with old versions collected
-//!   every second during the load (`--no-gc`: never);
+//!   every second during the load (`--no-gc`: never); values of 256 bytes or more are stored
+//!   deflated (`docs/design.md`, "Compressed values");
 //! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
 //!   linking to it (a new anchor), each from an idle pipeline to its fixed point again:
 //!   observer runs and bytes written. Each page is first updated once to a fixed version, so
@@ -22,7 +23,11 @@
 //!
 //! Then the tables are checked equal to `webindex::batch::compute` of the final inputs
 //! (`--no-check` skips it: for guests of another version of the pipeline, whose tables this
-//! crate's batch computation does not describe).
+//! crate's batch computation does not describe). Last, the space: a GC pass with nothing
+//! running (each cell keeps its newest version), what is left by table and column (cells,
+//! write records, locks, notify cells, key and value bytes, values compressed and not), and the
+//! file's size after the store is closed and compacted (`RedbBigtable::compact`) over the
+//! input's size (`compacted_over_input`).
 //!
 //! ```text
 //! scripts/build-guests
@@ -45,7 +50,7 @@ use percolator_server::config::Config;
 use percolator_server::pipeline::Pipeline;
 use percolator_store::backends::{
     AtomicOutcome, BackendStats, Bigtable, CellRead, Mutation, NotifyEntry, Op, Outcome, RedbBigtable, RowMutation,
-    RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord,
+    RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord, decode_value, notify_position,
 };
 use percolator_store::{
     CellRef, Durability, RedbConfig, Result as StoreResult, ScannerConfig, Store, StoreConfig, Timestamp,
@@ -400,8 +405,127 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         }
         figure("incremental_equals_batch", "1".to_owned());
     }
+
+    // Space: every old version collected (nothing runs, so each cell keeps its newest version),
+    // where the bytes are, then the closed file compacted.
+    let gc = store.gc()?;
+    store.flush_secondaries();
+    figure("final_gc_versions_removed", gc.versions_removed.to_string());
+    let space = Space::measure(counting.as_ref())?;
+    for (column, c) in space.by_column.iter().rev().take(24) {
+        println!(
+            "# live {column}: {} cells, {} write records, {} locks, {} staged; keys {} B, values {} B stored ({} B as written)",
+            c.cells, c.writes, c.locks, c.staged, c.key_bytes, c.value_bytes, c.raw_value_bytes
+        );
+    }
+    let total = space.total();
+    figure("live_cells", total.cells.to_string());
+    figure("live_write_records", total.writes.to_string());
+    figure("live_locks", total.locks.to_string());
+    figure("live_notify_cells", space.notify_cells.to_string());
+    figure("live_key_bytes", total.key_bytes.to_string());
+    figure("live_value_bytes", total.value_bytes.to_string());
+    figure("live_value_bytes_uncompressed", total.raw_value_bytes.to_string());
+    figure("live_over_input", format!("{:.2}", (total.key_bytes + total.value_bytes) as f64 / input_bytes as f64));
+    figure("value_compression_ratio", format!("{:.2}", total.raw_value_bytes as f64 / total.value_bytes.max(1) as f64));
     drop(pipeline);
+    drop(store);
+    drop(counting);
+    let (before, after) = RedbBigtable::compact(&config.store_path)?;
+    figure("store_file_bytes_before_compaction", before.to_string());
+    figure("compacted_file_bytes", after.to_string());
+    figure("compacted_over_input", format!("{:.2}", after as f64 / input_bytes as f64));
     Ok(())
+}
+
+/// What one column holds after the last GC pass (every table's, `table/column`).
+#[derive(Default, Clone, Copy)]
+struct ColumnSpace {
+    cells: u64,
+    writes: u64,
+    locks: u64,
+    staged: u64,
+    /// Version keys (`enc(table) ‖ enc(row) ‖ enc(column) ‖ kind ‖ ts`) of every version.
+    key_bytes: u64,
+    /// Write records as stored (tag, start timestamp, the value in its stored form).
+    value_bytes: u64,
+    /// The same with each value as the transaction wrote it (uncompressed).
+    raw_value_bytes: u64,
+}
+
+/// Where a store's bytes are.
+struct Space {
+    /// By column, ascending by bytes (keys and values).
+    by_column: Vec<(String, ColumnSpace)>,
+    notify_cells: u64,
+}
+
+impl Space {
+    fn measure(backend: &dyn Bigtable) -> StoreResult<Space> {
+        let mut by: BTreeMap<String, ColumnSpace> = BTreeMap::new();
+        let mut from: Option<(String, Vec<u8>)> = None;
+        loop {
+            let page = backend.scan_versions(from.as_ref().map(|(t, r)| (t.as_str(), r.as_slice())), 256)?;
+            for row in &page {
+                for cell in &row.cells {
+                    let c = by.entry(format!("{}/{}", row.table, cell.column)).or_default();
+                    let versions = (cell.writes.len() + cell.locks.len() + cell.data.len()) as u64;
+                    let key = (row.table.len() + row.row.len() + cell.column.len() + 6 + 9) as u64;
+                    c.cells += 1;
+                    c.writes += cell.writes.len() as u64;
+                    c.locks += cell.locks.len() as u64;
+                    c.staged += cell.data.len() as u64;
+                    c.key_bytes += versions * key;
+                    for (_, w) in &cell.writes {
+                        let (stored, raw) = match &w.kind {
+                            // A fresh store: every value is in the stored form but the format
+                            // marker's.
+                            WriteKind::Put(v) => (v.len(), decode_value(v).map_or(v.len(), |d| d.len())),
+                            _ => (0, 0),
+                        };
+                        c.value_bytes += 9 + stored as u64;
+                        c.raw_value_bytes += 9 + raw as u64;
+                    }
+                }
+            }
+            if page.len() < 256 {
+                break;
+            }
+            let last = page.last().expect("a full page");
+            let mut next = last.row.clone();
+            next.push(0);
+            from = Some((last.table.clone(), next));
+        }
+        let mut notify_cells = 0;
+        let mut pos: Option<Vec<u8>> = None;
+        loop {
+            let page = backend.scan_notify(pos.as_deref(), 1024)?;
+            notify_cells += page.len() as u64;
+            match page.last() {
+                Some(last) if page.len() == 1024 => {
+                    let mut next = notify_position(&last.cell);
+                    next.push(0);
+                    pos = Some(next);
+                }
+                _ => break,
+            }
+        }
+        let mut by_column: Vec<_> = by.into_iter().collect();
+        by_column.sort_by_key(|(_, c)| c.key_bytes + c.value_bytes);
+        Ok(Space { by_column, notify_cells })
+    }
+
+    fn total(&self) -> ColumnSpace {
+        self.by_column.iter().fold(ColumnSpace::default(), |a, (_, c)| ColumnSpace {
+            cells: a.cells + c.cells,
+            writes: a.writes + c.writes,
+            locks: a.locks + c.locks,
+            staged: a.staged + c.staged,
+            key_bytes: a.key_bytes + c.key_bytes,
+            value_bytes: a.value_bytes + c.value_bytes,
+            raw_value_bytes: a.raw_value_bytes + c.raw_value_bytes,
+        })
+    }
 }
 
 /// Polls until the store is quiescent; returns the time since `start`.
