@@ -746,6 +746,12 @@ fn compact_shrinks_a_store_no_host_serves() {
     let e = sb.fails(&["compact"]);
     assert!(e.contains(&format!("store {} does not exist", sb.path("store.redb").display())), "{e}");
     assert!(!sb.path("store.redb").exists(), "compact created no store");
+    let e = sb.fails(&["compact", "--store", sb.path("observers").to_str().unwrap()]);
+    assert!(e.contains("is a folder, not a store file"), "{e}");
+    sb.write("notes.txt", "not a store");
+    let e = sb.fails(&["compact", "--store", "notes.txt"]);
+    assert!(e.contains("compacting notes.txt") && e.contains("Not a redb database"), "{e}");
+    assert_eq!(std::fs::read_to_string(sb.path("notes.txt")).unwrap(), "not a store");
     // Three versions of 300 rows of 4 KB of text that does not compress much.
     let text = |round: u32, row: u32| -> String {
         let mut x = u64::from(round) << 32 | u64::from(row) | 1;

@@ -63,7 +63,8 @@ impl Store {
     ///
     /// Fails with [`Error::AlreadyOpen`] if a host (another process) or another handle of
     /// this process has the store open — nothing is changed then — and with
-    /// [`Error::NotFound`] if there is no file at `path` (none is created). After another
+    /// [`Error::NotFound`] if there is no file at `path` (none is created), with
+    /// [`Error::InvalidArgument`] for an empty file (not made a store). After another
     /// failure the store is whole: the GC pass and each step of redb's compaction are durable
     /// on their own.
     ///
@@ -74,6 +75,10 @@ impl Store {
             return Err(Error::NotFound(format!("no store file at {}", path.display())));
         }
         let bytes_before = std::fs::metadata(path)?.len();
+        if bytes_before == 0 {
+            // redb would make a new store of it.
+            return Err(Error::InvalidArgument(format!("{} is empty: not a store file", path.display())));
+        }
         let gc = {
             let store = Store::open(path, StoreConfig::default(), RedbConfig::default())?;
             let stats = store.gc()?;

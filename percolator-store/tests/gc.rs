@@ -147,4 +147,8 @@ fn compaction_after_gc_shrinks_the_file_and_keeps_every_value() {
     let missing = percolator_store::Store::compact(dir.file("nowhere.redb"));
     assert!(matches!(missing, Err(percolator_store::Error::NotFound(_))), "{missing:?}");
     assert!(!dir.file("nowhere.redb").exists(), "a missing store is not created");
+    std::fs::write(dir.file("empty.redb"), b"").unwrap();
+    let empty = percolator_store::Store::compact(dir.file("empty.redb"));
+    assert!(matches!(empty, Err(percolator_store::Error::InvalidArgument(_))), "{empty:?}");
+    assert_eq!(std::fs::metadata(dir.file("empty.redb")).unwrap().len(), 0, "an empty file is not made a store");
 }

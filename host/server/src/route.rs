@@ -368,6 +368,9 @@ pub fn compact(config: &Path, store: Option<&Path>) -> Result<Compacted, String>
         Err(percolator_store::Error::AlreadyOpen { .. }) => {
             Err(explain(format!("store {} is in use by another process: stop it first ({closed})", path.display())))
         }
+        Err(percolator_store::Error::NotFound(_)) if path.is_dir() => {
+            Err(explain(format!("store {} is a folder, not a store file", path.display())))
+        }
         Err(percolator_store::Error::NotFound(_)) => Err(explain(format!("store {} does not exist", path.display()))),
         Err(e) => Err(explain(format!("compacting {}: {e}", path.display()))),
     }
