@@ -157,9 +157,11 @@ impl RedbBigtable {
         tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
         let mut out = Vec::with_capacity(groups.len());
         {
-            let mut cells = W(tx.open_table(CELLS)?);
-            let mut notify = W(tx.open_table(NOTIFY)?);
-            let mut meta = W(tx.open_table(META)?);
+            // Tables are opened when first used: a commit that writes no notify cell or metadata
+            // (most one-phase commits) does not pay for opening and re-rooting those tables.
+            let mut cells = Lazy::new(&tx, CELLS);
+            let mut notify = Lazy::new(&tx, NOTIFY);
+            let mut meta = Lazy::new(&tx, META);
             for group in groups {
                 out.push(match group {
                     Batch::Ops(ops) => {
@@ -215,6 +217,49 @@ fn for_range_impl<T: ReadableTable<&'static [u8], &'static [u8]>>(
         }
     }
     Ok(())
+}
+
+/// A table of a write transaction, opened when first used.
+struct Lazy<'t> {
+    tx: &'t redb::WriteTransaction,
+    def: TableDefinition<'static, &'static [u8], &'static [u8]>,
+    table: std::cell::OnceCell<W<'t>>,
+}
+
+impl<'t> Lazy<'t> {
+    fn new(tx: &'t redb::WriteTransaction, def: TableDefinition<'static, &'static [u8], &'static [u8]>) -> Lazy<'t> {
+        Lazy { tx, def, table: std::cell::OnceCell::new() }
+    }
+
+    fn table(&self) -> Result<&W<'t>> {
+        if self.table.get().is_none() {
+            let _ = self.table.set(W(self.tx.open_table(self.def)?));
+        }
+        Ok(self.table.get().expect("just opened"))
+    }
+
+    fn table_mut(&mut self) -> Result<&mut W<'t>> {
+        self.table()?;
+        Ok(self.table.get_mut().expect("just opened"))
+    }
+}
+
+impl KvRead for Lazy<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.table()?.get(key)
+    }
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+        self.table()?.for_range(from, to, f)
+    }
+}
+
+impl KvWrite for Lazy<'_> {
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.table_mut()?.put(key, value)
+    }
+    fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.table_mut()?.delete(key)
+    }
 }
 
 impl KvRead for R {

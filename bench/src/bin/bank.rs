@@ -178,6 +178,8 @@ struct Run {
     committed: u64,
     secs: f64,
     cpu_secs: f64,
+    /// Backend commits (redb write transactions) during the run, where known.
+    backend_commits: Option<u64>,
 }
 
 impl Run {
@@ -186,6 +188,10 @@ impl Run {
     }
     fn cpu_us_per_commit(&self) -> f64 {
         self.cpu_secs * 1e6 / self.committed.max(1) as f64
+    }
+    /// Cores busy on average: CPU time over wall time.
+    fn cores(&self) -> f64 {
+        self.cpu_secs / self.secs
     }
 }
 
@@ -271,6 +277,7 @@ fn percolator_run(dir: &Path, dur: Dur, accounts: u64, clients: usize, secs: f64
         })?;
     }
     let cpu0 = self_cpu();
+    let commits0 = store.metrics().backend_commits;
     let (committed, wall) = run_threads(clients, secs, || {
         let (a, b) = pick(accounts);
         store.run(|t| {
@@ -282,13 +289,14 @@ fn percolator_run(dir: &Path, dur: Dur, accounts: u64, clients: usize, secs: f64
         Ok(())
     })?;
     let cpu = self_cpu() - cpu0;
+    let backend_commits = store.metrics().backend_commits - commits0;
     let sum: i64 = store.run(|t| (0..accounts).map(|i| balance(t, i)).sum())?;
     if sum != INITIAL * accounts as i64 {
         return Err(format!("percolator-store: balances sum to {sum}, not {}", INITIAL * accounts as i64).into());
     }
     drop(store);
     let _ = std::fs::remove_file(&path);
-    Ok(Run { committed, secs: wall, cpu_secs: cpu })
+    Ok(Run { committed, secs: wall, cpu_secs: cpu, backend_commits: Some(backend_commits) })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -349,7 +357,7 @@ fn sqlite_run(dir: &Path, dur: Dur, accounts: u64, clients: usize, secs: f64) ->
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    Ok(Run { committed, secs: wall, cpu_secs: cpu })
+    Ok(Run { committed, secs: wall, cpu_secs: cpu, backend_commits: None })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -532,7 +540,7 @@ impl Postgres {
         if sum != INITIAL * accounts as i64 {
             return Err(format!("PostgreSQL: balances sum to {sum}").into());
         }
-        Ok(Run { committed, secs: secs_run, cpu_secs: cpu })
+        Ok(Run { committed, secs: secs_run, cpu_secs: cpu, backend_commits: None })
     }
 }
 
@@ -569,7 +577,9 @@ fn main() -> Res<()> {
     let dir = TempDir(std::env::temp_dir().join(format!("percolator-bank-{}", std::process::id())));
     std::fs::create_dir_all(&dir.0)?;
     println!("# bank transfers: read 2 accounts, write both, retried until committed; {} s per run", plan.secs);
-    println!("# name value  (tps = committed transfers/s; cpu_us = CPU µs per committed transfer)");
+    println!(
+        "# name value  (tps = committed transfers/s; cpu_us = CPU µs per committed transfer; cores = CPU time / wall time)"
+    );
     for &dur in &plan.durabilities {
         let pg = if plan.systems.contains(&System::Postgres) { Some(Postgres::start(&dir.0, dur)?) } else { None };
         for &accounts in &plan.accounts {
@@ -586,6 +596,10 @@ fn main() -> Res<()> {
                     let key = format!("{}_{}_a{accounts}_c{clients}", system.name(), dur.name());
                     print(&format!("{key}_tps"), run.tps());
                     print(&format!("{key}_cpu_us"), run.cpu_us_per_commit());
+                    print(&format!("{key}_cores"), run.cores());
+                    if let Some(n) = run.backend_commits {
+                        print(&format!("{key}_backend_commits_per_transfer"), n as f64 / run.committed.max(1) as f64);
+                    }
                     tps.push((system, run.tps()));
                 }
                 if let Some(&(_, ours)) = tps.iter().find(|(s, _)| *s == System::Percolator) {
