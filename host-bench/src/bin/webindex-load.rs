@@ -36,8 +36,9 @@
 //!
 //! Options: `--pages N` (default 10000), `--seed S` (1), `--shape hubs|uniform` (hubs),
 //! `--guests DIR` (the components; default `target/guests`), `--config FILE` (whose
-//! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`, `--no-gc`. Prints
-//! `name value` lines; `#` lines are comments.
+//! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`, `--no-gc`,
+//! `--workers N` (observer runs in flight; default the host's). Prints `name value` lines; `#`
+//! lines are comments.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -184,6 +185,8 @@ struct Args {
     config: PathBuf,
     check: bool,
     no_gc: bool,
+    /// Observer runs in flight (`[scanner] workers`); `None`: the host's default.
+    workers: Option<usize>,
 }
 
 fn root() -> PathBuf {
@@ -199,6 +202,7 @@ fn parse_args() -> Res<Args> {
         config: root().join("config/web-index.toml"),
         check: true,
         no_gc: false,
+        workers: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -217,9 +221,10 @@ fn parse_args() -> Res<Args> {
             "--config" => args.config = PathBuf::from(value()?),
             "--no-check" => args.check = false,
             "--no-gc" => args.no_gc = true,
+            "--workers" => args.workers = Some(value()?.parse().map_err(|e| format!("--workers: {e}"))?),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (expected --pages, --seed, --shape, --guests, --config, --no-check, --no-gc)"
+                    "unknown argument {other:?} (expected --pages, --seed, --shape, --guests, --config, --no-check, --no-gc, --workers)"
                 )
                 .into());
             }
@@ -260,6 +265,16 @@ fn leaf_html(hub: &str, v: u32) -> String {
     )
 }
 
+/// CPU seconds this process has used (user + system), from `/proc/self/stat`; `None` where
+/// there is no such file.
+fn process_cpu_s() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name (which may hold spaces) in parentheses: utime and
+    // stime are the 12th and 13th, in clock ticks (100 a second on Linux).
+    let f: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+    Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
+}
+
 fn run(args: &Args, dir: &Path) -> Res<()> {
     for g in ["document_processor", "clustering", "link_inversion", "exporter"] {
         let wasm = args.guests.join(format!("{g}.wasm"));
@@ -270,8 +285,9 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let real = std::fs::read_to_string(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
     let bindings = &real[real.find("[[binding]]").ok_or("the configuration has no [[binding]]")?..];
     let toml = format!(
-        "[store]\npath = \"store.redb\"\ndurability = \"none\"\n[scanner]\nthreads = 2\n\
+        "[store]\npath = \"store.redb\"\ndurability = \"none\"\n[scanner]\nthreads = 2\n{}\
          [observers]\ndir = {:?}\ncache_dir = {:?}\n{bindings}",
+        args.workers.map(|w| format!("workers = {w}\n")).unwrap_or_default(),
         args.guests.display().to_string(),
         dir.join("cache").display().to_string(),
     );
@@ -318,6 +334,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     // second here, for a load of minutes).
     let gc = (!args.no_gc).then(|| store.start_gc(Duration::from_secs(1)));
     let before = store.metrics();
+    let cpu_before = process_cpu_s();
     let start = Instant::now();
     let list: Vec<_> = inputs.iter().collect();
     for chunk in list.chunks(LOAD_BATCH) {
@@ -335,6 +352,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     }
     let loaded = start.elapsed();
     let elapsed = wait_fixed_point(&store, start, Duration::from_secs(3 * 3600))?;
+    let cpu = process_cpu_s().zip(cpu_before).map(|(a, b)| a - b);
     let after = store.metrics();
     let bytes = counting.bytes.load(Ordering::Relaxed);
     let runs = after.observer_runs - before.observer_runs;
@@ -348,6 +366,10 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     figure("load_s", format!("{:.2}", loaded.as_secs_f64()));
     figure("fixed_point_s", format!("{:.2}", elapsed.as_secs_f64()));
     figure("pages_per_s", format!("{:.1}", pages as f64 / elapsed.as_secs_f64()));
+    if let Some(cpu) = cpu {
+        // The whole process (loader, scanners, observers, GC): how much of the machine it used.
+        figure("cores", format!("{:.2}", cpu / elapsed.as_secs_f64()));
+    }
     figure("observer_runs", runs.to_string());
     figure("observer_runs_per_page", format!("{:.2}", runs as f64 / pages as f64));
     figure("conflicts_per_page", format!("{:.2}", (after.conflicts - before.conflicts) as f64 / pages as f64));
