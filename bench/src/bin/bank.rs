@@ -127,7 +127,11 @@ fn plan() -> Res<Plan> {
                 })?
             }
             other => {
-                return Err(format!("unknown argument {other:?} (see the doc comment of bench/src/bin/bank.rs)").into());
+                return Err(format!(
+                    "unknown argument {other:?} (expected --quick, --secs S, --clients 1,8,64, --accounts 10000,100, \
+                     --durability fsync,none, --systems percolator,postgres,sqlite)"
+                )
+                .into());
             }
         }
     }
