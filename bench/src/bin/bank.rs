@@ -38,6 +38,9 @@ use std::time::{Duration, Instant};
 
 use percolator_store::{Durability, RedbConfig, Store, StoreConfig, Transaction};
 
+#[path = "../procfs.rs"]
+mod procfs;
+
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Prints one figure as `name value`.
@@ -138,29 +141,17 @@ fn plan() -> Res<Plan> {
     Ok(p)
 }
 
-/// CPU seconds (user + system) from a `/proc/<pid>/stat` line: the process's own, and its
-/// reaped children's.
-fn proc_cpu(pid: &str) -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may contain spaces) in parentheses.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split(' ').collect();
-    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).map(|t| t / 100.0);
-    // utime, stime, cutime, cstime are fields 14–17 of the line: 11–14 after the name and state.
-    Some((tick(11)? + tick(12)?, tick(13)? + tick(14)?))
-}
-
 fn self_cpu() -> f64 {
-    proc_cpu("self").map(|(own, _)| own).unwrap_or(0.0)
+    procfs::cpu_seconds("self").map(|(own, _)| own).unwrap_or(0.0)
 }
 
 fn children_cpu() -> f64 {
-    proc_cpu("self").map(|(_, children)| children).unwrap_or(0.0)
+    procfs::cpu_seconds("self").map(|(_, children)| children).unwrap_or(0.0)
 }
 
 /// CPU seconds of a server: the process, the children it reaped, and its live children.
 fn tree_cpu(root: u32) -> f64 {
-    let mut total = proc_cpu(&root.to_string()).map(|(own, reaped)| own + reaped).unwrap_or(0.0);
+    let mut total = procfs::cpu_seconds(&root.to_string()).map(|(own, reaped)| own + reaped).unwrap_or(0.0);
     let Ok(dir) = std::fs::read_dir("/proc") else { return total };
     for e in dir.flatten() {
         let name = e.file_name().to_string_lossy().to_string();
@@ -171,7 +162,7 @@ fn tree_cpu(root: u32) -> f64 {
         let Some(close) = stat.rfind(')') else { continue };
         let ppid = stat[close + 2..].split(' ').nth(1).and_then(|p| p.parse::<u32>().ok());
         if ppid == Some(root) {
-            total += proc_cpu(&name).map(|(own, _)| own).unwrap_or(0.0);
+            total += procfs::cpu_seconds(&name).map(|(own, _)| own).unwrap_or(0.0);
         }
     }
     total

@@ -45,6 +45,8 @@ use percolator_store::{Oracle, OracleServiceConfig, Store, StoreConfig, Transact
 
 #[path = "../cluster.rs"]
 mod cluster;
+#[path = "../procfs.rs"]
+mod procfs;
 use cluster::{Res, env_list, print};
 
 const ACCOUNTS: u64 = 4000;
@@ -399,16 +401,6 @@ impl Drop for Host {
     }
 }
 
-/// CPU seconds (user + system) used so far by process `pid`, if it is alive.
-fn cpu_seconds(pid: u32, ticks: f64) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the parenthesized command name: state is the 3rd field, utime the 14th.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let (utime, stime): (f64, f64) = (f.get(11)?.parse().ok()?, f.get(12)?.parse().ok()?);
-    Some((utime + stime) / ticks)
-}
-
 /// CPU seconds the whole machine has been busy (not idle, not waiting for I/O) since boot.
 fn machine_busy_seconds(ticks: f64) -> f64 {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
@@ -481,7 +473,9 @@ struct CpuSample([f64; 4]);
 
 impl CpuSample {
     fn take(cluster: Option<&DevCluster>, hosts: &[Host], ticks: f64) -> CpuSample {
-        let sum = |pids: Vec<u32>| pids.into_iter().filter_map(|p| cpu_seconds(p, ticks)).sum::<f64>();
+        let sum = |pids: Vec<u32>| {
+            pids.into_iter().filter_map(|p| procfs::cpu_seconds(&p.to_string()).map(|(own, _)| own)).sum::<f64>()
+        };
         let (redis, etcd) = match cluster {
             Some(c) => (sum(c.pids("redis")), sum(c.pids("etcd"))),
             None => (0.0, 0.0),

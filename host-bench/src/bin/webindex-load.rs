@@ -62,6 +62,8 @@ use webindex::schema;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+#[path = "../../../bench/src/procfs.rs"]
+mod procfs;
 #[path = "../tables.rs"]
 mod tables;
 use tables::read_tables;
@@ -265,16 +267,6 @@ fn leaf_html(hub: &str, v: u32) -> String {
     )
 }
 
-/// CPU seconds this process has used (user + system), from `/proc/self/stat`; `None` where
-/// there is no such file.
-fn process_cpu_s() -> Option<f64> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    // The fields after the command name (which may hold spaces) in parentheses: utime and
-    // stime are the 12th and 13th, in clock ticks (100 a second on Linux).
-    let f: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
-    Some((f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?) / 100.0)
-}
-
 fn run(args: &Args, dir: &Path) -> Res<()> {
     for g in ["document_processor", "clustering", "link_inversion", "exporter"] {
         let wasm = args.guests.join(format!("{g}.wasm"));
@@ -334,7 +326,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     // second here, for a load of minutes).
     let gc = (!args.no_gc).then(|| store.start_gc(Duration::from_secs(1)));
     let before = store.metrics();
-    let cpu_before = process_cpu_s();
+    let cpu_before = procfs::cpu_seconds("self").map(|(own, _)| own);
     let start = Instant::now();
     let list: Vec<_> = inputs.iter().collect();
     for chunk in list.chunks(LOAD_BATCH) {
@@ -352,7 +344,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     }
     let loaded = start.elapsed();
     let elapsed = wait_fixed_point(&store, start, Duration::from_secs(3 * 3600))?;
-    let cpu = process_cpu_s().zip(cpu_before).map(|(a, b)| a - b);
+    let cpu = procfs::cpu_seconds("self").map(|(own, _)| own).zip(cpu_before).map(|(a, b)| a - b);
     let after = store.metrics();
     let bytes = counting.bytes.load(Ordering::Relaxed);
     let runs = after.observer_runs - before.observer_runs;
