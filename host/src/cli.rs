@@ -1036,9 +1036,49 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                 ),
                 plural(st.dead_letters, "dead letter", "dead letters")
             ));
+            sinks_text(&mut out, &h.sinks);
         }
     }
     out
+}
+
+/// The sinks' lines of `status`.
+fn sinks_text(out: &mut String, sinks: &[percolator_api::SinkReport]) {
+    if sinks.is_empty() {
+        return;
+    }
+    out.push_str(
+        "sinks:
+",
+    );
+    for s in sinks {
+        let position = s.position.map_or_else(|| "-".to_owned(), |p| p.to_string());
+        let state = if s.owner {
+            match s.lag_secs {
+                Some(l) if l > 0.0 => format!("delivering, {l:.1} s behind"),
+                Some(_) => "caught up".to_owned(),
+                None => "starting".to_owned(),
+            }
+        } else {
+            match s.owner_id {
+                Some(id) => format!("standby (worker {id} delivers)"),
+                None => "standby".to_owned(),
+            }
+        };
+        out.push_str(&format!(
+            "  {} ({} -> {}): {state}, position {position}, {} delivered ({:.1}/s)\n",
+            s.name, s.kind, s.destination, s.delivered, s.delivered_per_sec
+        ));
+        if let Some(e) = &s.last_error {
+            out.push_str(&format!("    last error ({} failed attempts): {e}\n", s.failures));
+        }
+        if !s.dead_letters.is_empty() {
+            out.push_str(&format!("    {} refused batches parked (dead letters):\n", s.dead_letters.len()));
+            for d in &s.dead_letters {
+                out.push_str(&format!("      {} ({} changes): {}\n", d.file, d.changes, d.error));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -1130,6 +1170,7 @@ mod tests {
                     timestamps_per_sec: 0.0,
                 },
                 metrics: Default::default(),
+                sinks: Vec::new(),
             }),
             store: StoreReport {
                 path: "s".into(),

@@ -455,6 +455,70 @@ pub struct HostReport {
     /// The store's counters by name (`percolator_store::Metrics::counters`): totals over the
     /// store's life, except `backend_*` (since the store was opened).
     pub metrics: std::collections::BTreeMap<String, u64>,
+    /// The configuration's sinks (`[[sink]]`) as this host runs them.
+    #[serde(default)]
+    pub sinks: Vec<SinkReport>,
+}
+
+/// A sink: where the changes of some columns are delivered, each change's effect exactly once.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SinkReport {
+    /// Its name (also its subscription's in the store).
+    pub name: String,
+    /// `postgres`, `jsonl` or `webhook`.
+    pub kind: String,
+    /// Where it delivers: the PostgreSQL database and table, the file, or the URL without its
+    /// query (never a password).
+    pub destination: String,
+    /// The store table.
+    pub table: String,
+    /// The store columns it delivers.
+    pub columns: Vec<String>,
+    /// True if this host owns the sink's subscription and so delivers; with several hosts on
+    /// one store exactly one live host does.
+    pub owner: bool,
+    /// The owning worker's id, when known.
+    pub owner_id: Option<u64>,
+    /// The subscription's position (a commit timestamp): every change committed at or below it
+    /// has been acknowledged by the destination. `/metrics`: `percolator_sink_position`.
+    pub position: Option<u64>,
+    /// Seconds behind: 0 when the last read of the change feed found nothing new, else the time
+    /// since one did (none before the first read; only the owner reads). `/metrics`:
+    /// `percolator_sink_lag_seconds`.
+    pub lag_secs: Option<f64>,
+    /// Changes delivered (acknowledged) by this host since it started. `/metrics`:
+    /// `percolator_sink_delivered_total`.
+    pub delivered: u64,
+    /// Batches delivered by this host since it started.
+    pub batches: u64,
+    /// Changes delivered per second over the last 10 s.
+    pub delivered_per_sec: f64,
+    /// The last error, while deliveries fail (cleared by the next success; a parked batch's
+    /// stays until then).
+    pub last_error: Option<String>,
+    /// When it happened (RFC 3339, UTC).
+    pub last_error_at: Option<String>,
+    /// Failed attempts since the last success. `/metrics`: `percolator_sink_failures`.
+    pub failures: u64,
+    /// Batches the destination refused for good (a webhook's 4xx), kept in files beside the
+    /// store. `/metrics`: `percolator_sink_dead_letters`.
+    #[serde(default)]
+    pub dead_letters: Vec<SinkDeadLetterReport>,
+}
+
+/// A batch a sink's destination refused, parked.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SinkDeadLetterReport {
+    /// The file holding the batch (its changes as JSON) and the answer.
+    pub file: String,
+    /// The commit timestamp of its first change.
+    pub first_ts: u64,
+    /// The commit timestamp of its last change.
+    pub last_ts: u64,
+    /// Changes in it.
+    pub changes: u64,
+    /// The destination's answer.
+    pub error: String,
 }
 
 /// A dry run of a candidate version of a binding's component on existing rows.

@@ -62,6 +62,33 @@ mod raw {
         pub(super) http: Option<Http>,
         #[serde(default)]
         pub(super) binding: Vec<Spanned<Binding>>,
+        #[serde(default)]
+        pub(super) sink: Vec<Spanned<Sink>>,
+    }
+
+    /// `[[sink]]`: every kind's fields, all optional here so that a missing one is reported
+    /// with its kind's list (`Config::parse` checks which apply).
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Sink {
+        #[serde(default)]
+        pub(super) name: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) kind: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) table: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) columns: Option<Spanned<Vec<String>>>,
+        #[serde(default)]
+        pub(super) url: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) target: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) path: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) timeout: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) batch: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -354,6 +381,9 @@ pub struct Config {
     pub http: HttpConfig,
     /// Bindings, in file order.
     pub bindings: Vec<Binding>,
+    /// Sinks (`[[sink]]`), in file order: where changes of the store are delivered
+    /// (`crate::sinks`). Hot-reloaded with the bindings.
+    pub sinks: Vec<Sink>,
 }
 
 struct Ctx<'a> {
@@ -395,6 +425,14 @@ impl Config {
     pub fn endpoint_file(&self) -> PathBuf {
         let mut name = self.store_path.as_os_str().to_owned();
         name.push(".endpoint");
+        PathBuf::from(name)
+    }
+
+    /// The folder where a host keeps its sinks' refused batches (dead letters): the store path
+    /// with `.sinks` appended, one folder per sink inside.
+    pub fn sinks_dir(&self) -> PathBuf {
+        let mut name = self.store_path.as_os_str().to_owned();
+        name.push(".sinks");
         PathBuf::from(name)
     }
 
@@ -613,6 +651,7 @@ impl Config {
         }
         check_columns(&cx, &bindings, &spans)?;
         check_cycles(&cx, &bindings, &spans)?;
+        let sinks = parse_sinks(&cx, &raw.sink, &rel)?;
         Ok(Config {
             file: file.to_owned(),
             store_path,
@@ -624,6 +663,7 @@ impl Config {
             cache_dir,
             http,
             bindings,
+            sinks,
         })
     }
 }
@@ -853,11 +893,14 @@ fn expected_type(key: &str) -> Option<&'static str> {
         | "random_seed" => "an integer",
         "params" => "a table",
         "allow_cycle" => "a boolean (true or false)",
-        "reads" | "writes" => "a list of strings",
+        "reads" | "writes" | "columns" => "a list of strings",
+        "batch" => "an integer",
+        "sink" => "[[sink]] tables",
         "binding" => "[[binding]] tables",
         "store" | "scanner" | "observers" | "http" => "a table",
         "path" | "durability" | "backend" | "namespace" | "oracle_listen" | "dir" | "cache_dir" | "listen"
-        | "token_file" | "name" | "wasm" | "table" | "column" | "notify" | "clock" => "a string",
+        | "token_file" | "name" | "wasm" | "table" | "column" | "notify" | "clock" | "kind" | "url" | "target"
+        | "timeout" => "a string",
         _ => return None,
     })
 }
@@ -997,4 +1040,283 @@ fn check_cycles(cx: &Ctx<'_>, bindings: &[Binding], spans: &[(Range<usize>, bool
         }
     }
     Ok(())
+}
+
+/// One validated `[[sink]]`: where the changes of some columns of a table are delivered, each
+/// change's effect exactly once (`crate::sinks`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sink {
+    /// Unique name; also the name of its subscription (its position) in the store.
+    pub name: String,
+    /// The store table whose changes it delivers.
+    pub table: String,
+    /// The columns of that table it delivers (at least one, no repeats).
+    pub columns: Vec<String>,
+    /// Changes per delivered batch, at most (default 500).
+    pub batch: usize,
+    /// Where to, and how.
+    pub kind: SinkKind,
+}
+
+/// A sink's destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SinkKind {
+    /// Upserts into a PostgreSQL table, one version column per store column.
+    Postgres {
+        /// `postgresql://user@host:port/db` (parsed by the `postgres` crate when loaded).
+        url: String,
+        /// The PostgreSQL table (created if missing, columns added if missing).
+        target: String,
+        /// The PostgreSQL column of each of [`Sink::columns`], in the same order (`doc:title`
+        /// → `doc_title`; its version column adds `_version`, its bytes column `_bytes`).
+        target_columns: Vec<String>,
+    },
+    /// Appends one JSON object per change to a file.
+    Jsonl {
+        /// The file (relative paths are relative to the configuration's folder).
+        path: PathBuf,
+    },
+    /// POSTs batches of changes as JSON.
+    Webhook {
+        /// `http://` or `https://` URL.
+        url: String,
+        /// How long one POST may take before it is retried.
+        timeout: Duration,
+    },
+}
+
+impl SinkKind {
+    /// `postgres`, `jsonl` or `webhook`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            SinkKind::Postgres { .. } => "postgres",
+            SinkKind::Jsonl { .. } => "jsonl",
+            SinkKind::Webhook { .. } => "webhook",
+        }
+    }
+
+    /// Where it delivers, for status: the PostgreSQL table (never the URL, which may hold a
+    /// password), the file, or the webhook's URL without its query.
+    pub fn destination(&self) -> String {
+        match self {
+            SinkKind::Postgres { target, url, .. } => {
+                let db = url.parse::<postgres::Config>().ok().and_then(|c| c.get_dbname().map(str::to_owned));
+                match db {
+                    Some(db) => format!("postgres {db}.{target}"),
+                    None => format!("postgres {target}"),
+                }
+            }
+            SinkKind::Jsonl { path } => path.display().to_string(),
+            SinkKind::Webhook { url, .. } => url.split('?').next().unwrap_or(url).to_owned(),
+        }
+    }
+}
+
+/// The longest PostgreSQL identifier (NAMEDATALEN - 1), in bytes.
+const PG_MAX_IDENT: usize = 63;
+
+/// The PostgreSQL column for store column `column`: lower case, every character other than
+/// `[a-z0-9_]` replaced by `_` (`doc:title` → `doc_title`), and `c_` before a leading digit.
+pub fn postgres_column(column: &str) -> String {
+    let mut out: String = column
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '_' { c.to_ascii_lowercase() } else { '_' })
+        .collect();
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert_str(0, "c_");
+    }
+    out
+}
+
+/// `duration`: an integer and a unit, `ms`, `s` or `m` (`"10s"`, `"500ms"`).
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (n, unit) = t.split_at(split);
+    let n: u64 = n.parse().map_err(|_| format!("{text:?} is not a duration such as \"10s\" or \"500ms\""))?;
+    let d = match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        _ => return Err(format!("{text:?} is not a duration such as \"10s\" or \"500ms\" (units: ms, s, m)")),
+    };
+    if d.is_zero() || d > Duration::from_secs(600) {
+        return Err(format!("{text:?} must be more than 0 and at most 10m"));
+    }
+    Ok(d)
+}
+
+fn parse_sinks(
+    cx: &Ctx<'_>,
+    raw: &[toml::Spanned<raw::Sink>],
+    rel: &dyn Fn(&str) -> PathBuf,
+) -> Result<Vec<Sink>, ConfigError> {
+    let mut sinks = Vec::new();
+    let mut names: HashMap<String, usize> = HashMap::new();
+    for (i, s) in raw.iter().enumerate() {
+        let whole = s.span();
+        let s = s.get_ref();
+        let f = |name: &str| format!("sink[{i}].{name}");
+        let required = |v: &Option<toml::Spanned<String>>, field: &str, why: &str| {
+            v.as_ref()
+                .map(|v| (v.get_ref().clone(), v.span()))
+                .ok_or_else(|| cx.err(Some(whole.clone()), f(field), format!("is missing{why}")))
+        };
+        let (name, name_span) = required(&s.name, "name", "")?;
+        percolator_store::validate_observer_name(&name).map_err(|_| {
+            cx.err(Some(name_span.clone()), f("name"), format!("{name:?} must be 1-64 characters of [A-Za-z0-9_.-]"))
+        })?;
+        if let Some(first) = names.insert(name.clone(), i) {
+            return Err(cx.err(Some(name_span), f("name"), format!("{name:?} is already used by sink[{first}]")));
+        }
+        let (kind, kind_span) = required(&s.kind, "kind", " (one of \"postgres\", \"jsonl\", \"webhook\")")?;
+        let (table, table_span) = required(&s.table, "table", " (the store table whose changes it delivers)")?;
+        percolator_store::validate_table(&table).map_err(|e| cx.err(Some(table_span), f("table"), e.to_string()))?;
+        let Some(columns) = &s.columns else {
+            return Err(cx.err(
+                Some(whole),
+                f("columns"),
+                "is missing (the store columns it delivers, e.g. [\"doc:title\"])",
+            ));
+        };
+        let columns_span = columns.span();
+        let columns = columns.get_ref().clone();
+        if columns.is_empty() {
+            return Err(cx.err(Some(columns_span), f("columns"), "names no column"));
+        }
+        for (j, c) in columns.iter().enumerate() {
+            percolator_store::validate_column(c)
+                .map_err(|e| cx.err(Some(columns_span.clone()), format!("sink[{i}].columns[{j}]"), e.to_string()))?;
+            if columns[..j].contains(c) {
+                return Err(cx.err(
+                    Some(columns_span.clone()),
+                    format!("sink[{i}].columns[{j}]"),
+                    format!("{c:?} is listed twice"),
+                ));
+            }
+        }
+        let batch = match &s.batch {
+            None => 500,
+            Some(b) if (1..=100_000).contains(b.get_ref()) => *b.get_ref() as usize,
+            Some(b) => return Err(cx.err(Some(b.span()), f("batch"), "must be between 1 and 100000")),
+        };
+        // Which fields each kind takes: any other is refused, so a typo is not silently ignored.
+        let given: [(&str, Option<Range<usize>>); 4] = [
+            ("url", s.url.as_ref().map(|v| v.span())),
+            ("target", s.target.as_ref().map(|v| v.span())),
+            ("path", s.path.as_ref().map(|v| v.span())),
+            ("timeout", s.timeout.as_ref().map(|v| v.span())),
+        ];
+        let takes: &[&str] = match kind.as_str() {
+            "postgres" => &["url", "target"],
+            "jsonl" => &["path"],
+            "webhook" => &["url", "timeout"],
+            other => {
+                return Err(cx.err(
+                    Some(kind_span),
+                    f("kind"),
+                    format!("{other:?} is not one of \"postgres\", \"jsonl\", \"webhook\""),
+                ));
+            }
+        };
+        for (field, span) in &given {
+            if let Some(span) = span
+                && !takes.contains(field)
+            {
+                return Err(cx.err(
+                    Some(span.clone()),
+                    f(field),
+                    format!("does not apply to a {kind} sink (it takes: {})", takes.join(", ")),
+                ));
+            }
+        }
+        let kind = match kind.as_str() {
+            "postgres" => {
+                let (url, url_span) = required(&s.url, "url", " (postgresql://user@host:port/database)")?;
+                if !(url.starts_with("postgresql://") || url.starts_with("postgres://")) {
+                    return Err(cx.err(Some(url_span), f("url"), format!("{url:?} is not a postgresql:// URL")));
+                }
+                let parsed = url
+                    .parse::<postgres::Config>()
+                    .map_err(|e| cx.err(Some(url_span.clone()), f("url"), format!("not a PostgreSQL URL: {e}")))?;
+                if parsed.get_hosts().is_empty() {
+                    return Err(cx.err(Some(url_span), f("url"), "names no host"));
+                }
+                let (target, target_span) = required(&s.target, "target", " (the PostgreSQL table to upsert into)")?;
+                let plain = !target.is_empty()
+                    && target.len() <= PG_MAX_IDENT
+                    && target.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+                    && target.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+                if !plain {
+                    return Err(cx.err(
+                        Some(target_span),
+                        f("target"),
+                        format!(
+                            "{target:?} must be a plain PostgreSQL name: [a-z_][a-z0-9_]*, at most {PG_MAX_IDENT} bytes"
+                        ),
+                    ));
+                }
+                let mut target_columns: Vec<String> = Vec::new();
+                for (j, c) in columns.iter().enumerate() {
+                    let pg = postgres_column(c);
+                    let field = format!("sink[{i}].columns[{j}]");
+                    if pg.len() + "_version".len() > PG_MAX_IDENT {
+                        return Err(cx.err(
+                            Some(columns_span.clone()),
+                            field,
+                            format!("{c:?} is too long for a PostgreSQL column ({pg}_version must fit in {PG_MAX_IDENT} bytes)"),
+                        ));
+                    }
+                    if pg == "row" || pg.ends_with("_version") || pg.ends_with("_bytes") {
+                        return Err(cx.err(
+                            Some(columns_span.clone()),
+                            field,
+                            format!("{c:?} would be the PostgreSQL column {pg:?}, which the sink uses itself"),
+                        ));
+                    }
+                    if let Some(k) = target_columns.iter().position(|t| *t == pg) {
+                        return Err(cx.err(
+                            Some(columns_span.clone()),
+                            field,
+                            format!("{c:?} and {:?} are both the PostgreSQL column {pg:?}", columns[k]),
+                        ));
+                    }
+                    target_columns.push(pg);
+                }
+                SinkKind::Postgres { url, target, target_columns }
+            }
+            "jsonl" => {
+                let (path, path_span) = required(&s.path, "path", " (the file to append to)")?;
+                if path.is_empty() {
+                    return Err(cx.err(Some(path_span), f("path"), "is empty"));
+                }
+                let path = rel(&path);
+                if path.is_dir() {
+                    return Err(cx.err(Some(path_span), f("path"), format!("{} is a folder", path.display())));
+                }
+                SinkKind::Jsonl { path }
+            }
+            _ => {
+                let (url, url_span) = required(&s.url, "url", " (http:// or https:// URL)")?;
+                let uri = url
+                    .parse::<ureq::http::Uri>()
+                    .map_err(|e| cx.err(Some(url_span.clone()), f("url"), format!("{url:?} is not a URL: {e}")))?;
+                let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+                if !scheme_ok || uri.host().is_none_or(str::is_empty) {
+                    return Err(cx.err(
+                        Some(url_span),
+                        f("url"),
+                        format!("{url:?} is not an http:// or https:// URL with a host"),
+                    ));
+                }
+                let timeout = match &s.timeout {
+                    None => Duration::from_secs(10),
+                    Some(t) => parse_duration(t.get_ref()).map_err(|m| cx.err(Some(t.span()), f("timeout"), m))?,
+                };
+                SinkKind::Webhook { url, timeout }
+            }
+        };
+        sinks.push(Sink { name, table, columns, batch, kind });
+    }
+    Ok(sinks)
 }

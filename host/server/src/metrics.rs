@@ -189,7 +189,51 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
         "1 if the last reload was rejected.",
         u8::from(status.last_error.is_some()),
     );
+    if let Some(sinks) = host.pipeline.sinks() {
+        sink_metrics(&mut e, &sinks.status());
+    }
     Ok(e.0)
+}
+
+/// The sinks' series, labelled by sink.
+fn sink_metrics(e: &mut Exposition, sinks: &[crate::sinks::SinkStatus]) {
+    let families: [(&str, &str, &str, &dyn Fn(&crate::sinks::SinkStatus) -> Option<f64>); 6] = [
+        (
+            "percolator_sink_delivered_total",
+            "counter",
+            "Changes the sink delivered (acknowledged) since the host started.",
+            &|s| Some(s.delivered as f64),
+        ),
+        (
+            "percolator_sink_position",
+            "gauge",
+            "The sink's position: every change committed at or below this timestamp is delivered.",
+            &|s| s.position.map(|p| p.raw() as f64),
+        ),
+        (
+            "percolator_sink_lag_seconds",
+            "gauge",
+            "Seconds since the sink last found nothing new to deliver (0: caught up).",
+            &|s| s.lag.map(|d| d.as_secs_f64()),
+        ),
+        ("percolator_sink_owner", "gauge", "1 if this host owns the sink's subscription (and so delivers).", &|s| {
+            Some(f64::from(u8::from(s.owner)))
+        }),
+        ("percolator_sink_failures", "gauge", "Failed delivery attempts since the sink's last success.", &|s| {
+            Some(s.failures as f64)
+        }),
+        ("percolator_sink_dead_letters", "gauge", "Batches the sink's destination refused, parked.", &|s| {
+            Some(s.dead_letters.len() as f64)
+        }),
+    ];
+    for (name, kind, help, value) in families {
+        e.family(name, kind, help);
+        for s in sinks {
+            if let Some(v) = value(s) {
+                e.sample(name, &[("sink", &s.name), ("kind", s.kind)], v);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -9,13 +9,14 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use percolator_runtime::{RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
 use percolator_store::{NotifyKind, Observer, ObserverSpec, Store};
 
 use crate::config::{Binding, Config};
+use crate::sinks::Sinks;
 
 /// What is loaded for one binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,6 +102,9 @@ pub struct Pipeline {
     applying: Mutex<()>,
     /// The component being compiled now, if any (for `status`).
     compiling: Mutex<Option<(String, PathBuf, Instant)>>,
+    /// The host's sinks, when it runs them (`up` attaches them): [`Pipeline::apply`] applies
+    /// the configuration's `[[sink]]`s with its bindings.
+    sinks: OnceLock<Arc<Sinks>>,
 }
 
 /// The metadata key (of [`Store::add_totals`]) of a binding's run counts.
@@ -125,7 +129,20 @@ impl Pipeline {
             counts: Mutex::new(BTreeMap::new()),
             applying: Mutex::new(()),
             compiling: Mutex::new(None),
+            sinks: OnceLock::new(),
         }
+    }
+
+    /// Runs `sinks` with the pipeline: every [`Pipeline::apply`] from now on applies the
+    /// configuration's sinks too (after its bindings compiled, before they are swapped in; a
+    /// sink the store refuses rejects the whole configuration). Only the first call counts.
+    pub fn attach_sinks(&self, sinks: Arc<Sinks>) {
+        let _ = self.sinks.set(sinks);
+    }
+
+    /// The sinks attached, if any.
+    pub fn sinks(&self) -> Option<&Arc<Sinks>> {
+        self.sinks.get()
     }
 
     /// The store it runs on.
@@ -164,7 +181,12 @@ impl Pipeline {
         // Only `apply` changes the loaded bindings, and it is not running elsewhere: this copy
         // stays the current state until the swap below.
         let current = self.lock().0.clone();
-        let prepared = self.prepare(config, &current);
+        let prepared = self.prepare(config, &current).and_then(|loaded| match self.sinks.get() {
+            Some(sinks) => {
+                sinks.apply(&config.sinks).map(|()| loaded).map_err(|e| format!("{}: {e}", config.file.display()))
+            }
+            None => Ok(loaded),
+        });
         let mut state = self.lock();
         let first = state.1.loaded_at.is_none();
         let rejected = |state: &mut (BTreeMap<String, Loaded>, Status), msg: String| {

@@ -18,6 +18,7 @@ use crate::ops::{Context, HostContext};
 use crate::pipeline::Pipeline;
 use crate::reload;
 use crate::sampler::Sampler;
+use crate::sinks::Sinks;
 
 /// In-flight requests get this long to finish after the shutdown signal.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -58,7 +59,14 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
     })?;
     let runtime = Runtime::new(Some(config.cache_dir.clone())).map_err(|e| format!("{e:#}"))?;
     let pipeline = Arc::new(Pipeline::new(store.clone(), runtime));
-    pipeline.apply(&config)?;
+    // The sinks run with the pipeline and are reloaded with it; refused batches are kept
+    // beside the store (`<store>.sinks/<sink>/`).
+    let sinks = Arc::new(Sinks::new(Arc::new(store.clone()), config.sinks_dir()));
+    pipeline.attach_sinks(sinks.clone());
+    if let Err(e) = pipeline.apply(&config) {
+        sinks.stop();
+        return Err(e);
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("percolator-http")
@@ -70,6 +78,9 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
     // blocking ones still running: every request's clone of the store is gone after it. No
     // blocking call waits long (`wait` polls asynchronously), so this ends soon.
     drop(rt);
+    // Each sink finishes the delivery it is in; its position stays where the last
+    // acknowledged batch moved it.
+    sinks.stop();
     // The scanner has stopped: no observer runs any more, so these are the final counts.
     if let Err(e) = pipeline.persist_counts() {
         tracing::warn!("stopping: {e} (counts since the last save are lost)");

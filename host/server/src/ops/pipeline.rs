@@ -7,8 +7,8 @@ use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
     ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, Empty, GcReport, HealthReport, Histogram,
-    HostReport, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse, StatusReport, StoreReport, WaitRequest,
-    WaitResponse, WorkerReport,
+    HostReport, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse, SinkDeadLetterReport, SinkReport,
+    StatusReport, StoreReport, WaitRequest, WaitResponse, WorkerReport,
 };
 use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, Store, histogram_quantile};
 
@@ -122,6 +122,7 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
             bindings,
             throughput: h.sampler.throughput_now(metrics),
             metrics: metrics_report(&metrics),
+            sinks: h.pipeline.sinks().map(|s| sink_reports(&s.status())).unwrap_or_default(),
         }
     });
     Ok(StatusReport {
@@ -151,6 +152,41 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
         },
         config_error: None,
     })
+}
+
+/// The sinks' status as the API reports it.
+pub fn sink_reports(sinks: &[crate::sinks::SinkStatus]) -> Vec<SinkReport> {
+    sinks
+        .iter()
+        .map(|s| SinkReport {
+            name: s.name.clone(),
+            kind: s.kind.to_owned(),
+            destination: s.destination.clone(),
+            table: s.table.clone(),
+            columns: s.columns.clone(),
+            owner: s.owner,
+            owner_id: s.owner_id,
+            position: s.position.map(|p| p.raw()),
+            lag_secs: s.lag.map(|d| d.as_secs_f64()),
+            delivered: s.delivered,
+            batches: s.batches,
+            delivered_per_sec: s.per_sec,
+            last_error: s.last_error.clone(),
+            last_error_at: s.last_error_at.map(rfc3339),
+            failures: s.failures,
+            dead_letters: s
+                .dead_letters
+                .iter()
+                .map(|d| SinkDeadLetterReport {
+                    file: d.file.display().to_string(),
+                    first_ts: d.first_ts,
+                    last_ts: d.last_ts,
+                    changes: d.changes as u64,
+                    error: d.error.clone(),
+                })
+                .collect(),
+        })
+        .collect()
 }
 
 /// A binding's freshness histogram as `/metrics` exports it (cumulative, in seconds).
