@@ -189,6 +189,8 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
     if txn.writes.is_empty() && txn.weak.is_empty() {
         return Ok(txn.start_ts);
     }
+    // The change log: one more cell of this very transaction (`changes.rs`).
+    crate::changes::log_writes(txn, &registry);
     let rows = group_rows(txn);
     let writing = rows.iter().filter(|r| !r.cells.is_empty()).count();
     let result = if writing == 0 {

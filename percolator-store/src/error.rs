@@ -75,6 +75,19 @@ pub enum Error {
     /// The store is shutting down.
     #[error("store is closed")]
     Closed,
+    /// A change-feed position is older than the oldest change the log still keeps: changes
+    /// after it may have been removed. Nothing was read; the consumer must start again from a
+    /// snapshot (or from the oldest change kept) instead of resuming.
+    #[error(
+        "the change log was trimmed up to {trimmed}, past the position {position}: changes after it may be gone; \
+         start again from a snapshot (or without a position, from the oldest change kept)"
+    )]
+    ChangesTrimmed {
+        /// The position asked for.
+        position: crate::timestamp::Timestamp,
+        /// The change log keeps only changes committed above this.
+        trimmed: crate::timestamp::Timestamp,
+    },
 }
 
 impl Error {

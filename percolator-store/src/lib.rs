@@ -33,6 +33,7 @@
 
 mod bigtable;
 mod cells;
+mod changes;
 mod clock;
 mod commit;
 mod error;
@@ -79,6 +80,7 @@ pub mod backends {
 }
 
 pub use bigtable::CellRef;
+pub use changes::{Change, ChangePage, ChangeToken, MAX_CHANGES_PER_PAGE, Subscription};
 pub use error::{ConflictKind, Error, Result};
 pub use freshness::{FRESHNESS_BUCKETS, FreshnessCounts, histogram_quantile};
 pub use gc::{Compaction, GcRunner, GcStats};

@@ -170,7 +170,7 @@ impl Store {
         if self.inner.registry.read().map_err(|_| Error::Closed)?.local().contains_key(&spec.name) {
             return Err(Error::InvalidArgument(format!("an observer named {:?} is already registered", spec.name)));
         }
-        let (version, specs) = registry::save(self, |specs| match specs.get(&spec.name) {
+        let saved = registry::save(self, |specs| match specs.get(&spec.name) {
             Some(saved) if *saved != spec => Err(Error::InvalidArgument(format!(
                 "observer {}: the store already binds that name differently ({}/{}, {}, max_attempts {})",
                 spec.name, saved.table, saved.column, saved.kind, saved.max_attempts
@@ -180,7 +180,7 @@ impl Store {
                 Ok(())
             }
         })?;
-        self.change_bindings(version, specs, |local| {
+        self.change_bindings(saved, |local| {
             local.insert(spec.name.clone(), observer.clone());
         })
     }
@@ -203,24 +203,24 @@ impl Store {
             wanted.insert(name, spec);
         }
         registry::check_kinds(&wanted)?;
-        let (version, specs) = registry::save(self, |specs| {
+        let saved = registry::save(self, |specs| {
             *specs = wanted.clone();
             Ok(())
         })?;
-        self.change_bindings(version, specs, |l| *l = local.clone())
+        self.change_bindings(saved, |l| *l = local.clone())
     }
 
-    /// Swaps in the saved bindings `version`/`specs` with this process's observers changed by
-    /// `edit`, acknowledges it, and waits for the other live workers to.
-    fn change_bindings(
+    /// Swaps in the saved registry with this process's observers changed by `edit`,
+    /// acknowledges it, and waits for the other live workers to.
+    pub(crate) fn change_bindings(
         &self,
-        version: Timestamp,
-        specs: BTreeMap<String, ObserverSpec>,
+        saved: registry::Saved,
         edit: impl FnOnce(&mut BTreeMap<String, Arc<dyn Observer>>),
     ) -> Result<()> {
+        let version = saved.version;
         let mut local = self.inner.registry.read().map_err(|_| Error::Closed)?.local().clone();
         edit(&mut local);
-        match registry::install(&self.inner, version, specs, Some(local.clone()))? {
+        match registry::install(&self.inner, saved, Some(local.clone()))? {
             Some(old) => registry::acknowledge(&self.inner, old),
             // A newer version (another host's) is already in: keep it, with these observers.
             None => {
@@ -246,10 +246,10 @@ impl Store {
     /// Pending notifications of its column stay for other observers; if none is left, the
     /// scanner turns them into dead letters of [`UNBOUND`].
     pub fn unregister_observer(&self, name: &str) -> Result<()> {
-        let (version, specs) = registry::save(self, |specs| {
+        let saved = registry::save(self, |specs| {
             specs.remove(name).map(|_| ()).ok_or_else(|| Error::NotFound(format!("observer {name:?}")))
         })?;
-        self.change_bindings(version, specs, |local| {
+        self.change_bindings(saved, |local| {
             local.remove(name);
         })
     }

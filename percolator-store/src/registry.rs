@@ -8,7 +8,7 @@
 //! How a change takes effect everywhere (acknowledgements in the worker leases) is argued in
 //! `docs/design.md`, "Several hosts".
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -27,6 +27,19 @@ pub(crate) const TABLE: &str = "__system";
 pub(crate) const ROW: &[u8] = b"registry";
 /// Column of the registry cell.
 pub(crate) const COLUMN: &str = "__bindings";
+/// Column of the registry's second cell: the columns every commit writes to the change log
+/// (`changes.rs`). The registry's version is the newer commit timestamp of the two cells.
+pub(crate) const LOG_COLUMN: &str = "__changes";
+
+/// The registry as saved: its version, the bindings and the logged columns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Saved {
+    /// The newest commit timestamp of the registry's cells (zero: nothing saved yet).
+    pub(crate) version: Timestamp,
+    pub(crate) specs: BTreeMap<String, ObserverSpec>,
+    /// `(table, column)`s written to the change log.
+    pub(crate) logged: BTreeSet<(String, String)>,
+}
 
 /// One binding: the store's spec and, if this process runs it, its implementation.
 pub(crate) struct Bound {
@@ -44,14 +57,19 @@ pub(crate) struct Registry {
     specs: BTreeMap<String, ObserverSpec>,
     local: BTreeMap<String, Arc<dyn Observer>>,
     by_column: HashMap<(String, String), Vec<Arc<Bound>>>,
+    /// The logged columns, as saved.
+    logged: BTreeSet<(String, String)>,
+    /// The same by table, for the commit path's lookups.
+    logged_by_table: HashMap<String, HashSet<String>>,
 }
 
 impl Registry {
-    pub(crate) fn new(
-        version: Timestamp,
-        specs: BTreeMap<String, ObserverSpec>,
-        local: BTreeMap<String, Arc<dyn Observer>>,
-    ) -> Registry {
+    pub(crate) fn new(saved: Saved, local: BTreeMap<String, Arc<dyn Observer>>) -> Registry {
+        let Saved { version, specs, logged } = saved;
+        let mut logged_by_table: HashMap<String, HashSet<String>> = HashMap::new();
+        for (table, column) in &logged {
+            logged_by_table.entry(table.clone()).or_default().insert(column.clone());
+        }
         let mut by_column: HashMap<(String, String), Vec<Arc<Bound>>> = HashMap::new();
         for spec in specs.values() {
             let observer = local.get(&spec.name).cloned();
@@ -60,7 +78,27 @@ impl Registry {
                 .or_default()
                 .push(Arc::new(Bound { spec: spec.clone(), observer }));
         }
-        Registry { version, specs, local, by_column }
+        Registry { version, specs, local, by_column, logged, logged_by_table }
+    }
+
+    /// Whether a commit's write to `table/column` goes to the change log.
+    pub(crate) fn logs(&self, table: &str, column: &str) -> bool {
+        !self.logged_by_table.is_empty() && self.logged_by_table.get(table).is_some_and(|c| c.contains(column))
+    }
+
+    /// Whether any column is logged.
+    pub(crate) fn logs_anything(&self) -> bool {
+        !self.logged_by_table.is_empty()
+    }
+
+    /// The logged columns.
+    pub(crate) fn logged(&self) -> &BTreeSet<(String, String)> {
+        &self.logged
+    }
+
+    /// The registry as saved (without this process's implementations).
+    fn saved(&self) -> Saved {
+        Saved { version: self.version, specs: self.specs.clone(), logged: self.logged.clone() }
     }
 
     /// How `table/column` is observed, if it is (by any binding of the store).
@@ -143,19 +181,62 @@ fn decode(bytes: &[u8]) -> Result<BTreeMap<String, ObserverSpec>> {
     Ok(out)
 }
 
-/// Reads the saved bindings in `txn`: their version (the commit timestamp that wrote them,
-/// zero if none was saved) and the bindings.
-fn read(txn: &Transaction) -> Result<(Timestamp, BTreeMap<String, ObserverSpec>)> {
-    let cell = txn.read_row(TABLE, ROW, &[COLUMN])?.pop().expect("one column read");
-    let ts = cell.write.as_ref().map(|(ts, _)| *ts);
-    match (ts, txn.inner.values.read(cell)?) {
-        (Some(ts), Some(v)) => Ok((ts, decode(&v)?)),
-        _ => Ok((Timestamp::ZERO, BTreeMap::new())),
+const LOG_FORMAT: u8 = 1;
+
+/// Encodes the logged columns: version byte 1, then per column its table and name, each
+/// length-prefixed (u32 LE).
+fn encode_logged(logged: &BTreeSet<(String, String)>) -> Vec<u8> {
+    let mut out = vec![LOG_FORMAT];
+    for (table, column) in logged {
+        for part in [table, column] {
+            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
+            out.extend_from_slice(part.as_bytes());
+        }
     }
+    out
 }
 
-/// Reads the saved bindings at a fresh snapshot.
-pub(crate) fn load(inner: &Arc<Inner>) -> Result<(Timestamp, BTreeMap<String, ObserverSpec>)> {
+fn decode_logged(bytes: &[u8]) -> Result<BTreeSet<(String, String)>> {
+    let bad = |why: &str| Error::Corrupt(format!("the change log's columns ({TABLE}/registry/{LOG_COLUMN}) {why}"));
+    let mut rest = bytes.strip_prefix(&[LOG_FORMAT]).ok_or_else(|| bad("have an unknown format version"))?;
+    let mut out = BTreeSet::new();
+    while !rest.is_empty() {
+        let mut parts = [String::new(), String::new()];
+        for part in &mut parts {
+            let n = rest.get(..4).ok_or_else(|| bad("are truncated"))?;
+            let n = u32::from_le_bytes(n.try_into().expect("4 bytes")) as usize;
+            let bytes = rest.get(4..4 + n).ok_or_else(|| bad("are truncated"))?;
+            *part = String::from_utf8(bytes.to_vec()).map_err(|_| bad("hold a name that is not UTF-8"))?;
+            rest = &rest[4 + n..];
+        }
+        let [table, column] = parts;
+        out.insert((table, column));
+    }
+    Ok(out)
+}
+
+/// Reads the saved registry in `txn`: its version (the newest commit timestamp of its cells,
+/// zero if none was saved), the bindings and the logged columns.
+fn read(txn: &Transaction) -> Result<Saved> {
+    let mut cells = txn.read_row(TABLE, ROW, &[COLUMN, LOG_COLUMN])?.into_iter();
+    let (bindings, log) = (cells.next().expect("two columns read"), cells.next().expect("two columns read"));
+    let mut saved = Saved::default();
+    for cell in [&bindings, &log] {
+        if let Some((ts, _)) = &cell.write {
+            saved.version = saved.version.max(*ts);
+        }
+    }
+    if let Some(v) = txn.inner.values.read(bindings)? {
+        saved.specs = decode(&v)?;
+    }
+    if let Some(v) = txn.inner.values.read(log)? {
+        saved.logged = decode_logged(&v)?;
+    }
+    Ok(saved)
+}
+
+/// Reads the saved registry at a fresh snapshot.
+pub(crate) fn load(inner: &Arc<Inner>) -> Result<Saved> {
     read(&Transaction::begin(inner.clone())?)
 }
 
@@ -166,19 +247,39 @@ pub(crate) fn load(inner: &Arc<Inner>) -> Result<(Timestamp, BTreeMap<String, Ob
 pub(crate) fn save(
     store: &Store,
     mut change: impl FnMut(&mut BTreeMap<String, ObserverSpec>) -> Result<()>,
-) -> Result<(Timestamp, BTreeMap<String, ObserverSpec>)> {
-    let ((specs, unchanged_at), commit_ts) = store.run_for_commit_ts(|txn| {
-        let (at, mut specs) = read(txn)?;
-        let before = specs.clone();
-        change(&mut specs)?;
-        check_kinds(&specs)?;
-        if specs == before {
-            return Ok((specs, Some(at)));
+) -> Result<Saved> {
+    let ((mut saved, unchanged), commit_ts) = store.run_for_commit_ts(|txn| {
+        let mut saved = read(txn)?;
+        let before = saved.specs.clone();
+        change(&mut saved.specs)?;
+        check_kinds(&saved.specs)?;
+        if saved.specs == before {
+            return Ok((saved, true));
         }
-        txn.set_reserved(crate::bigtable::CellRef::new(TABLE, ROW, COLUMN), Some(encode(&specs)));
-        Ok((specs, None))
+        txn.set_reserved(crate::bigtable::CellRef::new(TABLE, ROW, COLUMN), Some(encode(&saved.specs)));
+        Ok((saved, false))
     })?;
-    Ok((unchanged_at.unwrap_or(commit_ts), specs))
+    if !unchanged {
+        saved.version = commit_ts;
+    }
+    Ok(saved)
+}
+
+/// Replaces the saved logged columns (retried on conflict), like [`save`] for the bindings.
+pub(crate) fn save_logged(store: &Store, logged: &BTreeSet<(String, String)>) -> Result<Saved> {
+    let ((mut saved, unchanged), commit_ts) = store.run_for_commit_ts(|txn| {
+        let mut saved = read(txn)?;
+        if saved.logged == *logged {
+            return Ok((saved, true));
+        }
+        saved.logged = logged.clone();
+        txn.set_reserved(crate::bigtable::CellRef::new(TABLE, ROW, LOG_COLUMN), Some(encode_logged(logged)));
+        Ok((saved, false))
+    })?;
+    if !unchanged {
+        saved.version = commit_ts;
+    }
+    Ok(saved)
 }
 
 /// Swaps in a registry built from `version`/`specs` (keeping this process's implementations
@@ -186,16 +287,15 @@ pub(crate) fn save(
 /// replaced if it swapped.
 pub(crate) fn install(
     inner: &Inner,
-    version: Timestamp,
-    specs: BTreeMap<String, ObserverSpec>,
+    saved: Saved,
     local: Option<BTreeMap<String, Arc<dyn Observer>>>,
 ) -> Result<Option<Arc<Registry>>> {
     let mut reg = inner.registry.write().map_err(|_| Error::Closed)?;
-    if version < reg.version || (version == reg.version && local.is_none()) {
+    if saved.version < reg.version || (saved.version == reg.version && local.is_none()) {
         return Ok(None);
     }
     let local = local.unwrap_or_else(|| reg.local.clone());
-    let new = Arc::new(Registry::new(version, specs, local));
+    let new = Arc::new(Registry::new(saved, local));
     let old = std::mem::replace(&mut *reg, new);
     drop(reg);
     inner.signal.bump();
@@ -205,7 +305,7 @@ pub(crate) fn install(
 /// Swaps in a new set of implementations over the current bindings.
 pub(crate) fn install_local(inner: &Inner, local: BTreeMap<String, Arc<dyn Observer>>) -> Result<Arc<Registry>> {
     let mut reg = inner.registry.write().map_err(|_| Error::Closed)?;
-    let new = Arc::new(Registry::new(reg.version, reg.specs.clone(), local));
+    let new = Arc::new(Registry::new(reg.saved(), local));
     let old = std::mem::replace(&mut *reg, new);
     Ok(old)
 }
@@ -287,13 +387,13 @@ pub(crate) fn spawn_watcher(inner: Weak<Inner>, stop: Arc<worker::Stop>, every: 
 
 /// Loads the saved registry and swaps it in if it is newer (another host changed it).
 pub(crate) fn refresh(inner: &Arc<Inner>) -> Result<()> {
-    let (version, specs) = load(inner)?;
+    let saved = load(inner)?;
     let current = inner.registry.read().map_err(|_| Error::Closed)?.version;
-    if version <= current {
+    if saved.version <= current {
         return Ok(());
     }
-    let names: Vec<&str> = specs.keys().map(String::as_str).collect();
-    tracing::info!(version = version.raw(), bindings = ?names, "registry: the bindings changed");
+    let names: Vec<&str> = saved.specs.keys().map(String::as_str).collect();
+    tracing::info!(version = saved.version.raw(), bindings = ?names, logged = saved.logged.len(), "registry: the bindings changed");
     {
         let reg = inner.registry.read().map_err(|_| Error::Closed)?;
         let missing: Vec<&str> = names.iter().copied().filter(|n| !reg.local.contains_key(*n)).collect();
@@ -304,7 +404,7 @@ pub(crate) fn refresh(inner: &Arc<Inner>) -> Result<()> {
             );
         }
     }
-    if let Some(old) = install(inner, version, specs, None)? {
+    if let Some(old) = install(inner, saved, None)? {
         acknowledge(inner, old);
     }
     Ok(())
@@ -329,6 +429,18 @@ mod tests {
         assert_eq!(decode(&[FORMAT]).unwrap(), BTreeMap::new());
         for bad in [&bytes[..bytes.len() - 1], &[2u8][..], &[]] {
             assert!(matches!(decode(bad), Err(Error::Corrupt(_))), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn logged_columns_round_trip_and_bad_bytes_are_corrupt() {
+        let logged: BTreeSet<(String, String)> =
+            [("t".into(), "a:x".into()), ("u".into(), "b:y".into())].into_iter().collect();
+        let bytes = encode_logged(&logged);
+        assert_eq!(decode_logged(&bytes).unwrap(), logged);
+        assert_eq!(decode_logged(&[LOG_FORMAT]).unwrap(), BTreeSet::new());
+        for bad in [&bytes[..bytes.len() - 1], &[2u8][..], &[]] {
+            assert!(matches!(decode_logged(bad), Err(Error::Corrupt(_))), "{bad:?}");
         }
     }
 

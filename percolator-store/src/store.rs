@@ -350,8 +350,8 @@ impl Store {
             values,
             stop: stop.clone(),
         });
-        let (version, specs) = registry::load(&inner)?;
-        if let Some(old) = registry::install(&inner, version, specs, None)? {
+        let saved = registry::load(&inner)?;
+        if let Some(old) = registry::install(&inner, saved, None)? {
             registry::acknowledge(&inner, old);
         }
         if !inner.backend.exclusive() {
