@@ -1,10 +1,10 @@
 //! What a sink runner needs of the store: its change feed and named subscriptions. A trait, so
 //! that the runner is tested against a model with failures injected (`tests` below) as well as
-//! against the real `Store`.
+//! against the real [`Store`].
 
 use std::collections::BTreeSet;
 
-use percolator_store::Timestamp;
+use percolator_store::{Store, Timestamp};
 
 use super::{ChangePage, ChangeToken};
 
@@ -26,4 +26,40 @@ pub trait Feed: Send + Sync + 'static {
     fn set_change_log(&self, columns: BTreeSet<(String, String)>) -> Result<(), String>;
     /// Removes log entries at or below `upto` that every subscription has passed.
     fn trim(&self, upto: Timestamp) -> Result<u64, String>;
+}
+
+impl Feed for Store {
+    fn changes(
+        &self,
+        table: &str,
+        columns: &[String],
+        since: &ChangeToken,
+        limit: usize,
+    ) -> Result<ChangePage, String> {
+        Store::changes(self, table, Some(columns), since, limit).map_err(|e| e.to_string())
+    }
+
+    fn claim(&self, name: &str) -> Result<bool, String> {
+        self.claim_subscription(name).map_err(|e| e.to_string())
+    }
+
+    fn subscription(&self, name: &str) -> Result<Option<(ChangeToken, Option<u64>)>, String> {
+        Store::subscription(self, name).map(|s| s.map(|s| (s.position, s.owner))).map_err(|e| e.to_string())
+    }
+
+    fn advance(&self, name: &str, to: &ChangeToken) -> Result<(), String> {
+        match self.advance_subscription(name, to) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("another worker owns it now".to_owned()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn set_change_log(&self, columns: BTreeSet<(String, String)>) -> Result<(), String> {
+        Store::set_change_log(self, columns).map_err(|e| e.to_string())
+    }
+
+    fn trim(&self, upto: Timestamp) -> Result<u64, String> {
+        self.trim_changes(upto).map_err(|e| e.to_string())
+    }
 }

@@ -18,7 +18,6 @@
 pub mod feed;
 pub mod jsonl;
 pub mod postgres;
-mod shim;
 pub mod webhook;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -35,7 +34,7 @@ use percolator_store::Timestamp;
 
 use crate::config::{Sink, SinkKind};
 pub use feed::Feed;
-pub use shim::{Change, ChangePage, ChangeToken};
+pub use percolator_store::{Change, ChangePage, ChangeToken};
 
 /// How often a runner that does not own its subscription tries to claim it.
 pub const CLAIM_EVERY: Duration = Duration::from_secs(2);
@@ -385,10 +384,10 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
                         let mut s = shared.status();
                         s.owner = owned;
                         s.owner_id = owner;
-                        s.position = at.as_ref().map(ChangeToken::position);
+                        s.position = at.as_ref().and_then(ChangeToken::position);
                     }
                     if owned {
-                        tracing::info!(sink = %name, position = ?at.as_ref().map(ChangeToken::position), "sink: delivering (owns its subscription)");
+                        tracing::info!(sink = %name, position = ?at.as_ref().and_then(ChangeToken::position), "sink: delivering (owns its subscription)");
                         position = Some(at.unwrap_or_else(ChangeToken::origin));
                     } else {
                         shared.sleep(CLAIM_EVERY);
@@ -415,7 +414,7 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
                 match feed.advance(name, &page.next) {
                     Ok(()) => {
                         last_advance = Instant::now();
-                        shared.status().position = Some(page.next.position());
+                        shared.status().position = page.next.position();
                         position = Some(page.next);
                     }
                     Err(e) => {
@@ -461,7 +460,7 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
             let mut s = shared.status();
             s.delivered += n;
             s.batches += 1;
-            s.position = Some(page.next.position());
+            s.position = page.next.position();
             if !refused {
                 s.last_error = None;
                 s.failures = 0;
@@ -471,7 +470,7 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
         position = Some(page.next);
         if last_trim.is_none_or(|t| t.elapsed() >= TRIM_EVERY) {
             last_trim = Some(Instant::now());
-            let upto = position.as_ref().map(ChangeToken::position).unwrap_or(Timestamp::ZERO);
+            let upto = position.as_ref().and_then(ChangeToken::position).unwrap_or(Timestamp::ZERO);
             match feed.trim(upto) {
                 Ok(n) if n > 0 => tracing::debug!(sink = %name, removed = n, "change log trimmed"),
                 Ok(_) => {}

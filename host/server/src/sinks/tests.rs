@@ -29,6 +29,11 @@ fn change(ts: u64, row: &str, value: Option<&str>) -> Change {
     }
 }
 
+/// The token after every change at or below `ts`.
+fn token(ts: u64) -> ChangeToken {
+    format!("c1.{ts}.0").parse().unwrap()
+}
+
 impl Model {
     fn position(&self, name: &str) -> Option<u64> {
         self.subs.lock().unwrap().get(name).copied()
@@ -42,10 +47,15 @@ impl Feed for Model {
             return Err("store unavailable".into());
         }
         let log = self.log.lock().unwrap();
-        let changes: Vec<Change> = log.iter().filter(|c| c.commit_ts > since.position()).take(limit).cloned().collect();
+        let changes: Vec<Change> = log
+            .iter()
+            .filter(|c| c.commit_ts > since.position().unwrap_or(Timestamp::ZERO))
+            .take(limit)
+            .cloned()
+            .collect();
         let head = log.last().map_or(Timestamp::ZERO, |c| c.commit_ts);
-        let next = changes.last().map_or(head.max(since.position()), |c| c.commit_ts);
-        Ok(ChangePage { changes, next: ChangeToken::at(next) })
+        let next = changes.last().map_or(head.max(since.position().unwrap_or(Timestamp::ZERO)), |c| c.commit_ts);
+        Ok(ChangePage { changes, next: token(next.raw()) })
     }
 
     fn claim(&self, name: &str) -> Result<bool, String> {
@@ -58,14 +68,14 @@ impl Feed for Model {
 
     fn subscription(&self, name: &str) -> Result<Option<(ChangeToken, Option<u64>)>, String> {
         let owner = if self.owned.load(Ordering::SeqCst) { Some(1) } else { Some(2) };
-        Ok(self.position(name).map(|p| (ChangeToken::at(Timestamp::from_raw(p)), owner)))
+        Ok(self.position(name).map(|p| (if p == 0 { ChangeToken::origin() } else { token(p) }, owner)))
     }
 
     fn advance(&self, name: &str, to: &ChangeToken) -> Result<(), String> {
         if !self.owned.load(Ordering::SeqCst) {
             return Err("not the owner".into());
         }
-        self.subs.lock().unwrap().insert(name.to_owned(), to.position().raw());
+        self.subs.lock().unwrap().insert(name.to_owned(), to.position().map_or(0, Timestamp::raw));
         Ok(())
     }
 
