@@ -195,9 +195,12 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
     Ok(e.0)
 }
 
+/// A sink's series: name, type, help, and its value for one sink (none: not known).
+type SinkFamily<'a> = (&'a str, &'a str, &'a str, &'a dyn Fn(&crate::sinks::SinkStatus) -> Option<f64>);
+
 /// The sinks' series, labelled by sink.
 fn sink_metrics(e: &mut Exposition, sinks: &[crate::sinks::SinkStatus]) {
-    let families: [(&str, &str, &str, &dyn Fn(&crate::sinks::SinkStatus) -> Option<f64>); 6] = [
+    let families: [SinkFamily<'_>; 6] = [
         (
             "percolator_sink_delivered_total",
             "counter",

@@ -376,7 +376,7 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
     };
     while !shared.stopped() {
         // Only the owner delivers; the others wait to take over.
-        let Some(from) = position.clone() else {
+        let Some(from) = position else {
             match feed.claim(name).and_then(|owned| Ok((owned, feed.subscription(name)?))) {
                 Ok((owned, sub)) => {
                     let (at, owner) = sub.map(|(p, o)| (Some(p), o)).unwrap_or((None, None));

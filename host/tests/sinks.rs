@@ -1,0 +1,692 @@
+//! Sinks with real parts: `percolator up` as a child process delivering to a PostgreSQL 15
+//! server of the test's own (Debian's binaries, `initdb` in a temp dir, 127.0.0.1, stopped by
+//! PID), to a jsonl file, and to a webhook receiver inside the test (a std `TcpListener` that
+//! answers 500, stalls past the timeout or hangs up on purpose). The host is SIGKILLed mid
+//! delivery and PostgreSQL stopped during a load; the destination must end equal to the
+//! store. Without PostgreSQL the PostgreSQL tests say so and pass, unless
+//! `PERCOLATOR_REQUIRE_POSTGRES` is set (`scripts/test` sets it and installs the package).
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use percolator_server::sinks::postgres::PostgresSink;
+use percolator_server::sinks::{Batch, Change, Deliver};
+use percolator_store::{CellRef, Timestamp};
+
+/// A temp dir with `p.toml` and an empty observers folder; removed on drop.
+struct Sandbox {
+    dir: PathBuf,
+}
+
+impl Sandbox {
+    fn new(name: &str, sinks: &str) -> Sandbox {
+        let dir = std::env::temp_dir().join(format!("percolator-sinks-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("observers")).unwrap();
+        let sb = Sandbox { dir };
+        sb.config(sinks);
+        sb
+    }
+
+    fn config(&self, sinks: &str) {
+        std::fs::write(
+            self.path("p.toml"),
+            format!(
+                "[store]\npath = \"store.redb\"\n[observers]\ndir = \"observers\"\n[http]\nlisten = \"127.0.0.1:0\"\n{sinks}"
+            ),
+        )
+        .unwrap();
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_percolator"));
+        c.current_dir(&self.dir)
+            .env_remove("PERCOLATOR_TOKEN")
+            .env_remove("PERCOLATOR_CONFIG")
+            .env_remove("RUST_LOG")
+            .arg("--config")
+            .arg(self.path("p.toml"));
+        c
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.command().args(args).output().unwrap();
+        assert!(out.status.success(), "percolator {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Loads `records` (JSON lines) into table `docs` (a new load each time).
+    fn load(&self, name: &str, records: &str) {
+        std::fs::write(self.path(name), records).unwrap();
+        self.ok(&["load", "docs", name]);
+    }
+
+    /// The store's `docs` table: row → column → value.
+    fn store_state(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for line in self.ok(&["scan", "docs", "--columns", "raw:text,raw:n", "--limit", "100000"]).lines() {
+            let mut f = line.splitn(3, '\t');
+            let (row, column, value) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+            out.entry(row.to_owned()).or_default().insert(column.to_owned(), value.to_owned());
+        }
+        out
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ok(&["status", "--json"])).unwrap()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A `percolator up` child process: SIGTERM on drop, or SIGKILL on purpose.
+struct Host {
+    child: Option<Child>,
+}
+
+impl Host {
+    fn start(sb: &Sandbox) -> Host {
+        let endpoint = sb.path("store.redb.endpoint");
+        let _ = std::fs::remove_file(&endpoint);
+        let log = sb.path("host.log");
+        let mut child = sb
+            .command()
+            .arg("up")
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !endpoint.is_file() {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the host exited ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            assert!(Instant::now() < deadline, "the host did not start: {}", std::fs::read_to_string(&log).unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Host { child: Some(child) }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+        }
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_until<T>(what: &str, secs: u64, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting until {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL of the test's own.
+
+/// A PostgreSQL server on 127.0.0.1 with a private data directory; stopped by PID on drop.
+struct Postgres {
+    bin: PathBuf,
+    data: PathBuf,
+    port: u16,
+    child: Option<Child>,
+    /// Run as user `postgres` (PostgreSQL refuses to run as root).
+    as_postgres: bool,
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0").unwrap_or(false)
+}
+
+impl Postgres {
+    /// Starts one, or returns `None` (saying why) when Debian's PostgreSQL is not installed
+    /// and `PERCOLATOR_REQUIRE_POSTGRES` is not set.
+    fn start(name: &str) -> Option<Postgres> {
+        let bin = std::fs::read_dir("/usr/lib/postgresql").ok().and_then(|dirs| {
+            let mut dirs: Vec<PathBuf> = dirs.flatten().map(|e| e.path().join("bin")).collect();
+            dirs.sort();
+            dirs.into_iter().rev().find(|d| d.join("postgres").exists() && d.join("initdb").exists())
+        });
+        let Some(bin) = bin else {
+            assert!(
+                std::env::var_os("PERCOLATOR_REQUIRE_POSTGRES").is_none(),
+                "PERCOLATOR_REQUIRE_POSTGRES is set but PostgreSQL is not installed (/usr/lib/postgresql/*/bin): \
+                 apt-get install -y postgresql"
+            );
+            eprintln!("SKIPPED: PostgreSQL is not installed (/usr/lib/postgresql/*/bin); apt-get install postgresql");
+            return None;
+        };
+        let root = std::env::temp_dir().join(format!("percolator-sinks-pg-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let data = root.join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        let as_postgres = is_root();
+        if as_postgres {
+            assert!(Command::new("chown").args(["-R", "postgres:postgres"]).arg(&root).status().unwrap().success());
+        }
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut pg = Postgres { bin, data, port, child: None, as_postgres };
+        let out = pg
+            .command("initdb")
+            .arg("-D")
+            .arg(&pg.data)
+            .args(["-U", "postgres", "--auth=trust", "--no-sync", "-E", "UTF8", "--locale=C"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "initdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        pg.run();
+        Some(pg)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let path = self.bin.join(program);
+        if self.as_postgres {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=postgres", "--regid=postgres", "--init-groups", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        }
+    }
+
+    /// Starts the server (again) and waits until it answers.
+    fn run(&mut self) {
+        let log = self.data.parent().unwrap().join("pg.log");
+        let child = self
+            .command("postgres")
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-c", "listen_addresses=127.0.0.1", "-p", &self.port.to_string()])
+            .arg("-c")
+            .arg(format!("unix_socket_directories={}", self.data.display()))
+            .args(["-c", "fsync=off"])
+            .stdout(Stdio::null())
+            .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while postgres::Client::connect(&self.url(), postgres::NoTls).is_err() {
+            assert!(Instant::now() < deadline, "PostgreSQL did not start: {}", std::fs::read_to_string(&log).unwrap());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Stops the server by its PID (fast shutdown: SIGINT) and waits for it to exit.
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill").arg("-INT").arg(child.id().to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("postgresql://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn client(&self) -> postgres::Client {
+        postgres::Client::connect(&self.url(), postgres::NoTls).unwrap()
+    }
+
+    /// The sink's table as row → column → value (cells with a value; tombstones left out),
+    /// or `None` while it does not exist.
+    fn table(&self, target: &str) -> Option<BTreeMap<String, BTreeMap<String, String>>> {
+        let mut c = self.client();
+        let rows = c.query(&format!("SELECT \"row\", raw_text, raw_n FROM {target}"), &[]).ok()?;
+        let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for r in rows {
+            let row: String = r.get(0);
+            for (i, column) in [(1, "raw:text"), (2, "raw:n")] {
+                if let Some(v) = r.get::<_, Option<String>>(i) {
+                    out.entry(row.clone()).or_default().insert(column.to_owned(), v);
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(root) = self.data.parent() {
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
+
+/// `n` records: row `r<i>` with `text` and `n`; every `delete_every`th has its `text` deleted
+/// (null).
+fn records(n: usize, round: usize, delete_every: usize) -> String {
+    (0..n)
+        .map(|i| {
+            let text = if delete_every > 0 && i % delete_every == 0 {
+                "null".to_owned()
+            } else {
+                format!("\"doc {i} round {round}\"")
+            };
+            format!("{{\"row\": \"r{i:04}\", \"text\": {text}, \"n\": {}}}\n", i * round)
+        })
+        .collect()
+}
+
+fn sinks_toml(pg_url: &str) -> String {
+    format!(
+        "[[sink]]\nname = \"pg\"\nkind = \"postgres\"\ntable = \"docs\"\ncolumns = [\"raw:text\", \"raw:n\"]\n\
+         url = \"{pg_url}\"\ntarget = \"docs\"\nbatch = 40\n\n\
+         [[sink]]\nname = \"file\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:text\", \"raw:n\"]\npath = \"out/changes.jsonl\"\n"
+    )
+}
+
+/// The jsonl file folded: lines deduplicated by (row, column, commit_ts), applied in commit
+/// order. Also checks that every line is whole JSON.
+fn fold_jsonl(path: &Path) -> BTreeMap<String, BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut changes: BTreeMap<(u64, String, String), Option<String>> = BTreeMap::new();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        assert_eq!(v["table"], "docs");
+        let key = (
+            v["commit_ts"].as_u64().unwrap(),
+            v["row"].as_str().unwrap().to_owned(),
+            v["column"].as_str().unwrap().to_owned(),
+        );
+        let value = if v["deleted"] == true { None } else { Some(v["value"].as_str().unwrap().to_owned()) };
+        if let Some(previous) = changes.insert(key.clone(), value.clone()) {
+            assert_eq!(previous, value, "two lines of {key:?} disagree");
+        }
+    }
+    let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for ((_, row, column), value) in changes {
+        match value {
+            Some(v) => {
+                out.entry(row).or_default().insert(column, v);
+            }
+            None => {
+                if let Some(cells) = out.get_mut(&row) {
+                    cells.remove(&column);
+                    if cells.is_empty() {
+                        out.remove(&row);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn postgres_and_jsonl_equal_the_store_through_a_killed_host_and_a_stopped_server() {
+    let Some(mut pg) = Postgres::start("e2e") else { return };
+    let sb = Sandbox::new("e2e", &sinks_toml(&pg.url()));
+    let mut host = Host::start(&sb);
+
+    // 1. A load reaches PostgreSQL and the file.
+    sb.load("a.jsonl", &records(300, 1, 0));
+    let want = sb.store_state();
+    assert_eq!(want.len(), 300);
+    wait_until("PostgreSQL equals the store", 60, || (pg.table("docs") == Some(want.clone())).then_some(()));
+    wait_until("the file equals the store", 30, || (fold_jsonl(&sb.path("out/changes.jsonl")) == want).then_some(()));
+    let status = sb.status();
+    let sinks = status["host"]["sinks"].as_array().unwrap();
+    assert_eq!(sinks.len(), 2, "{status}");
+    let pg_status = sinks.iter().find(|s| s["name"] == "pg").unwrap();
+    assert_eq!(pg_status["owner"], true, "{pg_status}");
+    assert!(pg_status["delivered"].as_u64().unwrap() >= 600, "{pg_status}");
+    assert_eq!(pg_status["destination"], "postgres postgres.docs");
+    let metrics = ureq_get(&format!("{}/metrics", endpoint(&sb)));
+    assert!(metrics.contains("percolator_sink_delivered_total{sink=\"pg\",kind=\"postgres\"}"), "{metrics}");
+
+    // 2. Updates and deletions, and the host SIGKILLed while it delivers them; a new host
+    //    (which takes the subscriptions over once the dead one's lease is gone) finishes.
+    sb.load("b.jsonl", &records(600, 2, 7));
+    host.kill();
+    let host = Host::start(&sb);
+    let want = sb.store_state();
+    assert!(want.values().filter(|c| !c.contains_key("raw:text")).count() > 50, "deletions in the load");
+    wait_until("PostgreSQL equals the store after the kill", 90, || {
+        (pg.table("docs") == Some(want.clone())).then_some(())
+    });
+    wait_until("the file equals the store after the kill", 30, || {
+        (fold_jsonl(&sb.path("out/changes.jsonl")) == want).then_some(())
+    });
+
+    // 3. PostgreSQL stopped during a load: the sink shows the error, the pipeline goes on, and
+    //    nothing is lost once the server is back.
+    pg.stop();
+    sb.load("c.jsonl", &records(400, 3, 5));
+    let want = sb.store_state();
+    let error = wait_until("the sink shows the error", 30, || {
+        let status = sb.status();
+        let s = status["host"]["sinks"].as_array()?.iter().find(|s| s["name"] == "pg")?.clone();
+        s["last_error"].as_str().map(str::to_owned)
+    });
+    assert!(error.contains("PostgreSQL"), "{error}");
+    let text = sb.ok(&["status"]);
+    assert!(text.contains("pg (postgres -> postgres postgres.docs)") && text.contains("last error"), "{text}");
+    std::thread::sleep(Duration::from_secs(3));
+    pg.run();
+    wait_until("PostgreSQL equals the store after the outage", 60, || {
+        (pg.table("docs") == Some(want.clone())).then_some(())
+    });
+    wait_until("the error is cleared", 30, || {
+        let status = sb.status();
+        let s = status["host"]["sinks"].as_array()?.iter().find(|s| s["name"] == "pg")?.clone();
+        s["last_error"].is_null().then_some(())
+    });
+    assert_eq!(fold_jsonl(&sb.path("out/changes.jsonl")), want);
+    drop(host);
+}
+
+fn endpoint(sb: &Sandbox) -> String {
+    std::fs::read_to_string(sb.path("store.redb.endpoint")).unwrap().trim().to_owned()
+}
+
+fn ureq_get(url: &str) -> String {
+    ureq::get(url).call().unwrap().into_body().read_to_string().unwrap()
+}
+
+fn change(ts: u64, row: &str, column: &str, value: Option<&str>) -> Change {
+    Change {
+        cell: CellRef::new("docs", row.as_bytes().to_vec(), column),
+        value: value.map(|v| v.as_bytes().to_vec()),
+        commit_ts: Timestamp::from_raw(ts),
+    }
+}
+
+#[test]
+fn a_batch_delivered_twice_or_an_older_one_after_a_newer_changes_nothing() {
+    let Some(pg) = Postgres::start("versions") else { return };
+    let columns = ["raw:text".to_owned(), "raw:n".to_owned()];
+    let mut sink = PostgresSink::new(&pg.url(), "v", vec!["raw_text".into(), "raw_n".into()]);
+    let mut deliver = |changes: &[Change]| {
+        sink.deliver(&Batch { sink: "s", table: "docs", columns: &columns, changes }).unwrap();
+    };
+    let first = [
+        change(10, "a", "raw:text", Some("a1")),
+        change(10, "a", "raw:n", Some("1")),
+        change(11, "b", "raw:text", Some("b1")),
+    ];
+    let second = [change(20, "a", "raw:text", Some("a2")), change(21, "b", "raw:text", None)];
+    deliver(&first);
+    deliver(&second);
+    let table = |pg: &Postgres| {
+        let mut c = pg.client();
+        c.query("SELECT \"row\", raw_text, raw_text_version, raw_n, raw_n_version FROM v ORDER BY \"row\"", &[])
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r.get::<_, String>(0),
+                    r.get::<_, Option<String>>(1),
+                    r.get::<_, Option<i64>>(2),
+                    r.get::<_, Option<String>>(3),
+                    r.get::<_, Option<i64>>(4),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = vec![
+        ("a".to_owned(), Some("a2".to_owned()), Some(20), Some("1".to_owned()), Some(10)),
+        ("b".to_owned(), None, Some(21), None, None), // a tombstone: deleted at 21
+    ];
+    assert_eq!(table(&pg), want);
+    // The same batches again (a redelivery after a crash), and the older one after the newer.
+    deliver(&second);
+    deliver(&first);
+    assert_eq!(table(&pg), want, "a repeat or an older batch changed the table");
+    // An older change inside a batch with a newer one: only the newer wins.
+    deliver(&[change(15, "b", "raw:text", Some("late")), change(30, "c", "raw:text", Some("\u{0}bytes"))]);
+    let mut c = pg.client();
+    let b: Option<String> = c.query_one("SELECT raw_text FROM v WHERE \"row\" = 'b'", &[]).unwrap().get(0);
+    assert_eq!(b, None, "a late write resurrected a deleted cell");
+    // A value that is not text (a NUL byte) goes to the bytes column.
+    let r = c.query_one("SELECT raw_text, raw_text_bytes FROM v WHERE \"row\" = 'c'", &[]).unwrap();
+    assert_eq!((r.get::<_, Option<String>>(0), r.get::<_, Option<Vec<u8>>>(1)), (None, Some(b"\0bytes".to_vec())));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A webhook receiver of the test's own.
+
+/// What the receiver does with the next requests, in order; then it answers 200.
+#[derive(Clone, Copy, Debug)]
+enum Answer {
+    Status(u16),
+    /// Reads the request, then waits this long before answering 200 (past the sink's timeout).
+    Stall(Duration),
+    /// Reads the request, then closes the connection without an answer.
+    HangUp,
+}
+
+#[derive(Default)]
+struct Received {
+    /// (idempotency key, body) of every request answered 2xx.
+    acked: Vec<(String, serde_json::Value)>,
+    /// Requests seen in all.
+    requests: usize,
+}
+
+fn receiver(script: Vec<Answer>) -> (String, Arc<Mutex<Received>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let received = Arc::new(Mutex::new(Received::default()));
+    let next = Arc::new(AtomicUsize::new(0));
+    let r = received.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
+            let (r, script, next) = (r.clone(), script.clone(), next.clone());
+            std::thread::spawn(move || serve(stream, &r, &script, &next));
+        }
+    });
+    (url, received)
+}
+
+fn serve(stream: TcpStream, received: &Mutex<Received>, script: &[Answer], next: &AtomicUsize) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut length = 0;
+        let mut key = String::new();
+        loop {
+            let mut h = String::new();
+            reader.read_line(&mut h).unwrap();
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            let (name, value) = h.split_once(':').unwrap();
+            match name.to_ascii_lowercase().as_str() {
+                "content-length" => length = value.trim().parse().unwrap(),
+                "idempotency-key" => key = value.trim().to_owned(),
+                _ => {}
+            }
+        }
+        let mut body = vec![0; length];
+        reader.read_exact(&mut body).unwrap();
+        let i = next.fetch_add(1, Ordering::SeqCst);
+        received.lock().unwrap().requests += 1;
+        let mut out = stream.try_clone().unwrap();
+        let answer = script.get(i).copied().unwrap_or(Answer::Status(200));
+        let status = match answer {
+            Answer::HangUp => return,
+            Answer::Stall(d) => {
+                std::thread::sleep(d);
+                200
+            }
+            Answer::Status(s) => s,
+        };
+        let text = if status == 200 { "ok" } else { "no thanks" };
+        let written = write!(out, "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{text}", text.len());
+        if written.is_ok() && (200..300).contains(&status) && !matches!(answer, Answer::Stall(_)) {
+            received.lock().unwrap().acked.push((key, serde_json::from_slice(&body).unwrap()));
+        }
+    }
+}
+
+#[test]
+fn a_webhook_that_fails_stalls_and_hangs_up_gets_every_change_once_in_effect() {
+    let script = vec![Answer::Status(500), Answer::Stall(Duration::from_secs(3)), Answer::HangUp, Answer::Status(503)];
+    let (url, received) = receiver(script);
+    let sinks = format!(
+        "[[sink]]\nname = \"hook\"\nkind = \"webhook\"\ntable = \"docs\"\ncolumns = [\"raw:text\", \"raw:n\"]\n\
+         url = \"{url}\"\ntimeout = \"1s\"\nbatch = 50\n"
+    );
+    let sb = Sandbox::new("webhook", &sinks);
+    let _host = Host::start(&sb);
+    sb.load("a.jsonl", &records(120, 1, 0));
+    sb.load("b.jsonl", &records(120, 2, 4));
+    let want = sb.store_state();
+    let folded = wait_until("the webhook has every change", 90, || {
+        let r = received.lock().unwrap();
+        let mut changes: BTreeMap<(u64, String, String), Option<String>> = BTreeMap::new();
+        for (key, body) in &r.acked {
+            assert!(key.starts_with("hook-"), "{key}");
+            for c in body["changes"].as_array().unwrap() {
+                let value = if c["deleted"] == true { None } else { Some(c["value"].as_str().unwrap().to_owned()) };
+                changes.insert(
+                    (
+                        c["commit_ts"].as_u64().unwrap(),
+                        c["row"].as_str().unwrap().to_owned(),
+                        c["column"].as_str().unwrap().to_owned(),
+                    ),
+                    value,
+                );
+            }
+        }
+        let mut state: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        for ((_, row, column), value) in changes {
+            match value {
+                Some(v) => {
+                    state.entry(row).or_default().insert(column, v);
+                }
+                None => {
+                    state.entry(row.clone()).or_default().remove(&column);
+                    if state[&row].is_empty() {
+                        state.remove(&row);
+                    }
+                }
+            }
+        }
+        (state == want).then_some(state)
+    });
+    assert_eq!(folded, want);
+    let r = received.lock().unwrap();
+    assert!(
+        r.requests >= r.acked.len() + 4,
+        "the failures were retried: {} requests, {} acked",
+        r.requests,
+        r.acked.len()
+    );
+    // Each acknowledged batch once: the sink moved on after every 2xx.
+    let mut keys: Vec<&String> = r.acked.iter().map(|(k, _)| k).collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), r.acked.len(), "a batch acknowledged twice");
+}
+
+#[test]
+fn a_refused_webhook_batch_is_parked_and_listed() {
+    let (url, received) = receiver(vec![Answer::Status(422)]);
+    let sinks = format!(
+        "[[sink]]\nname = \"hook\"\nkind = \"webhook\"\ntable = \"docs\"\ncolumns = [\"raw:text\"]\nurl = \"{url}\"\n"
+    );
+    let sb = Sandbox::new("webhook-4xx", &sinks);
+    let _host = Host::start(&sb);
+    sb.load("a.jsonl", &records(5, 1, 0));
+    let parked = wait_until("the batch is parked", 30, || {
+        let status = sb.status();
+        let s = status["host"]["sinks"][0].clone();
+        s["dead_letters"].as_array().filter(|d| !d.is_empty()).cloned()
+    });
+    assert_eq!(parked.len(), 1);
+    assert!(parked[0]["error"].as_str().unwrap().contains("422: no thanks"), "{parked:?}");
+    assert_eq!(parked[0]["changes"], 5);
+    let file = parked[0]["file"].as_str().unwrap();
+    let kept: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+    assert_eq!(kept["changes"].as_array().unwrap().len(), 5);
+    // The sink moved on: the next change is delivered.
+    sb.load("b.jsonl", &records(1, 2, 0));
+    wait_until("the next batch is delivered", 30, || (!received.lock().unwrap().acked.is_empty()).then_some(()));
+    let text = sb.ok(&["status"]);
+    assert!(text.contains("1 refused batches parked"), "{text}");
+}
+
+#[test]
+fn a_bad_sink_is_a_located_error() {
+    let cases = [
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"kafka\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\n",
+            "p.toml:9: sink[0].kind: \"kafka\" is not one of \"postgres\", \"jsonl\", \"webhook\"",
+        ),
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"postgres\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\ntarget = \"t\"\n",
+            "p.toml:7: sink[0].url: is missing (postgresql://user@host:port/database)",
+        ),
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"postgres\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\nurl = \"mysql://x\"\ntarget = \"t\"\n",
+            "p.toml:12: sink[0].url: \"mysql://x\" is not a postgresql:// URL",
+        ),
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"webhook\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\nurl = \"http://\"\n",
+            "p.toml:12: sink[0].url:",
+        ),
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\npath = \"x\"\ntimeout = \"1s\"\n",
+            "p.toml:13: sink[0].timeout: does not apply to a jsonl sink (it takes: path)",
+        ),
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = \"raw:a\"\npath = \"x\"\n",
+            "p.toml:11: sink[0].columns: expected a list of strings, found the string \"raw:a\"",
+        ),
+    ];
+    for (toml, want) in cases {
+        let sb = Sandbox::new("bad", toml);
+        let out = sb.command().arg("up").output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{toml}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(want), "for\n{toml}\nwant {want:?}\ngot {e}");
+    }
+}
