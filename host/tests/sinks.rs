@@ -690,3 +690,35 @@ fn a_bad_sink_is_a_located_error() {
         assert!(e.contains(want), "for\n{toml}\nwant {want:?}\ngot {e}");
     }
 }
+
+#[test]
+fn a_reload_adds_removes_and_rejects_sinks() {
+    let jsonl = |name: &str, path: &str| {
+        format!(
+            "[[sink]]\nname = \"{name}\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:text\", \"raw:n\"]\npath = \"{path}\"\n"
+        )
+    };
+    let sb = Sandbox::new("reload", &jsonl("a", "a.out"));
+    let _host = Host::start(&sb);
+    sb.load("1.jsonl", &records(10, 1, 0));
+    let names = |sb: &Sandbox| -> Vec<String> {
+        let status = sb.status();
+        status["host"]["sinks"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_owned()).collect()
+    };
+    wait_until("a delivered", 30, || (fold_jsonl(&sb.path("a.out")) == sb.store_state()).then_some(()));
+    // Replaced by b: a stops, b starts from the oldest change kept (a's position holds the log).
+    sb.config(&jsonl("b", "b.out"));
+    wait_until("b replaces a", 30, || (names(&sb) == ["b"]).then_some(()));
+    sb.load("2.jsonl", &records(10, 2, 3));
+    let want = sb.store_state();
+    wait_until("b delivered everything", 30, || (fold_jsonl(&sb.path("b.out")) == want).then_some(()));
+    assert_ne!(fold_jsonl(&sb.path("a.out")), want, "a removed sink went on delivering");
+    // A bad sink is rejected as a whole: b keeps running and the error is shown.
+    sb.config(&format!("{}[[sink]]\nname = \"c\"\nkind = \"nope\"\n", jsonl("b", "b.out")));
+    let error = wait_until("the reload is rejected", 30, || {
+        let status = sb.status();
+        status["host"]["last_error"].as_str().map(str::to_owned)
+    });
+    assert!(error.contains("sink[1].kind"), "{error}");
+    assert_eq!(names(&sb), ["b"]);
+}

@@ -1170,6 +1170,13 @@ fn parse_sinks(
             return Err(cx.err(Some(name_span), f("name"), format!("{name:?} is already used by sink[{first}]")));
         }
         let (kind, kind_span) = required(&s.kind, "kind", " (one of \"postgres\", \"jsonl\", \"webhook\")")?;
+        if !matches!(kind.as_str(), "postgres" | "jsonl" | "webhook") {
+            return Err(cx.err(
+                Some(kind_span),
+                f("kind"),
+                format!("{kind:?} is not one of \"postgres\", \"jsonl\", \"webhook\""),
+            ));
+        }
         let (table, table_span) = required(&s.table, "table", " (the store table whose changes it delivers)")?;
         percolator_store::validate_table(&table).map_err(|e| cx.err(Some(table_span), f("table"), e.to_string()))?;
         let Some(columns) = &s.columns else {
@@ -1210,14 +1217,7 @@ fn parse_sinks(
         let takes: &[&str] = match kind.as_str() {
             "postgres" => &["url", "target"],
             "jsonl" => &["path"],
-            "webhook" => &["url", "timeout"],
-            other => {
-                return Err(cx.err(
-                    Some(kind_span),
-                    f("kind"),
-                    format!("{other:?} is not one of \"postgres\", \"jsonl\", \"webhook\""),
-                ));
-            }
+            _ => &["url", "timeout"],
         };
         for (field, span) in &given {
             if let Some(span) = span

@@ -329,6 +329,7 @@
     renderCharts();
     renderDeadLetters(dead);
     renderBindings(host, dead);
+    renderSinks(host);
     renderFreshness(host);
     renderHosts(store);
     renderRegistry(status);
@@ -897,6 +898,33 @@
   }
 
   // ---- tables -------------------------------------------------------------------------------
+
+  function renderSinks(host) {
+    const sinks = (host && host.sinks) || [];
+    $('sinks-card').hidden = sinks.length === 0;
+    const body = $('sinks-body');
+    body.replaceChildren();
+    for (const s of sinks) {
+      let state = 'standby';
+      if (s.owner) state = s.lag_secs == null ? 'starting' : s.lag_secs > 0 ? 'behind' : 'caught up';
+      const parked = (s.dead_letters || []).length;
+      const error = s.last_error ? `${s.last_error}${s.failures ? ` (${fmtInt(s.failures)} failed attempts)` : ''}` : '';
+      body.append(
+        h(
+          'tr',
+          { 'data-sink': s.name },
+          h('td', {}, s.name, h('span', { className: 'tag' }, s.kind)),
+          h('td', { className: 'mono', title: `${s.table}: ${s.columns.join(', ')}` }, s.destination),
+          h('td', {}, h('span', { className: s.owner ? 'ok' : 'muted' }, state)),
+          h('td', { className: 'num mono' }, s.position == null ? '–' : String(s.position)),
+          h('td', { className: 'num' }, s.lag_secs == null ? '–' : `${s.lag_secs.toFixed(1)} s`),
+          h('td', { className: 'num' }, fmtInt(s.delivered)),
+          h('td', { className: 'num' }, s.delivered_per_sec.toFixed(1)),
+          h('td', { className: error ? 'no' : '' }, error, parked ? ` · ${fmtInt(parked)} batches parked` : ''),
+        ),
+      );
+    }
+  }
 
   function renderBindings(host, dead) {
     const body = $('bindings-body');
