@@ -11,7 +11,7 @@
 //!   [`ops::register`]; [`metrics`] renders `/metrics`;
 //! - [`http`]: the routes derived from that list, and the [`dashboard`]'s page at `/`;
 //!   [`route`]: a client's choice between a running host and the store file; [`serve`]: `up`
-//!   itself.
+//!   itself, with [`trim`] trimming the change log.
 //!
 //! ```no_run
 //! // Serve the pipeline of a configuration until Ctrl-C (what `percolator up` does).
@@ -29,6 +29,7 @@ pub mod reload;
 pub mod route;
 pub mod sampler;
 pub mod serve;
+pub mod trim;
 
 pub use config::Config;
 pub use pipeline::Pipeline;

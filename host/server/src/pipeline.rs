@@ -101,6 +101,9 @@ pub struct Pipeline {
     applying: Mutex<()>,
     /// The component being compiled now, if any (for `status`).
     compiling: Mutex<Option<(String, PathBuf, Instant)>>,
+    /// How long the change log keeps changes for readers without a subscription, from the
+    /// configuration last applied (the trimmer reads it).
+    changes_keep: Mutex<Duration>,
 }
 
 /// The metadata key (of [`Store::add_totals`]) of a binding's run counts.
@@ -125,6 +128,7 @@ impl Pipeline {
             counts: Mutex::new(BTreeMap::new()),
             applying: Mutex::new(()),
             compiling: Mutex::new(None),
+            changes_keep: Mutex::new(crate::config::DEFAULT_CHANGES_KEEP),
         }
     }
 
@@ -186,6 +190,10 @@ impl Pipeline {
                     && loaded
                         .iter()
                         .all(|(name, l)| state.0.get(name).is_some_and(|c| Arc::ptr_eq(&c.observer, &l.observer)));
+                // The change log first: a failure here changes nothing else.
+                if let Err(e) = self.apply_change_log(config) {
+                    return Err(rejected(&mut state, format!("{}: {e}", config.file.display())));
+                }
                 if unchanged && state.1.loaded_at.is_some() {
                     // Saved without a change (or changed back): nothing to swap, same generation.
                     tracing::debug!(generation = state.1.generation, "reload: nothing changed");
@@ -210,6 +218,21 @@ impl Pipeline {
             }
             Err(msg) => Err(rejected(&mut state, msg)),
         }
+    }
+
+    /// Makes the store's logged columns those of `config` (a no-op when they already are).
+    fn apply_change_log(&self, config: &Config) -> percolator_store::Result<()> {
+        let wanted = config.logged_columns();
+        if self.store.change_log() != wanted {
+            self.store.set_change_log(wanted)?;
+        }
+        *self.changes_keep.lock().unwrap_or_else(PoisonError::into_inner) = config.changes_keep();
+        Ok(())
+    }
+
+    /// How long the change log keeps changes for readers without a subscription.
+    pub fn changes_keep(&self) -> Duration {
+        *self.changes_keep.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The state, also after a panic while it was held (reload catches panics, and every
