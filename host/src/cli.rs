@@ -102,6 +102,27 @@ pub(crate) enum Command {
     /// Print cells of a table, one `row<TAB>column<TAB>value` line each (control characters
     /// escaped).
     Scan(ScanArgs),
+    /// Print the committed changes to a table's logged columns (a sink's columns, or
+    /// `[[changes]]` in the configuration) as JSON lines in commit-timestamp order, then a
+    /// line `{"next": TOKEN}`: `--since TOKEN` later resumes exactly there (nothing missed or
+    /// repeated). Without --since, from the oldest change the log keeps.
+    Changes {
+        /// Table.
+        table: String,
+        /// Only these logged columns (comma-separated; default: every logged column).
+        #[arg(long, value_delimiter = ',')]
+        columns: Option<Vec<String>>,
+        /// Resume after this position (the `next` of an earlier run).
+        #[arg(long, value_name = "TOKEN")]
+        since: Option<String>,
+        /// Keep printing changes as they commit (a `next` line after each batch), until
+        /// interrupted.
+        #[arg(long)]
+        follow: bool,
+        /// Stop after about this many changes (a transaction's changes are never split).
+        #[arg(long, value_parser = at_least_one)]
+        limit: Option<u64>,
+    },
     /// Load a JSONL or CSV file into a table (checked whole first; resumable; idempotent).
     Load(LoadArgs),
     /// The pipeline's state: bindings, runs, failures, backlog, throughput, dead letters.
@@ -359,6 +380,9 @@ pub(crate) const EXIT_REPLAY_DIFFERS: u8 = 4;
 /// Cells a `scan` asks for per request.
 const SCAN_PAGE: u64 = 10_000;
 
+/// Changes a `changes` asks for per request.
+const CHANGES_PAGE: u64 = 10_000;
+
 fn json<T: serde::Serialize>(v: &T) -> Result<String, String> {
     serde_json::to_string_pretty(v).map_err(|e| e.to_string())
 }
@@ -400,6 +424,35 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                     }
                     Some(token) => after = Some(token),
                     None => break,
+                }
+            }
+        }
+        Command::Changes { table, columns, since, follow, limit } => {
+            let mut since = since.clone();
+            let mut left = *limit;
+            loop {
+                let page = route.call::<ep::Changes>(ChangesRequest {
+                    table: table.clone(),
+                    columns: columns.clone(),
+                    since: since.clone(),
+                    limit: usize::try_from(left.unwrap_or(CHANGES_PAGE).min(CHANGES_PAGE))
+                        .unwrap_or(DEFAULT_CHANGES_LIMIT),
+                    wait_secs: if *follow { 10.0 } else { 0.0 },
+                })?;
+                for c in &page.changes {
+                    w(writeln!(out, "{}", serde_json::to_string(c).map_err(|e| e.to_string())?))?;
+                }
+                let done = page.changes.is_empty() && !*follow;
+                left = left.map(|l| l.saturating_sub(page.changes.len() as u64));
+                // Following: a token after each batch (a consumer that stops resumes from its
+                // last one); otherwise one at the end.
+                if (*follow && !page.changes.is_empty()) || done || left == Some(0) {
+                    w(writeln!(out, "{}", serde_json::json!({ "next": page.next })))?;
+                    w(out.flush())?;
+                }
+                since = Some(page.next);
+                if done || left == Some(0) {
+                    break;
                 }
             }
         }

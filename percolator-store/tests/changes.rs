@@ -142,17 +142,29 @@ fn concurrent_writers_are_fed_exactly_once(store: &Store) {
 #[test]
 fn concurrent_writers_are_fed_exactly_once_on_the_test_backend() {
     let _f = no_failpoints();
-    // Two-phase commit with asynchronous secondaries: the log row is often a secondary whose
-    // lock the feed rolls forward.
+    // With failpoints compiled in, a quarter of the commits pause between taking their commit
+    // timestamp and writing their commit point: the window in which a page must hold back
+    // (a page that ignored live locks misses such commits).
+    #[cfg(feature = "failpoints")]
+    fail::cfg("before-commit-primary", "25%sleep(10)").unwrap();
+    // Two-phase commit with asynchronous secondaries.
     concurrent_writers_are_fed_exactly_once(&test_store(StoreConfig { one_phase_commit: false, ..fast_locks() }));
+    #[cfg(feature = "failpoints")]
+    fail::remove("before-commit-primary");
 }
 
 #[test]
 fn concurrent_writers_are_fed_exactly_once_with_one_phase_commit() {
     let _f = no_failpoints();
+    // The same window for one-phase commits: between the commit timestamp and the atomic write
+    // (the fence makes a page wait for it).
+    #[cfg(feature = "failpoints")]
+    fail::cfg("before-one-phase-write", "25%sleep(10)").unwrap();
     concurrent_writers_are_fed_exactly_once(&mem_store(fast_locks()));
     let dir = TempDir::new("changes-redb");
     concurrent_writers_are_fed_exactly_once(&redb_store(&dir, fast_locks()));
+    #[cfg(feature = "failpoints")]
+    fail::remove("before-one-phase-write");
 }
 
 #[test]

@@ -130,6 +130,10 @@ endpoints! {
     /// Run observers on existing rows.
     Notify: Post "/v1/notify", "notify", NotifyRequest => NotifyResponse,
         "Notifies a column's observers of the rows that already have a value (rerun: even rows they processed).";
+    /// The change feed.
+    Changes: Post "/v1/changes", "changes", ChangesRequest => ChangesResponse,
+        "Committed changes to a table's logged columns after a position, in commit-timestamp order, up to the resolved timestamp (nothing later can still commit below it); resume from `next` to miss and repeat nothing. `wait_secs` waits for a first change.",
+        timeout = changes_timeout;
 }
 
 /// `GET`: Prometheus text exposition format 0.0.4 (not JSON, so not an [`Endpoint`]).
@@ -144,6 +148,12 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 fn wait_timeout(request: &WaitRequest) -> Duration {
     let asked = Duration::try_from_secs_f64(request.timeout_secs).unwrap_or(Duration::ZERO);
     asked.min(Duration::from_secs(MAX_WAIT_SECS)).saturating_add(Duration::from_secs(30))
+}
+
+/// A `changes` may wait up to its `wait_secs` for a first change.
+fn changes_timeout(request: &ChangesRequest) -> Duration {
+    let asked = Duration::try_from_secs_f64(request.wait_secs).unwrap_or(Duration::ZERO);
+    DEFAULT_TIMEOUT.saturating_add(asked.min(Duration::from_secs(60)))
 }
 
 /// An endpoint as data (for the API description and for checking that a server routes every

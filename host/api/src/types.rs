@@ -783,3 +783,100 @@ pub struct WaitResponse {
     /// True if the pipeline reached its fixed point (no notification pending, no run going).
     pub quiescent: bool,
 }
+
+/// The `limit` of a [`ChangesRequest`] that gives none.
+pub const DEFAULT_CHANGES_LIMIT: usize = 1000;
+/// The longest [`ChangesRequest::wait_secs`].
+pub const MAX_CHANGES_WAIT_SECS: f64 = 60.0;
+
+/// `POST /v1/changes`: the next page of the change feed.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChangesRequest {
+    /// Table.
+    #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
+    pub table: String,
+    /// Only these columns (default: every logged column of the table); each must be logged.
+    #[serde(default)]
+    #[schemars(length(min = 1), inner(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN)))]
+    pub columns: Option<Vec<String>>,
+    /// Resume after this position: the [`ChangesResponse::next`] of the previous page (default:
+    /// from the oldest change the log keeps).
+    #[serde(default)]
+    pub since: Option<String>,
+    /// At most about this many changes (1 to 100000; a transaction is never split).
+    #[serde(default = "default_changes_limit")]
+    #[schemars(range(min = 1, max = 100_000))]
+    pub limit: usize,
+    /// Wait up to this many seconds for a change when there is none yet (0 to 60; default 0).
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 60))]
+    pub wait_secs: f64,
+}
+
+fn default_changes_limit() -> usize {
+    DEFAULT_CHANGES_LIMIT
+}
+
+/// One committed change, as the feed and the sinks print it: the value as text when its bytes
+/// are UTF-8, else base64; or `deleted`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ChangeRecord {
+    /// Table.
+    pub table: String,
+    /// Row key, when it is UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row: Option<String>,
+    /// Row key in base64, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub row_base64: Option<String>,
+    /// Column.
+    pub column: String,
+    /// The new value, when it is UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// The new value in base64, when it is not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_base64: Option<String>,
+    /// True when the change deleted the cell.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub deleted: bool,
+    /// The commit timestamp of the transaction that made it.
+    pub commit_ts: u64,
+}
+
+impl ChangeRecord {
+    /// The record of a change from the store.
+    pub fn of(change: &percolator_store::Change) -> ChangeRecord {
+        use base64::Engine as _;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let (row, row_base64) = match std::str::from_utf8(&change.cell.row) {
+            Ok(s) => (Some(s.to_owned()), None),
+            Err(_) => (None, Some(b64(&change.cell.row))),
+        };
+        let (value, value_base64) = match change.value.as_deref().map(std::str::from_utf8) {
+            None => (None, None),
+            Some(Ok(s)) => (Some(s.to_owned()), None),
+            Some(Err(_)) => (None, change.value.as_deref().map(b64)),
+        };
+        ChangeRecord {
+            table: change.cell.table.clone(),
+            row,
+            row_base64,
+            column: change.cell.column.clone(),
+            value,
+            value_base64,
+            deleted: change.value.is_none(),
+            commit_ts: change.commit_ts.raw(),
+        }
+    }
+}
+
+/// The answer to [`ChangesRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct ChangesResponse {
+    /// Committed changes in commit-timestamp order.
+    pub changes: Vec<ChangeRecord>,
+    /// The position after them: resume with `since` = this; nothing is missed or repeated.
+    pub next: String,
+}

@@ -64,6 +64,8 @@ mod raw {
         pub(super) binding: Vec<Spanned<Binding>>,
         #[serde(default)]
         pub(super) sink: Vec<Spanned<Sink>>,
+        #[serde(default)]
+        pub(super) changes: Vec<Spanned<Changes>>,
     }
 
     /// `[[sink]]`: every kind's fields, all optional here so that a missing one is reported
@@ -89,6 +91,15 @@ mod raw {
         pub(super) timeout: Option<Spanned<String>>,
         #[serde(default)]
         pub(super) batch: Option<Spanned<i64>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Changes {
+        pub(super) table: Spanned<String>,
+        pub(super) columns: Spanned<Vec<String>>,
+        #[serde(default)]
+        pub(super) keep_s: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -219,6 +230,23 @@ impl Binding {
         }
     }
 }
+
+/// Columns whose changes are logged for `percolator changes` readers (`[[changes]]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeLog {
+    /// Table.
+    pub table: String,
+    /// Its logged columns.
+    pub columns: Vec<String>,
+    /// How long a change stays in the log for readers without a subscription (a sink's
+    /// subscription keeps what it has not delivered, however old).
+    pub keep: Duration,
+}
+
+/// How long logged changes stay for readers without a subscription, by default.
+pub const DEFAULT_CHANGES_KEEP: Duration = Duration::from_secs(3600);
+/// The longest `keep_s` of a `[[changes]]` entry (30 days).
+const MAX_CHANGES_KEEP_S: i64 = 30 * 24 * 3600;
 
 /// The host's HTTP API (`[http]`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -384,6 +412,8 @@ pub struct Config {
     /// Sinks (`[[sink]]`), in file order: where changes of the store are delivered
     /// (`crate::sinks`). Hot-reloaded with the bindings.
     pub sinks: Vec<Sink>,
+    /// Logged columns (`[[changes]]`), in file order.
+    pub changes: Vec<ChangeLog>,
 }
 
 struct Ctx<'a> {
@@ -652,6 +682,7 @@ impl Config {
         check_columns(&cx, &bindings, &spans)?;
         check_cycles(&cx, &bindings, &spans)?;
         let sinks = parse_sinks(&cx, &raw.sink, &rel)?;
+        let changes = parse_changes(&cx, &raw.changes)?;
         Ok(Config {
             file: file.to_owned(),
             store_path,
@@ -664,8 +695,77 @@ impl Config {
             http,
             bindings,
             sinks,
+            changes,
         })
     }
+
+    /// Every `(table, column)` the change log must hold for this configuration: those of the
+    /// `[[changes]]` entries and those the `[[sink]]`s deliver.
+    pub fn logged_columns(&self) -> std::collections::BTreeSet<(String, String)> {
+        let changes = self.changes.iter().flat_map(|c| c.columns.iter().map(|col| (c.table.clone(), col.clone())));
+        let sinks = self.sinks.iter().flat_map(|s| s.columns.iter().map(|col| (s.table.clone(), col.clone())));
+        changes.chain(sinks).collect()
+    }
+
+    /// How long the change log keeps changes for readers without a subscription: the longest
+    /// `keep_s` of the `[[changes]]` entries ([`DEFAULT_CHANGES_KEEP`] when none says).
+    pub fn changes_keep(&self) -> Duration {
+        self.changes.iter().map(|c| c.keep).max().unwrap_or(DEFAULT_CHANGES_KEEP)
+    }
+}
+
+/// `[[changes]]`: a table and its logged columns (each a `family:qualifier` user column, listed
+/// once), and how long their changes stay.
+fn parse_changes(cx: &Ctx<'_>, raw: &[toml::Spanned<raw::Changes>]) -> Result<Vec<ChangeLog>, ConfigError> {
+    let mut out: Vec<ChangeLog> = Vec::new();
+    let mut seen: HashMap<(String, String), usize> = HashMap::new();
+    for (i, c) in raw.iter().enumerate() {
+        let c = c.get_ref();
+        let f = |name: &str| format!("changes[{i}].{name}");
+        let table = c.table.get_ref();
+        percolator_store::validate_table(table).map_err(|e| cx.err(Some(c.table.span()), f("table"), e.to_string()))?;
+        if table == LOADS_TABLE {
+            return Err(cx.err(
+                Some(c.table.span()),
+                f("table"),
+                format!("table {LOADS_TABLE:?} holds load checkpoints, not data"),
+            ));
+        }
+        if c.columns.get_ref().is_empty() {
+            return Err(cx.err(Some(c.columns.span()), f("columns"), "is empty: name the columns to log"));
+        }
+        for column in c.columns.get_ref() {
+            percolator_store::validate_column(column)
+                .map_err(|e| cx.err(Some(c.columns.span()), f("columns"), format!("{column:?}: {e}")))?;
+            if !has_family(column) {
+                return Err(cx.err(
+                    Some(c.columns.span()),
+                    f("columns"),
+                    format!("{column:?} is not a \"family:qualifier\" column"),
+                ));
+            }
+            if let Some(j) = seen.insert((table.clone(), column.clone()), i) {
+                return Err(cx.err(
+                    Some(c.columns.span()),
+                    f("columns"),
+                    format!("{table}/{column} is already logged by changes[{j}]"),
+                ));
+            }
+        }
+        let keep = match &c.keep_s {
+            None => DEFAULT_CHANGES_KEEP,
+            Some(k) if (1..=MAX_CHANGES_KEEP_S).contains(k.get_ref()) => Duration::from_secs(*k.get_ref() as u64),
+            Some(k) => {
+                return Err(cx.err(
+                    Some(k.span()),
+                    f("keep_s"),
+                    format!("{} is not between 1 and {MAX_CHANGES_KEEP_S} (30 days)", k.get_ref()),
+                ));
+            }
+        };
+        out.push(ChangeLog { table: table.clone(), columns: c.columns.get_ref().clone(), keep });
+    }
+    Ok(out)
 }
 
 /// Longest parameter key and value, in bytes.

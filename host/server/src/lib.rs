@@ -11,7 +11,8 @@
 //!   [`ops::register`]; [`metrics`] renders `/metrics`;
 //! - [`http`]: the routes derived from that list, and the [`dashboard`]'s page at `/`;
 //!   [`route`]: a client's choice between a running host and the store file; [`serve`]: `up`
-//!   itself, with its [`sinks`] (changes delivered to PostgreSQL, a file, a webhook).
+//!   itself, with [`trim`] trimming the change log and its [`sinks`] (changes delivered to
+//!   PostgreSQL, a file, a webhook).
 //!
 //! ```no_run
 //! // Serve the pipeline of a configuration until Ctrl-C (what `percolator up` does).
@@ -30,6 +31,7 @@ pub mod route;
 pub mod sampler;
 pub mod serve;
 pub mod sinks;
+pub mod trim;
 
 pub use config::Config;
 pub use pipeline::Pipeline;

@@ -105,6 +105,9 @@ pub struct Pipeline {
     /// The host's sinks, when it runs them (`up` attaches them): [`Pipeline::apply`] applies
     /// the configuration's `[[sink]]`s with its bindings.
     sinks: OnceLock<Arc<Sinks>>,
+    /// How long the change log keeps changes for readers without a subscription, from the
+    /// configuration last applied (the trimmer reads it).
+    changes_keep: Mutex<Duration>,
 }
 
 /// The metadata key (of [`Store::add_totals`]) of a binding's run counts.
@@ -130,12 +133,13 @@ impl Pipeline {
             applying: Mutex::new(()),
             compiling: Mutex::new(None),
             sinks: OnceLock::new(),
+            changes_keep: Mutex::new(crate::config::DEFAULT_CHANGES_KEEP),
         }
     }
 
     /// Runs `sinks` with the pipeline: every [`Pipeline::apply`] from now on applies the
-    /// configuration's sinks too (after its bindings compiled, before they are swapped in; a
-    /// sink the store refuses rejects the whole configuration). Only the first call counts.
+    /// configuration's sinks too (after its bindings compiled and the change log took the
+    /// sinks' columns, before the bindings are swapped in). Only the first call counts.
     pub fn attach_sinks(&self, sinks: Arc<Sinks>) {
         let _ = self.sinks.set(sinks);
     }
@@ -181,12 +185,7 @@ impl Pipeline {
         // Only `apply` changes the loaded bindings, and it is not running elsewhere: this copy
         // stays the current state until the swap below.
         let current = self.lock().0.clone();
-        let prepared = self.prepare(config, &current).and_then(|loaded| match self.sinks.get() {
-            Some(sinks) => {
-                sinks.apply(&config.sinks).map(|()| loaded).map_err(|e| format!("{}: {e}", config.file.display()))
-            }
-            None => Ok(loaded),
-        });
+        let prepared = self.prepare(config, &current);
         let mut state = self.lock();
         let first = state.1.loaded_at.is_none();
         let rejected = |state: &mut (BTreeMap<String, Loaded>, Status), msg: String| {
@@ -208,6 +207,14 @@ impl Pipeline {
                     && loaded
                         .iter()
                         .all(|(name, l)| state.0.get(name).is_some_and(|c| Arc::ptr_eq(&c.observer, &l.observer)));
+                // The change log first: a failure here changes nothing else.
+                if let Err(e) = self.apply_change_log(config) {
+                    return Err(rejected(&mut state, format!("{}: {e}", config.file.display())));
+                }
+                // Then the sinks, whose columns the change log now holds (`Config::logged_columns`).
+                if let Some(sinks) = self.sinks.get() {
+                    sinks.apply(&config.sinks);
+                }
                 if unchanged && state.1.loaded_at.is_some() {
                     // Saved without a change (or changed back): nothing to swap, same generation.
                     tracing::debug!(generation = state.1.generation, "reload: nothing changed");
@@ -232,6 +239,21 @@ impl Pipeline {
             }
             Err(msg) => Err(rejected(&mut state, msg)),
         }
+    }
+
+    /// Makes the store's logged columns those of `config` (a no-op when they already are).
+    fn apply_change_log(&self, config: &Config) -> percolator_store::Result<()> {
+        let wanted = config.logged_columns();
+        if self.store.change_log() != wanted {
+            self.store.set_change_log(wanted)?;
+        }
+        *self.changes_keep.lock().unwrap_or_else(PoisonError::into_inner) = config.changes_keep();
+        Ok(())
+    }
+
+    /// How long the change log keeps changes for readers without a subscription.
+    pub fn changes_keep(&self) -> Duration {
+        *self.changes_keep.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The state, also after a panic while it was held (reload catches panics, and every

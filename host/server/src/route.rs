@@ -58,10 +58,15 @@ impl Observer for Parked {
 }
 
 impl Direct {
-    /// Opens the store of `config` with its bindings registered (not run).
+    /// Opens the store of `config` with its bindings registered (not run) and its logged
+    /// columns logged (a load without a host feeds the change log as a host's would).
     pub fn open(config: &Config, store: Store) -> Result<Direct, String> {
         let observers = config.bindings.iter().map(|b| (b.spec(), Arc::new(Parked) as Arc<dyn Observer>)).collect();
         store.set_observers(observers).map_err(|e| format!("{}: {e}", config.file.display()))?;
+        let logged = config.logged_columns();
+        if store.change_log() != logged {
+            store.set_change_log(logged).map_err(|e| format!("{}: {e}", config.file.display()))?;
+        }
         Ok(Direct {
             cx: Context {
                 store,

@@ -148,6 +148,7 @@ async fn serve(
         .map_err(|e| format!("watching for changes: {e}"))?;
     let sampling = {
         let (store, sampler, pipeline) = (store.clone(), sampler.clone(), pipeline.clone());
+        let trimmer = Arc::new(std::sync::Mutex::new(crate::trim::Trimmer::default()));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             let mut logged = None;
@@ -180,13 +181,20 @@ async fn serve(
                 // those that moved), so that a host killed without a clean stop loses at most
                 // 10 s of them.
                 if n % 10 == 0 {
-                    let (store, pipeline) = (store.clone(), pipeline.clone());
+                    let (store, pipeline, trimmer) = (store.clone(), pipeline.clone(), trimmer.clone());
                     let saved = tokio::task::spawn_blocking(move || {
                         if let Err(e) = store.persist_metrics() {
                             tracing::warn!("saving the store's counters: {e}");
                         }
                         if let Err(e) = pipeline.persist_counts() {
                             tracing::warn!("{e}");
+                        }
+                        // And the change log trimmed (every host does it; it is idempotent).
+                        let mut trimmer = trimmer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        match trimmer.tick(&store, pipeline.changes_keep()) {
+                            Ok(0) => {}
+                            Ok(n) => tracing::debug!(rows = n, "change log trimmed"),
+                            Err(e) => tracing::warn!("trimming the change log: {e}"),
                         }
                     });
                     if let Err(e) = saved.await {

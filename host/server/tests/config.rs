@@ -281,3 +281,43 @@ fn the_redis_backend_is_configured_in_store_redis() {
     let e = err(&dir, &format!("{head}durability = \"none\"\n[store.redis]\nnodes = [\"h:1\"]{tail}"));
     assert!(e.contains("store.durability: applies to the redb backend only"), "{e}");
 }
+
+#[test]
+fn logged_columns_are_parsed_and_bad_ones_located() {
+    let dir = Dir::new("changes");
+    let ok = format!(
+        "{HEAD}\n[[changes]]\ntable = \"docs\"\ncolumns = [\"doc:title\", \"doc:url\"]\nkeep_s = 60\n\n[[changes]]\ntable = \"idx\"\ncolumns = [\"t:n\"]\n"
+    );
+    let c = Config::load(&dir.config(&ok)).unwrap();
+    let logged: Vec<(String, String)> = c.logged_columns().into_iter().collect();
+    assert_eq!(logged, [("docs", "doc:title"), ("docs", "doc:url"), ("idx", "t:n")].map(|(t, c)| (t.into(), c.into())));
+    assert_eq!(c.changes_keep(), std::time::Duration::from_secs(3600), "the longest keep (the default one)");
+    for (body, want) in [
+        ("[[changes]]\ntable = \"docs\"\ncolumns = []\n", ":9: changes[0].columns: is empty"),
+        (
+            "[[changes]]\ntable = \"docs\"\ncolumns = [\"title\"]\n",
+            "changes[0].columns: \"title\" is not a \"family:qualifier\" column",
+        ),
+        ("[[changes]]\ntable = \"docs\"\ncolumns = [\"__x:y\"]\n", "changes[0].columns: \"__x:y\""),
+        (
+            "[[changes]]\ntable = \"\"\ncolumns = [\"a:b\"]\n",
+            ":8: changes[0].table: invalid argument: table name is empty",
+        ),
+        (
+            "[[changes]]\ntable = \"_loads\"\ncolumns = [\"a:b\"]\n",
+            "changes[0].table: table \"_loads\" holds load checkpoints",
+        ),
+        (
+            "[[changes]]\ntable = \"docs\"\ncolumns = [\"a:b\"]\nkeep_s = 0\n",
+            ":10: changes[0].keep_s: 0 is not between 1 and",
+        ),
+        (
+            "[[changes]]\ntable = \"docs\"\ncolumns = [\"a:b\"]\n[[changes]]\ntable = \"docs\"\ncolumns = [\"a:b\"]\n",
+            "changes[1].columns: docs/a:b is already logged by changes[0]",
+        ),
+        ("[[changes]]\ntable = \"docs\"\ncolumns = [\"a:b\"]\nkeep = 5\n", "unknown field `keep`"),
+    ] {
+        let e = err(&dir, &format!("{HEAD}\n{body}"));
+        assert!(e.contains(want), "{body}: {e}");
+    }
+}

@@ -3,8 +3,8 @@
 //! of the command line ([`Direct`](crate::route::Direct)) both run these, so both answer the
 //! same thing; which commands exist is listed once, in [`register`].
 //!
-//! One module per group of commands: [`cells`] (get, scan, notify), [`load`], [`pipeline`]
-//! (health, status, dead letters, retry, gc, wait).
+//! One module per group of commands: [`cells`] (get, scan, notify), [`changes`] (the change
+//! feed), [`load`], [`pipeline`] (health, status, dead letters, retry, gc, wait).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -21,6 +21,7 @@ use crate::pipeline::Pipeline;
 use crate::sampler::Sampler;
 
 pub mod cells;
+pub mod changes;
 pub mod load;
 pub mod pipeline;
 pub mod replay;
@@ -105,6 +106,7 @@ pub fn register(r: &mut impl Registry) {
     r.op::<endpoint::Wait>();
     r.op::<endpoint::Notify>();
     r.op::<endpoint::Replay>();
+    r.op::<endpoint::Changes>();
 }
 
 /// Runs `E` on `cx`, refusing a write while the configuration does not load.

@@ -2,9 +2,7 @@
 //! that the runner is tested against a model with failures injected (`tests` below) as well as
 //! against the real [`Store`].
 
-use std::collections::BTreeSet;
-
-use percolator_store::{Store, Timestamp};
+use percolator_store::Store;
 
 use super::{ChangePage, ChangeToken};
 
@@ -22,10 +20,6 @@ pub trait Feed: Send + Sync + 'static {
     fn subscription(&self, name: &str) -> Result<Option<(ChangeToken, Option<u64>)>, String>;
     /// Moves the subscription to `to`; an error if this worker no longer owns it.
     fn advance(&self, name: &str, to: &ChangeToken) -> Result<(), String>;
-    /// The `(table, column)`s every commit writes to the change log.
-    fn set_change_log(&self, columns: BTreeSet<(String, String)>) -> Result<(), String>;
-    /// Removes log entries at or below `upto` that every subscription has passed.
-    fn trim(&self, upto: Timestamp) -> Result<u64, String>;
 }
 
 impl Feed for Store {
@@ -53,13 +47,5 @@ impl Feed for Store {
             Ok(false) => Err("another worker owns it now".to_owned()),
             Err(e) => Err(e.to_string()),
         }
-    }
-
-    fn set_change_log(&self, columns: BTreeSet<(String, String)>) -> Result<(), String> {
-        Store::set_change_log(self, columns).map_err(|e| e.to_string())
-    }
-
-    fn trim(&self, upto: Timestamp) -> Result<u64, String> {
-        self.trim_changes(upto).map_err(|e| e.to_string())
     }
 }

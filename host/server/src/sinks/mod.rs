@@ -20,7 +20,7 @@ pub mod jsonl;
 pub mod postgres;
 pub mod webhook;
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -45,10 +45,9 @@ const MIN_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest wait between retries of a failed delivery.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// A caught-up runner moves its position to the feed's head (an empty page's `next`) at most
-/// this often: that lets the change log be trimmed behind it without a write per poll.
+/// this often: that lets the host's trimmer (`crate::trim`) remove the log behind it without a
+/// write per poll.
 const IDLE_ADVANCE_EVERY: Duration = Duration::from_secs(5);
-/// How often a runner trims the change log behind its position.
-const TRIM_EVERY: Duration = Duration::from_secs(30);
 /// The window of the delivered-per-second rate.
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 
@@ -229,31 +228,21 @@ pub struct Sinks {
     /// Where refused batches are kept, one folder per sink.
     dead_dir: PathBuf,
     runners: Mutex<BTreeMap<String, Runner>>,
-    /// The change log's columns as last set by this host (none before the first apply).
-    logged: Mutex<Option<BTreeSet<(String, String)>>>,
 }
 
 impl Sinks {
     /// No sink running yet; refused batches go under `dead_dir/<sink>/`.
     pub fn new(feed: Arc<dyn Feed>, dead_dir: PathBuf) -> Sinks {
-        Sinks { feed, dead_dir, runners: Mutex::new(BTreeMap::new()), logged: Mutex::new(None) }
+        Sinks { feed, dead_dir, runners: Mutex::new(BTreeMap::new()) }
     }
 
-    /// Makes the running sinks those of `sinks`: sets the store's change log to the union of
-    /// their columns (first, so that nothing committed after a new sink starts is missed),
-    /// stops removed and changed ones (a changed sink restarts from its subscription's
-    /// position: its name is its identity), and starts new ones. On an error from the store
-    /// nothing changes.
-    pub fn apply(&self, sinks: &[Sink]) -> Result<(), String> {
-        let columns: BTreeSet<(String, String)> =
-            sinks.iter().flat_map(|s| s.columns.iter().map(|c| (s.table.clone(), c.clone()))).collect();
-        {
-            let mut logged = self.logged.lock().unwrap_or_else(PoisonError::into_inner);
-            if logged.as_ref() != Some(&columns) {
-                self.feed.set_change_log(columns.clone()).map_err(|e| format!("setting the change log: {e}"))?;
-                *logged = Some(columns);
-            }
-        }
+    /// Makes the running sinks those of `sinks`: stops removed and changed ones (a changed sink
+    /// restarts from its subscription's position: its name is its identity; each stops after
+    /// the delivery it is in) and starts new ones. The caller has made the store's change log
+    /// hold their columns first (`Config::logged_columns`), so that nothing committed after a
+    /// new sink starts is missed. A runner that cannot be started (no thread) is logged and
+    /// left out.
+    pub fn apply(&self, sinks: &[Sink]) {
         let mut runners = self.runners.lock().unwrap_or_else(PoisonError::into_inner);
         let wanted: BTreeMap<&str, &Sink> = sinks.iter().map(|s| (s.name.as_str(), s)).collect();
         let gone: Vec<String> =
@@ -269,11 +258,14 @@ impl Sinks {
                 continue;
             }
             let kind = new_kind(&s.kind);
-            let runner = spawn(self.feed.clone(), s.clone(), kind, self.dead_dir.join(&s.name))?;
-            tracing::info!(sink = %s.name, kind = s.kind.name(), to = %s.kind.destination(), "sink started");
-            runners.insert(s.name.clone(), runner);
+            match spawn(self.feed.clone(), s.clone(), kind, self.dead_dir.join(&s.name)) {
+                Ok(runner) => {
+                    tracing::info!(sink = %s.name, kind = s.kind.name(), to = %s.kind.destination(), "sink started");
+                    runners.insert(s.name.clone(), runner);
+                }
+                Err(e) => tracing::error!("{e}"),
+            }
         }
-        Ok(())
     }
 
     /// Every sink's status, by name.
@@ -367,7 +359,6 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
     let mut position: Option<ChangeToken> = None;
     let mut backoff = MIN_BACKOFF;
     let mut last_advance = Instant::now();
-    let mut last_trim: Option<Instant> = None;
     let retry = |shared: &Shared, backoff: &mut Duration, error: String| {
         shared.failed(error);
         let wait = *backoff;
@@ -468,15 +459,6 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
         }
         shared.rate.lock().unwrap_or_else(PoisonError::into_inner).push_back((Instant::now(), n));
         position = Some(page.next);
-        if last_trim.is_none_or(|t| t.elapsed() >= TRIM_EVERY) {
-            last_trim = Some(Instant::now());
-            let upto = position.as_ref().and_then(ChangeToken::position).unwrap_or(Timestamp::ZERO);
-            match feed.trim(upto) {
-                Ok(n) if n > 0 => tracing::debug!(sink = %name, removed = n, "change log trimmed"),
-                Ok(_) => {}
-                Err(e) => tracing::warn!(sink = %name, "trimming the change log: {e}"),
-            }
-        }
     }
 }
 

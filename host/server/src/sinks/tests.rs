@@ -1,7 +1,6 @@
 //! The runner against a model feed (a list of changes, one subscription) with failures
 //! injected, and the kinds' pure parts.
 
-use std::collections::BTreeSet;
 use std::sync::atomic::AtomicUsize;
 
 use percolator_store::CellRef;
@@ -18,7 +17,6 @@ struct Model {
     owned: AtomicBool,
     /// Fail this many `changes` calls first.
     fail_reads: AtomicUsize,
-    columns: Mutex<BTreeSet<(String, String)>>,
 }
 
 fn change(ts: u64, row: &str, value: Option<&str>) -> Change {
@@ -77,15 +75,6 @@ impl Feed for Model {
         }
         self.subs.lock().unwrap().insert(name.to_owned(), to.position().map_or(0, Timestamp::raw));
         Ok(())
-    }
-
-    fn set_change_log(&self, columns: BTreeSet<(String, String)>) -> Result<(), String> {
-        *self.columns.lock().unwrap() = columns;
-        Ok(())
-    }
-
-    fn trim(&self, _: Timestamp) -> Result<u64, String> {
-        Ok(0)
     }
 }
 
@@ -220,7 +209,7 @@ fn a_refused_batch_is_parked_and_the_sink_moves_on() {
 }
 
 #[test]
-fn apply_sets_the_change_log_and_replaces_changed_sinks() {
+fn apply_replaces_changed_sinks_and_stops_removed_ones() {
     let model = Arc::new(Model::default());
     let dir = temp_dir("apply");
     let sinks = Sinks::new(model.clone(), dir.clone());
@@ -229,15 +218,15 @@ fn apply_sets_the_change_log_and_replaces_changed_sinks() {
     let mut b = sink("b");
     b.columns = vec!["d:w".into(), "d:v".into()];
     b.kind = SinkKind::Jsonl { path: dir.join("b.jsonl") };
-    sinks.apply(&[a.clone(), b.clone()]).unwrap();
-    let want: BTreeSet<(String, String)> =
-        [("t", "d:v"), ("t", "d:w")].iter().map(|(t, c)| (t.to_string(), c.to_string())).collect();
-    assert_eq!(*model.columns.lock().unwrap(), want);
+    sinks.apply(&[a.clone(), b.clone()]);
     assert_eq!(sinks.status().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
-    sinks.apply(&[a]).unwrap();
-    assert_eq!(sinks.status().len(), 1);
-    assert_eq!(model.columns.lock().unwrap().len(), 1, "b's column left the change log");
+    sinks.apply(&[a.clone()]);
+    assert_eq!(sinks.status().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a"]);
+    a.batch = 7;
+    sinks.apply(&[a]);
+    assert_eq!(sinks.status().len(), 1, "a changed sink is replaced, not doubled");
     sinks.stop();
+    assert!(sinks.status().is_empty());
 }
 
 #[test]
