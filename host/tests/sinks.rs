@@ -19,6 +19,8 @@ use percolator_server::sinks::postgres::PostgresSink;
 use percolator_server::sinks::{Batch, Change, Deliver};
 use percolator_store::{CellRef, Timestamp};
 
+mod common;
+
 /// A temp dir with `p.toml` and an empty observers folder; removed on drop.
 struct Sandbox {
     dir: PathBuf,
@@ -26,20 +28,25 @@ struct Sandbox {
 
 impl Sandbox {
     fn new(name: &str, sinks: &str) -> Sandbox {
+        Sandbox::with_store(name, "[store]\npath = \"store.redb\"\n", sinks)
+    }
+
+    /// With `store` as the `[store]` section (several sandboxes may share a Redis namespace).
+    fn with_store(name: &str, store: &str, sinks: &str) -> Sandbox {
         let dir = std::env::temp_dir().join(format!("percolator-sinks-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("observers")).unwrap();
+        std::fs::write(dir.join("store.toml"), store).unwrap();
         let sb = Sandbox { dir };
         sb.config(sinks);
         sb
     }
 
     fn config(&self, sinks: &str) {
+        let store = std::fs::read_to_string(self.path("store.toml")).unwrap();
         std::fs::write(
             self.path("p.toml"),
-            format!(
-                "[store]\npath = \"store.redb\"\n[observers]\ndir = \"observers\"\n[http]\nlisten = \"127.0.0.1:0\"\n{sinks}"
-            ),
+            format!("{store}[observers]\ndir = \"observers\"\n[http]\nlisten = \"127.0.0.1:0\"\n{sinks}"),
         )
         .unwrap();
     }
@@ -579,41 +586,11 @@ fn a_webhook_that_fails_stalls_and_hangs_up_gets_every_change_once_in_effect() {
     sb.load("a.jsonl", &records(120, 1, 0));
     sb.load("b.jsonl", &records(120, 2, 4));
     let want = sb.store_state();
-    let folded = wait_until("the webhook has every change", 90, || {
-        let r = received.lock().unwrap();
-        let mut changes: BTreeMap<(u64, String, String), Option<String>> = BTreeMap::new();
-        for (key, body) in &r.acked {
-            assert!(key.starts_with("hook-"), "{key}");
-            for c in body["changes"].as_array().unwrap() {
-                let value = if c["deleted"] == true { None } else { Some(c["value"].as_str().unwrap().to_owned()) };
-                changes.insert(
-                    (
-                        c["commit_ts"].as_u64().unwrap(),
-                        c["row"].as_str().unwrap().to_owned(),
-                        c["column"].as_str().unwrap().to_owned(),
-                    ),
-                    value,
-                );
-            }
-        }
-        let mut state: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-        for ((_, row, column), value) in changes {
-            match value {
-                Some(v) => {
-                    state.entry(row).or_default().insert(column, v);
-                }
-                None => {
-                    state.entry(row.clone()).or_default().remove(&column);
-                    if state[&row].is_empty() {
-                        state.remove(&row);
-                    }
-                }
-            }
-        }
-        (state == want).then_some(state)
-    });
-    assert_eq!(folded, want);
+    wait_until("the webhook has every change", 90, || (fold_acked(&received) == want).then_some(()));
     let r = received.lock().unwrap();
+    for (key, _) in &r.acked {
+        assert!(key.starts_with("hook-"), "{key}");
+    }
     assert!(
         r.requests >= r.acked.len() + 4,
         "the failures were retried: {} requests, {} acked",
@@ -721,4 +698,88 @@ fn a_reload_adds_removes_and_rejects_sinks() {
     });
     assert!(error.contains("sink[1].kind"), "{error}");
     assert_eq!(names(&sb), ["b"]);
+}
+
+/// The sink's status on the host of `sb`.
+fn sink_status(sb: &Sandbox, name: &str) -> Option<serde_json::Value> {
+    let status = sb.status();
+    status["host"]["sinks"].as_array()?.iter().find(|s| s["name"] == name).cloned()
+}
+
+/// The worker id of the host of `sb`.
+fn worker_id(sb: &Sandbox) -> u64 {
+    let status = sb.status();
+    let workers = status["store"]["workers"].as_array().unwrap();
+    workers.iter().find(|w| w["this"] == true).unwrap()["id"].as_u64().unwrap()
+}
+
+/// The acknowledged webhook batches folded into a table state (deduplicated by change).
+fn fold_acked(received: &Mutex<Received>) -> BTreeMap<String, BTreeMap<String, String>> {
+    let r = received.lock().unwrap();
+    let mut changes: BTreeMap<(u64, String, String), Option<String>> = BTreeMap::new();
+    for (_, body) in &r.acked {
+        for c in body["changes"].as_array().unwrap() {
+            let value = if c["deleted"] == true { None } else { Some(c["value"].as_str().unwrap().to_owned()) };
+            let key = (
+                c["commit_ts"].as_u64().unwrap(),
+                c["row"].as_str().unwrap().to_owned(),
+                c["column"].as_str().unwrap().to_owned(),
+            );
+            changes.insert(key, value);
+        }
+    }
+    let mut state: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for ((_, row, column), value) in changes {
+        match value {
+            Some(v) => {
+                state.entry(row).or_default().insert(column, v);
+            }
+            None => {
+                state.entry(row.clone()).or_default().remove(&column);
+                if state[&row].is_empty() {
+                    state.remove(&row);
+                }
+            }
+        }
+    }
+    state
+}
+
+/// Two `percolator up` hosts on one Redis namespace (the oracle service through etcd): exactly
+/// one owns and delivers the sink; SIGKILLed, the other takes it over once the dead one's lease
+/// is gone, and the receiver ends with the store's state. Runs only on the Redis backend
+/// (`PERCOLATOR_TEST_BACKEND=redis`, as `scripts/test` runs it against `scripts/dev-cluster`).
+#[test]
+fn one_live_host_delivers_and_another_takes_over_when_it_dies() {
+    if std::env::var("PERCOLATOR_TEST_BACKEND").as_deref() != Ok("redis") {
+        eprintln!("SKIPPED: needs PERCOLATOR_TEST_BACKEND=redis (scripts/test runs it on scripts/dev-cluster)");
+        return;
+    }
+    assert!(std::env::var("PERCOLATOR_ETCD").is_ok(), "two hosts need the oracle service: PERCOLATOR_ETCD");
+    let (url, received) = receiver(Vec::new());
+    let sink = format!(
+        "[[sink]]\nname = \"hook\"\nkind = \"webhook\"\ntable = \"docs\"\ncolumns = [\"raw:text\", \"raw:n\"]\nurl = \"{url}\"\nbatch = 20\n"
+    );
+    let store = common::store_section("store.redb", "fsync");
+    let a = Sandbox::with_store("handover-a", &store, &sink);
+    let b = Sandbox::with_store("handover-b", &store, &sink);
+    let mut host_a = Host::start(&a);
+    wait_until("a owns the sink", 30, || sink_status(&a, "hook").filter(|s| s["owner"] == true).map(|_| ()));
+    let _host_b = Host::start(&b);
+    let a_id = worker_id(&a);
+    let standby = wait_until("b sees a as the owner", 30, || {
+        sink_status(&b, "hook").filter(|s| s["owner_id"].as_u64() == Some(a_id))
+    });
+    assert_eq!(standby["owner"], false, "two owners: {standby}");
+    b.load("1.jsonl", &records(100, 1, 0));
+    let want = b.store_state();
+    wait_until("the receiver has the first load", 60, || (fold_acked(&received) == want).then_some(()));
+    assert_eq!(sink_status(&b, "hook").unwrap()["delivered"], 0, "the standby delivered");
+
+    host_a.kill();
+    b.load("2.jsonl", &records(100, 2, 3));
+    let want = b.store_state();
+    wait_until("b took the sink over", 60, || sink_status(&b, "hook").filter(|s| s["owner"] == true).map(|_| ()));
+    wait_until("the receiver has the second load", 60, || (fold_acked(&received) == want).then_some(()));
+    assert!(sink_status(&b, "hook").unwrap()["delivered"].as_u64().unwrap() > 0);
 }

@@ -28,6 +28,8 @@ use super::{Batch, Deliver, Failure};
 
 /// How long connecting may take before the attempt counts as failed (and is retried).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The session options unless the URL sets its own: a statement may take 60 s.
+const STATEMENT_TIMEOUT: &str = "-c statement_timeout=60000";
 
 /// Upserts into a PostgreSQL table.
 pub struct PostgresSink {
@@ -99,6 +101,12 @@ impl PostgresSink {
         if config.get_application_name().is_none() {
             config.application_name("percolator-sink");
         }
+        // A server that stalls (rather than refusing) fails the attempt after a while, so the
+        // runner retries and its error shows, and a stop does not wait for ever.
+        if config.get_options().is_none() {
+            config.options(STATEMENT_TIMEOUT);
+        }
+        config.keepalives(true);
         let mut client = config.connect(NoTls)?;
         for sql in create_sql(&self.target, &self.columns) {
             client.batch_execute(&sql)?;
