@@ -383,10 +383,29 @@ fn postgres_and_jsonl_equal_the_store_through_a_killed_host_and_a_stopped_server
     let metrics = ureq_get(&format!("{}/metrics", endpoint(&sb)));
     assert!(metrics.contains("percolator_sink_delivered_total{sink=\"pg\",kind=\"postgres\"}"), "{metrics}");
 
-    // 2. Updates and deletions, and the host SIGKILLed while it delivers them; a new host
-    //    (which takes the subscriptions over once the dead one's lease is gone) finishes.
+    // 2. Updates and deletions, and the host SIGKILLed in the middle of delivering them: the
+    //    test holds a lock on the table, so the sink's PostgreSQL transaction waits inside its
+    //    batch when the host dies. A new host (which takes the subscriptions over once the
+    //    dead one's lease is gone) delivers that batch again, and the rest.
+    let mut locker = pg.client();
+    let mut lock = locker.transaction().unwrap();
+    lock.batch_execute("LOCK TABLE docs IN ACCESS EXCLUSIVE MODE").unwrap();
     sb.load("b.jsonl", &records(600, 2, 7));
+    wait_until("the sink waits inside its PostgreSQL transaction", 30, || {
+        let waiting: i64 = pg
+            .client()
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'percolator-sink' \
+                 AND wait_event_type = 'Lock' AND state = 'active'",
+                &[],
+            )
+            .unwrap()
+            .get(0);
+        (waiting > 0).then_some(())
+    });
     host.kill();
+    lock.rollback().unwrap();
+    drop(locker);
     let host = Host::start(&sb);
     let want = sb.store_state();
     assert!(want.values().filter(|c| !c.contains_key("raw:text")).count() > 50, "deletions in the load");
