@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use percolator_api::endpoint::SinkDeadLetter;
+use percolator_api::{SinkDeadLetterAction, SinkDeadLetterRequest};
 use percolator_server::sinks::postgres::PostgresSink;
 use percolator_server::sinks::{Batch, Change, Deliver};
 use percolator_store::{CellRef, Timestamp};
@@ -625,7 +627,10 @@ fn a_webhook_that_fails_stalls_and_hangs_up_gets_every_change_once_in_effect() {
 
 #[test]
 fn a_refused_webhook_batch_is_parked_and_listed() {
-    let (url, received) = receiver(vec![Answer::Status(422)]);
+    // Refused: the first load; then taken: the second; refused: the first retry of the parked
+    // batch; then taken: the second; refused: the third load.
+    let script = [422, 200, 422, 200, 422].map(Answer::Status).to_vec();
+    let (url, received) = receiver(script);
     let sinks = format!(
         "[[sink]]\nname = \"hook\"\nkind = \"webhook\"\ntable = \"docs\"\ncolumns = [\"raw:text\"]\nurl = \"{url}\"\n"
     );
@@ -648,6 +653,33 @@ fn a_refused_webhook_batch_is_parked_and_listed() {
     wait_until("the next batch is delivered", 30, || (!received.lock().unwrap().acked.is_empty()).then_some(()));
     let text = sb.ok(&["status"]);
     assert!(text.contains("1 refused batches parked"), "{text}");
+
+    // Through the API: sent again (the receiver takes it now) it is gone; an unknown one is 404.
+    let api = percolator_api::Remote::new(&endpoint(&sb), None);
+    let id = parked[0]["id"].as_str().unwrap().to_owned();
+    let request = |id: &str, action| SinkDeadLetterRequest { sink: "hook".into(), id: id.into(), action };
+    let e = api.call::<SinkDeadLetter>(&request("0-0", SinkDeadLetterAction::Discard)).unwrap_err();
+    assert_eq!(e.kind, percolator_api::ErrorKind::NotFound, "{e}");
+    let e = api.call::<SinkDeadLetter>(&request(&id, SinkDeadLetterAction::Retry)).unwrap_err();
+    assert!(e.message.contains("not acknowledged") && e.message.contains("422"), "{e}");
+    assert!(std::path::Path::new(file).exists(), "a batch refused again is kept");
+    let acked = received.lock().unwrap().acked.len();
+    let done = api.call::<SinkDeadLetter>(&request(&id, SinkDeadLetterAction::Retry)).unwrap();
+    assert!(done.removed && done.changes == 5, "{done:?}");
+    assert_eq!(received.lock().unwrap().acked.len(), acked + 1);
+    assert!(!std::path::Path::new(file).exists());
+    assert_eq!(sb.status()["host"]["sinks"][0]["dead_letters"].as_array().unwrap().len(), 0);
+    // Discarded: gone without a request to the destination.
+    sb.load("c.jsonl", &records(2, 3, 0));
+    let parked = wait_until("the third batch is parked", 30, || {
+        let status = sb.status();
+        status["host"]["sinks"][0]["dead_letters"].as_array().filter(|d| !d.is_empty()).cloned()
+    });
+    let requests = received.lock().unwrap().requests;
+    let done = api.call::<SinkDeadLetter>(&request(parked[0]["id"].as_str().unwrap(), SinkDeadLetterAction::Discard));
+    assert!(done.unwrap().removed);
+    assert_eq!(received.lock().unwrap().requests, requests);
+    assert_eq!(sb.status()["host"]["sinks"][0]["dead_letters"].as_array().unwrap().len(), 0);
 }
 
 #[test]

@@ -134,6 +134,9 @@ endpoints! {
     Changes: Post "/v1/changes", "changes", ChangesRequest => ChangesResponse,
         "Committed changes to a table's logged columns after a position, in commit-timestamp order, up to the resolved timestamp (nothing later can still commit below it); resume from `next` to miss and repeat nothing. `wait_secs` waits for a first change.",
         timeout = changes_timeout;
+    /// A sink's parked batch sent again or discarded.
+    SinkDeadLetter: Post "/v1/sinks/dead-letters", "sink_dead_letter", SinkDeadLetterRequest => SinkDeadLetterResponse,
+        "Sends a batch a sink's destination refused (listed in status, host.sinks[].dead_letters) once more, or discards it.";
 }
 
 /// `GET`: Prometheus text exposition format 0.0.4 (not JSON, so not an [`Endpoint`]).

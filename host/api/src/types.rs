@@ -509,6 +509,10 @@ pub struct SinkReport {
 /// A batch a sink's destination refused, parked.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct SinkDeadLetterReport {
+    /// Its id among the sink's parked batches (`<first ts>-<last ts>`, zero-padded), for
+    /// [`SinkDeadLetterRequest`].
+    #[serde(default)]
+    pub id: String,
     /// The file holding the batch (its changes as JSON) and the answer.
     pub file: String,
     /// The commit timestamp of its first change.
@@ -519,6 +523,40 @@ pub struct SinkDeadLetterReport {
     pub changes: u64,
     /// The destination's answer.
     pub error: String,
+}
+
+/// `POST /v1/sinks/dead-letters`: send a parked batch of a sink again, or discard it.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SinkDeadLetterRequest {
+    /// The sink.
+    #[schemars(length(min = 1, max = 64))]
+    pub sink: String,
+    /// The parked batch ([`SinkDeadLetterReport::id`]).
+    #[schemars(length(min = 1, max = 64))]
+    pub id: String,
+    /// `retry`: deliver it once more now (kept if the destination refuses it again); `discard`:
+    /// delete it.
+    pub action: SinkDeadLetterAction,
+}
+
+/// What to do with a parked batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SinkDeadLetterAction {
+    /// Deliver it again (out of order: its changes are older than the sink's position).
+    Retry,
+    /// Delete it.
+    Discard,
+}
+
+/// What became of a parked batch.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SinkDeadLetterResponse {
+    /// True if the destination acknowledged it (retry) or it was deleted (discard): it is gone.
+    pub removed: bool,
+    /// Changes in it.
+    pub changes: u64,
 }
 
 /// A dry run of a candidate version of a binding's component on existing rows.

@@ -178,6 +178,7 @@ pub fn sink_reports(sinks: &[crate::sinks::SinkStatus]) -> Vec<SinkReport> {
                 .dead_letters
                 .iter()
                 .map(|d| SinkDeadLetterReport {
+                    id: d.id(),
                     file: d.file.display().to_string(),
                     first_ts: d.first_ts,
                     last_ts: d.last_ts,

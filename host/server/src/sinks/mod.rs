@@ -116,6 +116,40 @@ pub struct DeadLetter {
     pub error: String,
 }
 
+impl DeadLetter {
+    /// Its id: the file's name without `.json` (`<first ts>-<last ts>`, zero-padded).
+    pub fn id(&self) -> String {
+        self.file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+}
+
+/// Why [`Sinks::dead_letter`] did nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeadLetterError {
+    /// No such sink on this host, or no such parked batch.
+    NotFound(String),
+    /// The batch could not be read, sent or removed (it is kept).
+    Failed(String),
+}
+
+/// A change from its JSON form ([`change_json`]), as parked.
+fn change_from_json(v: &serde_json::Value) -> Option<Change> {
+    let bytes = |text: &str, b64: &str| -> Option<Vec<u8>> {
+        match (v[text].as_str(), v[b64].as_str()) {
+            (Some(t), _) => Some(t.as_bytes().to_vec()),
+            (None, Some(b)) => BASE64.decode(b).ok(),
+            (None, None) => None,
+        }
+    };
+    let row = bytes("row", "row_base64")?;
+    let value = if v["deleted"] == true { None } else { Some(bytes("value", "value_base64")?) };
+    Some(Change {
+        cell: percolator_store::CellRef::new(v["table"].as_str()?, row, v["column"].as_str()?),
+        value,
+        commit_ts: Timestamp::from_raw(v["commit_ts"].as_u64()?),
+    })
+}
+
 /// What `status` shows of a sink.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SinkStatus {
@@ -286,6 +320,41 @@ impl Sinks {
                 s
             })
             .collect()
+    }
+
+    /// Sends parked batch `id` of sink `sink` once more (`retry`; removed once acknowledged,
+    /// kept with the new answer otherwise) or deletes it; returns how many changes it held.
+    pub fn dead_letter(&self, sink: &str, id: &str, retry: bool) -> Result<usize, DeadLetterError> {
+        let config = {
+            let runners = self.runners.lock().unwrap_or_else(PoisonError::into_inner);
+            runners.get(sink).map(|r| r.sink.clone())
+        };
+        let config = config.ok_or_else(|| DeadLetterError::NotFound(format!("no sink {sink:?} runs on this host")))?;
+        let dir = self.dead_dir.join(sink);
+        let Some(parked) = read_dead_letters(&dir).into_iter().find(|d| d.id() == id) else {
+            return Err(DeadLetterError::NotFound(format!(
+                "sink {sink} has no parked batch {id:?} (`percolator status` lists them)"
+            )));
+        };
+        let failed = |e: std::io::Error| DeadLetterError::Failed(format!("{}: {e}", parked.file.display()));
+        if retry {
+            let text = std::fs::read(&parked.file).map_err(failed)?;
+            let changes: Option<Vec<Change>> = serde_json::from_slice::<serde_json::Value>(&text)
+                .ok()
+                .and_then(|v| v["changes"].as_array().map(|c| c.iter().map(change_from_json).collect()))
+                .flatten();
+            let changes = changes.ok_or_else(|| {
+                DeadLetterError::Failed(format!("{}: not a parked batch of changes", parked.file.display()))
+            })?;
+            let batch = Batch { sink, table: &config.table, columns: &config.columns, changes: &changes };
+            if let Err(Failure::Retry(e) | Failure::Reject(e)) = new_kind(&config.kind).deliver(&batch) {
+                // Kept, with the new answer, for another try.
+                let _ = park(&dir, &batch, &e);
+                return Err(DeadLetterError::Failed(format!("sent again, and not acknowledged: {e}")));
+            }
+        }
+        std::fs::remove_file(&parked.file).map_err(failed)?;
+        Ok(parked.changes)
     }
 
     /// Stops every runner (each finishes the delivery it is in first).
