@@ -1386,7 +1386,8 @@ fn snapshots_are_read_pinned_and_refused_on_both_routes() {
         let status = sb.ok(&["status"]);
         assert!(status.contains(&format!("pinned snapshot: {t1} (pin {old_pin}, expires ")), "{status}");
         let pins = json(&sb.ok(&["status", "--json"]))["store"]["pins"].clone();
-        assert!(pins.as_array().unwrap().iter().any(|p| p["id"].to_string() == now_pin && p["ts"] == now_ts), "{pins}");
+        let now_id: u64 = now_pin.parse().unwrap();
+        assert!(pins.as_array().unwrap().iter().any(|p| p["id"] == now_id && p["ts"] == now_ts), "{pins}");
         assert!(sb.ok(&["gc"]).starts_with(&format!("safepoint {t1} ")), "the oldest pin holds GC");
         assert_eq!(sb.ok(&["get", "docs", "r2", "raw:text", "--at", &t1.to_string()]), format!("{round}old2\n"));
         let (renewed, ts) = pin_of(&sb.ok(&["snapshot", "--renew", &old_pin, "--ttl", "2h"]));

@@ -248,7 +248,9 @@ impl Transaction {
             self.writes.iter().filter(|(c, _)| c.table == table && in_range(&c.row) && col_ok(&c.column)).collect();
         // Fetch enough that buffered deletes cannot starve the limit.
         let fetch = limit.saturating_add(buffered.iter().filter(|(_, v)| v.is_none()).count());
-        let mut merged: BTreeMap<(Vec<u8>, String), (Vec<u8>, Option<Timestamp>)> = BTreeMap::new();
+        // (row, column) → (value, commit timestamp).
+        type Cell = (Vec<u8>, Option<Timestamp>);
+        let mut merged: BTreeMap<(Vec<u8>, String), Cell> = BTreeMap::new();
         // The last cell consumed: the next page starts strictly after it.
         let mut cursor: (Vec<u8>, Option<String>) = (start.to_vec(), None);
         let mut waiter = LockWaiter::new();
