@@ -159,6 +159,11 @@ fn a_read_after_another_stores_gc_passed_its_snapshot_fails() {
     assert!(matches!(reader.scan("t", b"", None, None, 10), Err(Error::SnapshotTooOld { .. })));
 }
 
+/// A number below `n` (from the clock's nanoseconds: enough spread for timing).
+fn rand_below(n: u64) -> u64 {
+    u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()) % n
+}
+
 trait RunTs {
     fn run_ts(&self, body: impl FnMut(&mut percolator_store::Transaction) -> percolator_store::Result<()>)
     -> Timestamp;
@@ -173,5 +178,108 @@ impl RunTs for Store {
         let mut t = self.begin().unwrap();
         body(&mut t).unwrap();
         t.commit().unwrap()
+    }
+}
+
+/// Pins made while GC passes run at random moments (the pin's timestamp is not a running
+/// transaction's, so only the pin can hold GC at it): a pin that was made is never collected
+/// under — reads at it see exactly the value of its snapshot, after later passes — and one
+/// that raced a pass past its timestamp is refused with `SnapshotTooOld`. Reads at a snapshot
+/// without a pin see their value or fail with `SnapshotTooOld`, never another value.
+#[test]
+fn pins_and_reads_racing_gc_passes_are_whole_or_refused() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let store = test_store(StoreConfig::default());
+    let (stop, passes) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let gc = {
+        let (other, stop, passes) = (store.store.clone(), stop.clone(), passes.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                other.gc().unwrap();
+                passes.fetch_add(1, Ordering::SeqCst);
+                // Passes at random moments, so some pins are made between two of them.
+                std::thread::sleep(Duration::from_micros(rand_below(2000)));
+            }
+        })
+    };
+    let (mut made, mut refused, mut fenced) = (0, 0, 0);
+    for i in 0..200u32 {
+        store.run(|t| t.set("t", "a", "c:x", format!("v{i}"))).unwrap();
+        let at = store.begin().unwrap().start_ts();
+        // Sometimes a pass comes between (the pin is refused), sometimes during the pinning.
+        std::thread::sleep(Duration::from_micros(rand_below(1500)));
+        let pin = match store.pin_snapshot(Some(at), Duration::from_secs(600)) {
+            Ok(pin) => Some(pin),
+            Err(Error::SnapshotTooOld { .. }) => None,
+            Err(e) => panic!("{e:?}"),
+        };
+        store.run(|t| t.set("t", "a", "c:x", format!("after{i}"))).unwrap();
+        match pin {
+            Some(pin) => {
+                made += 1;
+                // Two more passes (the second started after the write above).
+                let seen = passes.load(Ordering::SeqCst);
+                while passes.load(Ordering::SeqCst) < seen + 2 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                let got = store.begin_at(at).and_then(|t| t.get("t", "a", "c:x"));
+                assert_eq!(got.unwrap(), Some(format!("v{i}").into_bytes()), "pin {} at {at}", pin.id);
+                store.unpin(pin.id).unwrap();
+            }
+            None => {
+                refused += 1;
+                match store.begin_at(at).and_then(|t| t.get("t", "a", "c:x")) {
+                    Ok(v) => assert_eq!(v, Some(format!("v{i}").into_bytes()), "a read at {at}"),
+                    Err(Error::SnapshotTooOld { .. }) => fenced += 1,
+                    Err(e) => panic!("{e:?}"),
+                }
+            }
+        }
+    }
+    stop.store(true, Ordering::SeqCst);
+    gc.join().unwrap();
+    eprintln!(
+        "{} GC passes; {made} pins made, {refused} refused; {fenced} unpinned reads fenced",
+        passes.load(Ordering::SeqCst)
+    );
+    assert!(made > 0 && refused > 0, "both outcomes happened");
+}
+
+/// Two hosts on one Redis namespace with the oracle service: a pin made on one holds the
+/// other's GC; a read at a snapshot on one fails once the other's GC passed it.
+#[test]
+fn pins_hold_and_fences_reach_across_hosts() {
+    if redis_nodes().is_none() || etcd_endpoints().is_none() {
+        assert!(std::env::var("PERCOLATOR_REQUIRE_REDIS").is_err(), "PERCOLATOR_REDIS and PERCOLATOR_ETCD are needed");
+        return;
+    }
+    let namespace = unique_namespace();
+    let (a, b) = (shared_store(&namespace, StoreConfig::default()), shared_store(&namespace, StoreConfig::default()));
+    a.run(|t| t.set("t", "r", "c:v", "old")).unwrap();
+    let pin = a.pin_snapshot(None, Duration::from_secs(600)).unwrap();
+    let unpinned = a.begin().unwrap().start_ts();
+    let reader = a.begin_at(unpinned).unwrap();
+    a.run(|t| t.set("t", "r", "c:v", "new")).unwrap();
+    assert_eq!(b.pins().unwrap(), vec![pin.clone()], "the pin is in the store");
+    // b's GC: held by the pin (a's running transactions publish only with a's heartbeat).
+    assert!(b.gc().unwrap().safepoint <= pin.ts);
+    assert_eq!(b.begin_at(pin.ts).unwrap().get("t", "r", "c:v").unwrap(), Some(b"old".to_vec()));
+    b.unpin(pin.id).unwrap();
+    drop(reader);
+    a.run(|t| t.set("t", "r", "c:v", "newer")).unwrap();
+    // a's heartbeat publishes that nothing of it runs; then a reads at the old snapshot, which
+    // nothing but the fence protects from b's GC until a's next heartbeat.
+    std::thread::sleep(StoreConfig::default().worker_lease / 3 + Duration::from_millis(500));
+    let reader = a.begin_at(unpinned).unwrap();
+    let stats = b.gc().unwrap();
+    if stats.safepoint > unpinned {
+        assert!(stats.versions_removed > 0);
+        assert!(matches!(reader.get("t", "r", "c:v"), Err(Error::SnapshotTooOld { .. })));
+        assert!(matches!(reader.scan("t", b"", None, None, 10), Err(Error::SnapshotTooOld { .. })));
+        assert!(matches!(a.begin_at(unpinned), Err(Error::SnapshotTooOld { .. })));
+    } else {
+        // a's heartbeat published the reader's snapshot before b's pass: b kept it.
+        eprintln!("a's heartbeat came first: the fence was not needed");
+        assert_eq!(reader.get("t", "r", "c:v").unwrap(), Some(b"old".to_vec()));
     }
 }
