@@ -1186,6 +1186,44 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
+    fn a_cell_as_json_is_text_where_it_can_be_and_base64_where_not() {
+        let text = json_value(&cell_json("t", b"r1", "c:v", "h\u{e9}\n".as_bytes(), 42));
+        assert_eq!(
+            text,
+            serde_json::json!({"table": "t", "row": "r1", "column": "c:v", "value": "h\u{e9}\n", "commit_ts": 42})
+        );
+        let bytes = json_value(&cell_json("t", b"\xff", "c:v", &[0, 0xfe, 1], 7));
+        assert_eq!(
+            bytes,
+            serde_json::json!({"table": "t", "row_base64": "/w==", "column": "c:v", "value_base64": "AP4B", "commit_ts": 7})
+        );
+    }
+
+    fn json_value(line: &str) -> serde_json::Value {
+        assert!(!line.contains('\n'), "one line: {line}");
+        serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn ttls_and_timestamps_are_read_or_refused_in_words() {
+        assert_eq!(ttl("90s"), Ok(90));
+        assert_eq!(ttl("10m"), Ok(600));
+        assert_eq!(ttl("2h"), Ok(7200));
+        assert_eq!(ttl("7d"), Ok(7 * 86_400));
+        assert_eq!(ttl(" 45 "), Ok(45));
+        for bad in ["", "m", "1.5h", "10 m", "-1m", "1w"] {
+            assert!(ttl(bad).unwrap_err().contains("is not a duration"), "{bad}");
+        }
+        assert!(ttl("0s").unwrap_err().contains("more than zero"));
+        assert!(ttl("604801").unwrap_err().contains("a week"));
+        assert!(ttl("18446744073709551615d").unwrap_err().contains("a week"));
+        assert_eq!(timestamp("17"), Ok(17));
+        for bad in ["0", "-1", "x", "1e3", ""] {
+            assert!(timestamp(bad).unwrap_err().contains("is not a timestamp"), "{bad}");
+        }
+    }
+
+    #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
     }
