@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use percolator_api::endpoint as ep;
 use percolator_api::loadfile::{self as load, Format};
-use percolator_api::text::{escape, hex, plural};
+use percolator_api::text::{escape, hex, plural, unhex};
 use percolator_api::*;
 use percolator_server::ops::Op;
 use percolator_server::route::{self, Route};
@@ -96,8 +96,15 @@ pub(crate) enum Command {
         /// Column (family:qualifier).
         column: String,
         /// Print the value as hex.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "json")]
         hex: bool,
+        /// Read at this snapshot (a timestamp from `snapshot`, a pin or a scan) instead of the
+        /// latest.
+        #[arg(long, value_name = "TS", value_parser = timestamp)]
+        at: Option<u64>,
+        /// Print a JSON object: table, row, column, value (text) or value_base64, commit_ts.
+        #[arg(long)]
+        json: bool,
     },
     /// Print cells of a table, one `row<TAB>column<TAB>value` line each (control characters
     /// escaped).
@@ -177,6 +184,9 @@ pub(crate) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the current timestamp (a snapshot: read at it with `get`/`scan --at`); with
+    /// --ttl, pin it so GC keeps it until the pin expires; renew or release a pin.
+    Snapshot(SnapshotArgs),
     /// Remove versions no reader can see.
     Gc,
     /// Remove every old version and give the freed space back to the file system: offline,
@@ -228,9 +238,39 @@ pub(crate) struct ScanArgs {
     /// At most this many cells (read from the host a page at a time).
     #[arg(long, default_value_t = 100, value_parser = at_least_one)]
     pub(crate) limit: u64,
-    /// Continue after the cell this token names (printed when a scan stops at --limit).
+    /// Continue after the cell this token names (printed when a scan stops at --limit); the
+    /// token carries the scan's snapshot.
     #[arg(long, value_name = "TOKEN")]
     pub(crate) after: Option<String>,
+    /// Read at this snapshot (a timestamp) instead of the latest; every page reads it.
+    #[arg(long, value_name = "TS", value_parser = timestamp)]
+    pub(crate) at: Option<u64>,
+    /// Print one JSON object per cell and line: table, row, column, value (text) or
+    /// value_base64, commit_ts.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `snapshot` options.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("change").args(["renew", "release"])))]
+pub(crate) struct SnapshotArgs {
+    /// Pin the snapshot for this long (e.g. 90s, 10m, 2h, 1d; at most a week): GC keeps what
+    /// reads at it need until then. With --renew: the pin's new TTL, from now.
+    #[arg(long, value_name = "DURATION", value_parser = ttl, conflicts_with = "release")]
+    pub(crate) ttl: Option<u64>,
+    /// Pin this snapshot (a timestamp) instead of the current one (with --ttl).
+    #[arg(long, value_name = "TS", value_parser = timestamp, requires = "ttl", conflicts_with = "change")]
+    pub(crate) at: Option<u64>,
+    /// Renew the pin with this id (with --ttl).
+    #[arg(long, value_name = "ID", requires = "ttl")]
+    pub(crate) renew: Option<u64>,
+    /// Release the pin with this id.
+    #[arg(long, value_name = "ID")]
+    pub(crate) release: Option<u64>,
+    /// Print JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 /// `load` options.
@@ -305,6 +345,39 @@ fn at_least_one(s: &str) -> Result<u64, String> {
 
 fn batch_size(s: &str) -> Result<u64, String> {
     whole_number(s, 1, MAX_BATCH_RECORDS)
+}
+
+/// `--at`: a timestamp (a whole number, at least 1).
+fn timestamp(s: &str) -> Result<u64, String> {
+    s.trim()
+        .parse::<u64>()
+        .ok()
+        .filter(|t| *t > 0)
+        .ok_or_else(|| format!("{s:?} is not a timestamp (a whole number from 1)"))
+}
+
+/// The longest `snapshot --ttl`: a week (the store's `MAX_PIN_TTL`).
+const MAX_TTL_SECS: u64 = 7 * 24 * 3600;
+
+/// `snapshot --ttl`: a duration (`90s`, `10m`, `2h`, `1d`; a bare number is seconds), in
+/// seconds, from 1 s to a week.
+fn ttl(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let bad = || format!("{s:?} is not a duration (e.g. 90s, 10m, 2h, 1d)");
+    let (digits, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let scale = match unit {
+        "" | "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    match n.checked_mul(scale) {
+        Some(0) => Err("a TTL must be more than zero".into()),
+        Some(secs) if secs <= MAX_TTL_SECS => Ok(secs),
+        _ => Err(format!("{s:?} is more than the longest TTL, a week (7d); renew the pin to keep it longer")),
+    }
 }
 
 /// `wait --timeout`: seconds, from 0 to [`MAX_WAIT_SECS`].
@@ -392,11 +465,21 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
     let mut out = out.lock();
     let w = |r: std::io::Result<()>| r.map_err(|e| format!("writing the output: {e}"));
     match command {
-        Command::Get { table, row, column, hex } => {
-            let v =
-                route.call::<ep::Get>(GetRequest { table: table.clone(), row: row.clone(), column: column.clone() })?;
-            w(writeln!(out, "{}", if *hex { &v.value_hex } else { &v.value }))?;
+        Command::Get { table, row, column, hex, at, json: as_json } => {
+            let v = route.call::<ep::Get>(GetRequest {
+                table: table.clone(),
+                row: row.clone(),
+                column: column.clone(),
+                at: *at,
+            })?;
+            if *as_json {
+                let bytes = unhex(&v.value_hex).unwrap_or_default();
+                w(writeln!(out, "{}", cell_json(table, row.as_bytes(), column, &bytes, v.commit_ts)))?;
+            } else {
+                w(writeln!(out, "{}", if *hex { &v.value_hex } else { &v.value }))?;
+            }
         }
+        Command::Snapshot(a) => snapshot(route, a, &mut out)?,
         Command::Scan(a) => {
             let mut left = a.limit;
             let mut after = a.after.clone();
@@ -408,10 +491,18 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                     prefix: a.rows.prefix.clone(),
                     columns: a.columns.clone(),
                     limit: usize::try_from(left.min(SCAN_PAGE)).unwrap_or(MAX_SCAN_LIMIT),
+                    // Every page's token carries the first page's snapshot (--at, if given).
+                    at: a.at,
                     after: after.take(),
                 })?;
                 for c in &r.cells {
-                    w(writeln!(out, "{}\t{}\t{}", escape(&c.row), escape(&c.column), escape(&c.value)))?;
+                    if a.json {
+                        let row = unhex(&c.row_hex).unwrap_or_default();
+                        let value = unhex(&c.value_hex).unwrap_or_default();
+                        w(writeln!(out, "{}", cell_json(&a.table, &row, &c.column, &value, c.commit_ts)))?;
+                    } else {
+                        w(writeln!(out, "{}\t{}\t{}", escape(&c.row), escape(&c.column), escape(&c.value)))?;
+                    }
                 }
                 left -= r.cells.len() as u64;
                 match r.next {
@@ -550,6 +641,50 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One cell as a line of JSON: text where the bytes are UTF-8, else base64 (`row_base64`,
+/// `value_base64`).
+fn cell_json(table: &str, row: &[u8], column: &str, value: &[u8], commit_ts: u64) -> String {
+    fn bytes(o: &mut serde_json::Map<String, serde_json::Value>, name: &str, b: &[u8]) {
+        match std::str::from_utf8(b) {
+            Ok(s) => o.insert(name.into(), s.into()),
+            Err(_) => o.insert(format!("{name}_base64"), encode_base64(b).into()),
+        };
+    }
+    let mut o = serde_json::Map::new();
+    o.insert("table".into(), table.into());
+    bytes(&mut o, "row", row);
+    o.insert("column".into(), column.into());
+    bytes(&mut o, "value", value);
+    o.insert("commit_ts".into(), commit_ts.into());
+    serde_json::Value::Object(o).to_string()
+}
+
+/// `snapshot`: the current timestamp, a new pin, a renewal or a release.
+fn snapshot(route: &Route, a: &SnapshotArgs, out: &mut impl Write) -> Result<(), String> {
+    let w = |r: std::io::Result<()>| r.map_err(|e| format!("writing the output: {e}"));
+    let pin_line = |p: &PinReport| format!("pin {} ts {} expires {}", p.id, p.ts, p.expires);
+    match (a.renew, a.release) {
+        (Some(id), _) => {
+            let ttl_secs = a.ttl.expect("clap: --renew requires --ttl");
+            let p = route.call::<ep::SnapshotRenew>(PinRenewRequest { id, ttl_secs })?;
+            w(writeln!(out, "{}", if a.json { json(&p)? } else { pin_line(&p) }))
+        }
+        (None, Some(id)) => {
+            let p = route.call::<ep::SnapshotRelease>(PinReleaseRequest { id })?;
+            w(writeln!(out, "{}", if a.json { json(&p)? } else { format!("released pin {} (ts {})", p.id, p.ts) }))
+        }
+        (None, None) => {
+            let r = route.call::<ep::Snapshot>(SnapshotRequest { ttl_secs: a.ttl, at: a.at })?;
+            let line = match &r.pin {
+                _ if a.json => json(&r)?,
+                Some(p) => pin_line(p),
+                None => r.ts.to_string(),
+            };
+            w(writeln!(out, "{line}"))
+        }
+    }
 }
 
 /// A replay's report for people: a line per row, the changed cells under it, a summary.
@@ -1092,6 +1227,10 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
             sinks_text(&mut out, &h.sinks);
         }
     }
+    for p in &st.pins {
+        let state = if p.expired { "expired" } else { "expires" };
+        out.push_str(&format!("pinned snapshot: {} (pin {}, {state} {})\n", p.ts, p.id, p.expires));
+    }
     out
 }
 
@@ -1138,6 +1277,44 @@ fn sinks_text(out: &mut String, sinks: &[percolator_api::SinkReport]) {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn a_cell_as_json_is_text_where_it_can_be_and_base64_where_not() {
+        let text = json_value(&cell_json("t", b"r1", "c:v", "h\u{e9}\n".as_bytes(), 42));
+        assert_eq!(
+            text,
+            serde_json::json!({"table": "t", "row": "r1", "column": "c:v", "value": "h\u{e9}\n", "commit_ts": 42})
+        );
+        let bytes = json_value(&cell_json("t", b"\xff", "c:v", &[0, 0xfe, 1], 7));
+        assert_eq!(
+            bytes,
+            serde_json::json!({"table": "t", "row_base64": "/w==", "column": "c:v", "value_base64": "AP4B", "commit_ts": 7})
+        );
+    }
+
+    fn json_value(line: &str) -> serde_json::Value {
+        assert!(!line.contains('\n'), "one line: {line}");
+        serde_json::from_str(line).unwrap()
+    }
+
+    #[test]
+    fn ttls_and_timestamps_are_read_or_refused_in_words() {
+        assert_eq!(ttl("90s"), Ok(90));
+        assert_eq!(ttl("10m"), Ok(600));
+        assert_eq!(ttl("2h"), Ok(7200));
+        assert_eq!(ttl("7d"), Ok(7 * 86_400));
+        assert_eq!(ttl(" 45 "), Ok(45));
+        for bad in ["", "m", "1.5h", "10 m", "-1m", "1w"] {
+            assert!(ttl(bad).unwrap_err().contains("is not a duration"), "{bad}");
+        }
+        assert!(ttl("0s").unwrap_err().contains("more than zero"));
+        assert!(ttl("604801").unwrap_err().contains("a week"));
+        assert!(ttl("18446744073709551615d").unwrap_err().contains("a week"));
+        assert_eq!(timestamp("17"), Ok(17));
+        for bad in ["0", "-1", "x", "1e3", ""] {
+            assert!(timestamp(bad).unwrap_err().contains("is not a timestamp"), "{bad}");
+        }
+    }
 
     #[test]
     fn the_command_line_is_well_formed() {
@@ -1235,6 +1412,8 @@ mod tests {
                 versions_collected: 0,
                 notify_buckets: 1,
                 workers: vec![],
+                pins: vec![],
+                gc_safepoint: 0,
             },
             config_error: None,
         };
@@ -1266,6 +1445,8 @@ mod tests {
                 versions_collected: 0,
                 notify_buckets: 1,
                 workers: vec![],
+                pins: vec![],
+                gc_safepoint: 0,
             },
             config_error: Some("p.toml:3: observers.dir: nowhere is not a directory".into()),
         };

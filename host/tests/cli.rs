@@ -1424,3 +1424,124 @@ fn changes_prints_each_committed_change_once_and_resumes_from_its_token() {
     assert_eq!(direct, through_host);
     assert_eq!(direct.len(), 4);
 }
+
+/// `snapshot`, `get`/`scan --at`, pins and `--json`, the same without a host (the store
+/// file) and against one; a scan continued with its token reads the first page's snapshot
+/// while the rows change; a snapshot below GC's safepoint is refused unless pinned; bad input
+/// is a usage error or a clear refusal.
+#[test]
+fn snapshots_are_read_pinned_and_refused_on_both_routes() {
+    let sb = Sandbox::new("snapshots", "listen = \"127.0.0.1:0\"", "");
+    let load = |name: &str, round: &str| {
+        let lines: String = (0..6).map(|i| format!("{{\"row\": \"r{i}\", \"text\": \"{round}{i}\"}}\n")).collect();
+        sb.write(name, &lines);
+        assert!(sb.ok(&["load", "docs", name]).starts_with("loaded 6 records into docs"));
+    };
+    let number = |s: &str| -> u64 { s.trim().parse().unwrap_or_else(|_| panic!("not a timestamp: {s:?}")) };
+    let pin_of = |out: &str| -> (String, u64) {
+        // `pin ID ts TS expires RFC3339`
+        let w: Vec<&str> = out.split_whitespace().collect();
+        assert!(w.len() == 6 && w[0] == "pin" && w[2] == "ts" && w[4] == "expires", "{out}");
+        (w[1].to_owned(), number(w[3]))
+    };
+
+    for with_host in [false, true] {
+        let _host = with_host.then(|| Host::start(&sb));
+        let round = if with_host { "h" } else { "d" };
+        load(&format!("{round}1.jsonl"), &format!("{round}old"));
+        let t1 = number(&sb.ok(&["snapshot"]));
+        load(&format!("{round}2.jsonl"), &format!("{round}new"));
+        assert_eq!(sb.ok(&["get", "docs", "r1", "raw:text", "--at", &t1.to_string()]), format!("{round}old1\n"));
+        assert_eq!(sb.ok(&["get", "docs", "r1", "raw:text"]), format!("{round}new1\n"));
+        let g = json(&sb.ok(&["get", "docs", "r1", "raw:text", "--json", "--at", &t1.to_string()]));
+        assert_eq!(
+            (g["table"].as_str(), g["row"].as_str(), g["column"].as_str()),
+            (Some("docs"), Some("r1"), Some("raw:text"))
+        );
+        assert!(g["commit_ts"].as_u64().is_some_and(|ts| ts > 0 && ts < t1), "{g}");
+
+        // A multi-page scan: the first page, then writes, then the rest with its token.
+        let out = sb.run(&["scan", "docs", "--limit", "2", "--json"]);
+        assert!(out.status.success());
+        let first = String::from_utf8(out.stdout).unwrap();
+        let err = String::from_utf8(out.stderr).unwrap();
+        let token = err.trim().rsplit(' ').next().unwrap().to_owned();
+        assert!(err.contains("continue with --after"), "{err}");
+        let at: u64 = number(token.split('.').next().unwrap());
+        load(&format!("{round}3.jsonl"), &format!("{round}newer"));
+        let rest = sb.ok(&["scan", "docs", "--after", &token, "--json"]);
+        let whole = sb.ok(&["scan", "docs", "--at", &at.to_string(), "--json"]);
+        assert_eq!(format!("{first}{rest}"), whole, "the pages are one snapshot");
+        let cells: Vec<serde_json::Value> = whole.lines().map(json).collect();
+        assert_eq!(cells.len(), 6);
+        for c in &cells {
+            assert!(c["value"].as_str().unwrap().starts_with(&format!("{round}new")), "{c}");
+            assert!(c["commit_ts"].as_u64().is_some_and(|ts| ts > t1 && ts < at), "{c}");
+            assert_eq!(c["table"], "docs");
+        }
+        assert!(sb.ok(&["scan", "docs"]).contains(&format!("{round}newer0")));
+        let e = sb.fails(&["scan", "docs", "--after", &token, "--at", &t1.to_string()]);
+        assert!(e.contains("every page of a scan reads the first page's snapshot"), "{e}");
+        let e = sb.fails(&["scan", "docs", "--after", "7231.7261773a74657874"]);
+        assert!(e.contains("earlier version"), "{e}");
+
+        // Pins: one of the current timestamp, one of t1; both listed in status.
+        let (now_pin, now_ts) = pin_of(&sb.ok(&["snapshot", "--ttl", "10m"]));
+        let (old_pin, old_ts) = pin_of(&sb.ok(&["snapshot", "--ttl", "1h", "--at", &t1.to_string()]));
+        assert_eq!(old_ts, t1);
+        assert!(now_ts > at);
+        let status = sb.ok(&["status"]);
+        assert!(status.contains(&format!("pinned snapshot: {t1} (pin {old_pin}, expires ")), "{status}");
+        let pins = json(&sb.ok(&["status", "--json"]))["store"]["pins"].clone();
+        let now_id: u64 = now_pin.parse().unwrap();
+        assert!(pins.as_array().unwrap().iter().any(|p| p["id"] == now_id && p["ts"] == now_ts), "{pins}");
+        assert!(sb.ok(&["gc"]).starts_with(&format!("safepoint {t1} ")), "the oldest pin holds GC");
+        assert_eq!(sb.ok(&["get", "docs", "r2", "raw:text", "--at", &t1.to_string()]), format!("{round}old2\n"));
+        let (renewed, ts) = pin_of(&sb.ok(&["snapshot", "--renew", &old_pin, "--ttl", "2h"]));
+        assert_eq!((renewed.as_str(), ts), (old_pin.as_str(), t1));
+        assert_eq!(sb.ok(&["snapshot", "--release", &old_pin]), format!("released pin {old_pin} (ts {t1})\n"));
+        let e = sb.fails(&["snapshot", "--release", &old_pin]);
+        assert!(e.contains(&format!("no pin {old_pin}")), "{e}");
+        sb.ok(&["gc"]);
+        let e = sb.fails(&["get", "docs", "r2", "raw:text", "--at", &t1.to_string()]);
+        assert!(
+            e.contains(&format!("snapshot {t1} is below the GC safepoint"))
+                && e.contains("pin a snapshot (percolator snapshot --ttl) to keep it"),
+            "{e}"
+        );
+        let e = sb.fails(&["scan", "docs", "--at", &t1.to_string()]);
+        assert!(e.contains("below the GC safepoint"), "{e}");
+        assert_eq!(sb.ok(&["get", "docs", "r2", "raw:text", "--at", &now_ts.to_string()]), format!("{round}newer2\n"));
+        sb.ok(&["snapshot", "--release", &now_pin]);
+
+        // Refusals: a snapshot in the future, unknown pins.
+        let future = (number(&sb.ok(&["snapshot"])) + 1_000_000_000_000).to_string();
+        let e = sb.fails(&["get", "docs", "r1", "raw:text", "--at", &future]);
+        assert!(e.contains("in the future") && e.contains("not yet stable"), "{e}");
+        assert!(sb.fails(&["scan", "docs", "--at", &future]).contains("not yet stable"));
+        assert!(sb.fails(&["snapshot", "--ttl", "1m", "--at", &future]).contains("not yet stable"));
+        let e = sb.fails(&["snapshot", "--renew", "12345", "--ttl", "1m"]);
+        assert!(e.contains("no pin 12345"), "{e}");
+    }
+
+    // Option values that are no timestamp or TTL are usage errors (exit status 2).
+    for (args, says) in [
+        (&["get", "docs", "r1", "raw:text", "--at", "yesterday"][..], "is not a timestamp"),
+        (&["scan", "docs", "--at", "0"], "is not a timestamp"),
+        (&["scan", "docs", "--at=-3"], "is not a timestamp"),
+        (&["snapshot", "--ttl", "0"], "must be more than zero"),
+        (&["snapshot", "--ttl", "0m"], "must be more than zero"),
+        (&["snapshot", "--ttl", "8d"], "longest TTL, a week"),
+        (&["snapshot", "--ttl", "99999999999999999999"], "is not a duration"),
+        (&["snapshot", "--ttl", "5 minutes"], "is not a duration"),
+        (&["snapshot", "--ttl", "10m", "--release", "3"], "cannot be used with"),
+        (&["snapshot", "--renew", "3"], "--ttl"),
+        (&["snapshot", "--at", "3"], "--ttl"),
+        (&["snapshot", "--release", "x"], "invalid value"),
+    ] {
+        let out = sb.run(args);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
+        assert!(e.contains(says), "{args:?}: {e}");
+    }
+}

@@ -72,6 +72,20 @@ pub enum Error {
     /// Stored bytes do not decode: the file is damaged or was written by an incompatible version.
     #[error("corrupt store: {0}")]
     Corrupt(String),
+    /// A read at an explicit snapshot ([`Store::begin_at`](crate::Store::begin_at)) is below
+    /// the persisted GC safepoint: versions it needs may be gone, so it is refused (also after
+    /// the read, if a GC pass raised the safepoint meanwhile) rather than returning part of a
+    /// snapshot. Pin a snapshot ([`Store::pin_snapshot`](crate::Store::pin_snapshot)) to keep it.
+    #[error(
+        "snapshot {ts} is below the GC safepoint {safepoint}: versions it needs may be gone; pin a snapshot \
+         (percolator snapshot --ttl) to keep it"
+    )]
+    SnapshotTooOld {
+        /// The snapshot asked for.
+        ts: crate::Timestamp,
+        /// The persisted safepoint found.
+        safepoint: crate::Timestamp,
+    },
     /// The store is shutting down.
     #[error("store is closed")]
     Closed,

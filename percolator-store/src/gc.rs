@@ -4,6 +4,7 @@
 //! [`Transaction`](crate::Transaction) pins its snapshot), or a fresh timestamp if none runs;
 //! on a shared backend, also no later than what every other live worker published in its
 //! lease (`worker::shared_safepoint`).
+//! Unexpired pins hold it lower (`snapshot.rs`), and it is persisted before anything changes.
 //! Pass 1 resolves every lock below the safepoint — its owner cannot be running — so that no
 //! commit record another lock's fate depends on is removed. Pass 2 keeps, per cell, every write
 //! record above the safepoint and the newest Put at or below it, and removes older records,
@@ -20,6 +21,7 @@ use crate::bigtable::*;
 use crate::error::{Error, Result};
 use crate::lock::{self, Force, TxnStatus};
 use crate::redb_backend::{RedbBigtable, RedbConfig};
+use crate::snapshot;
 use crate::store::{Store, StoreConfig};
 use crate::timestamp::Timestamp;
 use crate::worker;
@@ -90,8 +92,13 @@ impl Store {
         Ok(Compaction { gc, bytes_before, bytes_after })
     }
 
-    /// Removes versions that no running or future transaction can read.
+    /// Removes versions that no running or future transaction and no unexpired pin
+    /// ([`Store::pin_snapshot`]) can read. Persists its safepoint before it changes anything
+    /// ([`Store::persisted_safepoint`]), so reads at an explicit snapshot below it fail
+    /// instead of missing versions.
     pub fn gc(&self) -> Result<GcStats> {
+        // One pass of this store at a time: its persisted safepoint is kept monotonic.
+        let mut collected = self.inner.gc_collected.lock().map_err(|_| Error::Closed)?;
         let mut safepoint = self.safepoint()?;
         if !self.inner.backend.exclusive()
             && let Some(others) = worker::shared_safepoint(&self.inner)?
@@ -99,6 +106,8 @@ impl Store {
             // Other hosts' transactions read this backend too.
             safepoint = safepoint.min(others);
         }
+        // Pins, then the safepoint persisted before anything is resolved or removed.
+        let safepoint = snapshot::settle_safepoint(&self.inner, safepoint, &mut collected)?;
         let mut stats = GcStats { safepoint, ..GcStats::default() };
         let force = if self.inner.backend.exclusive() { Force::Yes } else { Force::No };
         // Pass 1: resolve abandoned locks below the safepoint.

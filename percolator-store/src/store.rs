@@ -227,6 +227,9 @@ pub(crate) struct Inner {
     pub(crate) totals: Totals,
     /// Which transactions write values in their stored form (`values.rs`).
     pub(crate) values: Values,
+    /// Serializes this store's GC passes; holds the highest safepoint a pass collected at
+    /// (its persisted safepoint never goes below it: `snapshot::settle_safepoint`).
+    pub(crate) gc_collected: Mutex<Timestamp>,
     stop: Arc<Stop>,
 }
 
@@ -348,6 +351,7 @@ impl Store {
             freshness: Freshness::default(),
             totals,
             values,
+            gc_collected: Mutex::new(Timestamp::ZERO),
             stop: stop.clone(),
         });
         let saved = registry::load(&inner)?;
@@ -484,6 +488,13 @@ impl Inner {
             Some(ts) => Ok(*ts),
             None => self.oracle.next(),
         }
+    }
+
+    /// Registers a transaction reading at an explicit snapshot `ts` (`Store::begin_at`).
+    pub(crate) fn register_active_at(&self, ts: Timestamp) -> Result<()> {
+        let mut active = self.active.lock().map_err(|_| Error::Closed)?;
+        *active.entry(ts).or_default() += 1;
+        Ok(())
     }
 
     pub(crate) fn unregister_active(&self, ts: Timestamp) {

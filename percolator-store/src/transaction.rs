@@ -23,6 +23,16 @@ pub struct ScanEntry {
     pub value: Vec<u8>,
 }
 
+/// A cell returned by [`Transaction::scan_timed`]: a [`ScanEntry`] and the commit timestamp of
+/// the write record it was read from (`None` for this transaction's own buffered write).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedEntry {
+    /// The cell.
+    pub entry: ScanEntry,
+    /// When the value was committed.
+    pub commit_ts: Option<Timestamp>,
+}
+
 /// A snapshot-isolation transaction (the paper's `Transaction`, Figure 6).
 ///
 /// Reads see the snapshot at [`start_ts`](Transaction::start_ts) plus this transaction's own
@@ -43,6 +53,9 @@ pub struct Transaction {
     registered: bool,
     /// The worker's lease epoch when the transaction started (see `Inner::check_lease`).
     epoch: u64,
+    /// True for a read-only transaction at an explicit snapshot (`Store::begin_at`): its
+    /// reads are fenced on the persisted GC safepoint and it takes no writes.
+    at_snapshot: bool,
 }
 
 /// A reusable backend read view. Safe to keep because every transaction that committed before
@@ -79,6 +92,24 @@ impl Transaction {
             weak: BTreeSet::new(),
             view: Mutex::new(None),
             registered: true,
+            at_snapshot: false,
+        })
+    }
+
+    /// A read-only transaction at `ts`, registered in the active set (`Store::begin_at`
+    /// checks `ts`).
+    pub(crate) fn begin_at(inner: Arc<Inner>, ts: Timestamp) -> Result<Transaction> {
+        let epoch = inner.lease_epoch.load(std::sync::atomic::Ordering::SeqCst);
+        inner.register_active_at(ts)?;
+        Ok(Transaction {
+            epoch,
+            inner,
+            start_ts: ts,
+            writes: BTreeMap::new(),
+            weak: BTreeSet::new(),
+            view: Mutex::new(None),
+            registered: true,
+            at_snapshot: true,
         })
     }
 
@@ -95,6 +126,7 @@ impl Transaction {
             view: Mutex::new(None),
             registered: false,
             epoch: self.epoch,
+            at_snapshot: self.at_snapshot,
         };
         std::mem::replace(self, placeholder)
     }
@@ -131,16 +163,30 @@ impl Transaction {
     /// committed before `start_ts`. Meets locks by backing off and resolving them (see
     /// [`StoreConfig::lock_wait`](crate::StoreConfig::lock_wait)).
     pub fn get(&self, table: &str, row: impl AsRef<[u8]>, column: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_timed(table, row, column)?.map(|(v, _)| v))
+    }
+
+    /// [`Transaction::get`], with the commit timestamp of the value's write record (`None`
+    /// for this transaction's own buffered write).
+    pub fn get_timed(
+        &self,
+        table: &str,
+        row: impl AsRef<[u8]>,
+        column: &str,
+    ) -> Result<Option<(Vec<u8>, Option<Timestamp>)>> {
         let row = row.as_ref();
         self.check(table, row, column)?;
         if !self.writes.is_empty()
             && let Some(w) = self.writes.get(&CellRef::new(table, row, column))
         {
-            return Ok(w.clone());
+            return Ok(w.clone().map(|v| (v, None)));
         }
         let mut reads = self.read_row(table, row, &[column])?;
         match reads.pop() {
-            Some(r) => self.inner.values.read(r),
+            Some(r) => {
+                let ts = r.write.as_ref().map(|(ts, _)| *ts);
+                Ok(self.inner.values.read(r)?.map(|v| (v, ts)))
+            }
             None => Ok(None),
         }
     }
@@ -177,6 +223,18 @@ impl Transaction {
         columns: Option<&[&str]>,
         limit: usize,
     ) -> Result<Vec<ScanEntry>> {
+        Ok(self.scan_timed(table, start, end, columns, limit)?.into_iter().map(|t| t.entry).collect())
+    }
+
+    /// [`Transaction::scan`], with each cell's commit timestamp.
+    pub fn scan_timed(
+        &self,
+        table: &str,
+        start: &[u8],
+        end: Option<&[u8]>,
+        columns: Option<&[&str]>,
+        limit: usize,
+    ) -> Result<Vec<TimedEntry>> {
         validate_table(table)?;
         for c in columns.into_iter().flatten() {
             self.check(table, b"", c)?;
@@ -190,7 +248,9 @@ impl Transaction {
             self.writes.iter().filter(|(c, _)| c.table == table && in_range(&c.row) && col_ok(&c.column)).collect();
         // Fetch enough that buffered deletes cannot starve the limit.
         let fetch = limit.saturating_add(buffered.iter().filter(|(_, v)| v.is_none()).count());
-        let mut merged: BTreeMap<(Vec<u8>, String), Vec<u8>> = BTreeMap::new();
+        // (row, column) → (value, commit timestamp).
+        type Cell = (Vec<u8>, Option<Timestamp>);
+        let mut merged: BTreeMap<(Vec<u8>, String), Cell> = BTreeMap::new();
         // The last cell consumed: the next page starts strictly after it.
         let mut cursor: (Vec<u8>, Option<String>) = (start.to_vec(), None);
         let mut waiter = LockWaiter::new();
@@ -219,7 +279,8 @@ impl Transaction {
                     continue 'pages;
                 }
                 if let Some(v) = self.inner.values.read_ref(&cell.read)? {
-                    merged.insert((cell.row.clone(), cell.column.clone()), v);
+                    let ts = cell.read.write.as_ref().map(|(ts, _)| *ts);
+                    merged.insert((cell.row.clone(), cell.column.clone()), (v, ts));
                 }
                 cursor = (cell.row.clone(), Some(cell.column.clone()));
             }
@@ -230,11 +291,18 @@ impl Transaction {
         for (c, v) in buffered {
             let k = (c.row.clone(), c.column.clone());
             match v {
-                Some(v) => merged.insert(k, v.clone()),
+                Some(v) => merged.insert(k, (v.clone(), None)),
                 None => merged.remove(&k),
             };
         }
-        Ok(merged.into_iter().take(limit).map(|((row, column), value)| ScanEntry { row, column, value }).collect())
+        Ok(merged
+            .into_iter()
+            .take(limit)
+            .map(|((row, column), (value, commit_ts))| TimedEntry {
+                entry: ScanEntry { row, column, value },
+                commit_ts,
+            })
+            .collect())
     }
 
     /// Buffers a write of `value` to a cell.
@@ -260,16 +328,38 @@ impl Transaction {
     pub fn notify_weak(&mut self, table: &str, row: impl AsRef<[u8]>, column: &str) -> Result<()> {
         let row = row.as_ref();
         self.check(table, row, column)?;
+        self.check_not_at_snapshot()?;
         self.weak.insert(CellRef::new(table, row, column));
         Ok(())
     }
 
     fn check_writable(&self, table: &str, column: &str) -> Result<()> {
+        self.check_not_at_snapshot()?;
         let registry = self.inner.registry.read().map_err(|_| Error::Closed)?.clone();
         if registry.kind_of(table, column) == Some(NotifyKind::Weak) {
             return Err(Error::InvalidArgument(format!(
                 "column {table}/{column} is bound to a weak-notify observer: it can be notified, not written"
             )));
+        }
+        Ok(())
+    }
+
+    fn check_not_at_snapshot(&self) -> Result<()> {
+        if self.at_snapshot {
+            return Err(Error::InvalidArgument(format!(
+                "a transaction reading at the explicit snapshot {} is read-only",
+                self.start_ts
+            )));
+        }
+        Ok(())
+    }
+
+    /// After a read returned: fails if it cannot be trusted (the worker's lease; for a
+    /// transaction at an explicit snapshot, a GC pass persisted a safepoint above it).
+    fn check_read(&self) -> Result<()> {
+        self.inner.check_lease(self.epoch)?;
+        if self.at_snapshot {
+            crate::snapshot::check_fence(&self.inner, self.start_ts)?;
         }
         Ok(())
     }
@@ -291,7 +381,7 @@ impl Transaction {
                 }
             }
             if !blocked {
-                self.inner.check_lease(self.epoch)?;
+                self.check_read()?;
                 return Ok(reads);
             }
             self.drop_view();
@@ -304,7 +394,7 @@ impl Transaction {
             Some(v) => v.scan(range),
             None => self.inner.backend.scan(range),
         })?;
-        self.inner.check_lease(self.epoch)?;
+        self.check_read()?;
         Ok(cells)
     }
 

@@ -52,20 +52,57 @@ const MARKER_V1: u8 = 1;
 pub fn encode_value(value: &[u8]) -> Vec<u8> {
     if value.len() >= COMPRESS_FROM
         && let Ok(len) = u32::try_from(value.len())
+        && let Some(out) = deflate(value, len)
     {
-        let packed = miniz_oxide::deflate::compress_to_vec(value, DEFLATE_LEVEL);
-        if packed.len() + 5 < value.len() {
-            let mut out = Vec::with_capacity(5 + packed.len());
-            out.push(DEFLATE);
-            out.extend_from_slice(&len.to_le_bytes());
-            out.extend_from_slice(&packed);
-            return out;
-        }
+        return out;
     }
     let mut out = Vec::with_capacity(1 + value.len());
     out.push(RAW);
     out.extend_from_slice(value);
     out
+}
+
+thread_local! {
+    /// This thread's deflate compressor, reused: a new one allocates about 300 KB of tables
+    /// (fresh pages from the kernel, faulted in and zeroed) for every value, which cost more
+    /// than compressing a value of a few KB; `reset` clears the same tables in warm memory.
+    static COMPRESSOR: std::cell::RefCell<Box<miniz_oxide::deflate::core::CompressorOxide>> =
+        std::cell::RefCell::new(Box::new(miniz_oxide::deflate::core::CompressorOxide::new(
+            miniz_oxide::deflate::core::create_comp_flags_from_zip_params(i32::from(DEFLATE_LEVEL), 0, 0),
+        )));
+}
+
+/// `DEFLATE ‖ len ‖ deflate(value)`, if that is smaller than the value as it is.
+fn deflate(value: &[u8], len: u32) -> Option<Vec<u8>> {
+    use miniz_oxide::deflate::core::{TDEFLFlush, TDEFLStatus, compress};
+    COMPRESSOR.with(|c| {
+        let mut compressor = c.borrow_mut();
+        compressor.reset();
+        // Worth it only if it saves more than the 5 bytes of tag and length.
+        let limit = value.len() - 5;
+        let mut out = vec![0u8; 5 + value.len() / 2];
+        out[0] = DEFLATE;
+        out[1..5].copy_from_slice(&len.to_le_bytes());
+        let (mut input, mut at) = (value, 5);
+        loop {
+            let (status, read, written) = compress(&mut compressor, input, &mut out[at..], TDEFLFlush::Finish);
+            at += written;
+            input = &input[read..];
+            match status {
+                TDEFLStatus::Done => break,
+                TDEFLStatus::Okay if at - 5 < limit => {
+                    let grown = (out.len() * 2).min(5 + limit + 64);
+                    out.resize(grown, 0);
+                }
+                // Not smaller (or the compressor failed): store the value as it is.
+                _ => return None,
+            }
+        }
+        (at - 5 < limit).then(|| {
+            out.truncate(at);
+            out
+        })
+    })
 }
 
 /// The value a stored form ([`encode_value`]) holds. Bytes that are no stored form (an unknown

@@ -245,9 +245,98 @@ fn assert_snapshot_isolation(report: &Report, what: &str) {
 }
 
 fn one_process(store: &Store, what: &str) {
+    log_lists(store);
     let mut records = run_clients(store, 1..THREADS + 1, TXNS_PER_THREAD, BUDGET);
     records.push(final_read(store));
+    check_feed(store, &records, |_| false, what);
     assert_snapshot_isolation(&check(records), what);
+}
+
+// ---- the change feed of the same histories ---------------------------------------------------
+
+/// Logs the lists' column: the histories' writes are then in the change feed too.
+fn log_lists(store: &Store) {
+    store.set_change_log([(TABLE.to_owned(), COLUMN.to_owned())].into_iter().collect()).unwrap();
+}
+
+/// The change feed of a history (read whole, in pages, after the clients finished) against the
+/// history: in commit-timestamp order; every write of a committed transaction exactly once at
+/// its commit timestamp; no write of an aborted one; per key, each list extends the one before
+/// it (no gap, no repeat: every value is unique), and the last one is the final read.
+/// `unrecorded(value)`: the value was appended by a client whose records are lost (a killed
+/// host), so only the chain checks apply to it.
+#[track_caller]
+fn check_feed(store: &Store, records: &[Record], unrecorded: impl Fn(Value) -> bool, what: &str) {
+    use std::collections::{BTreeMap, HashMap};
+    // Follow the feed until it passed a timestamp issued after every client stopped (and a
+    // killed host's locks were resolved: the feed waits for them).
+    let end = store.oracle().next().unwrap();
+    let mut token = percolator_store::ChangeToken::origin();
+    let mut feed = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while token.position().is_none_or(|p| p < end) {
+        assert!(Instant::now() < deadline, "{what}: the change feed did not reach {end} (at {token})");
+        let page = store.changes(TABLE, None, &token, 500).unwrap();
+        feed.extend(page.changes);
+        token = page.next;
+    }
+    assert!(feed.windows(2).all(|w| w[0].commit_ts <= w[1].commit_ts), "{what}: the feed is out of commit order");
+    // Who appended each value, and what every committed transaction wrote (key → last value).
+    let mut by_value: HashMap<Value, &Record> = HashMap::new();
+    let mut expected: BTreeMap<(u64, Key), Value> = BTreeMap::new();
+    for record in records {
+        let (at, txn) = record;
+        let mut last: BTreeMap<Key, Value> = BTreeMap::new();
+        for op in &txn.ops {
+            if let MicroOp::Append(k, v) = op {
+                by_value.insert(*v, record);
+                last.insert(*k, *v);
+            }
+        }
+        if txn.outcome == Outcome::Committed {
+            expected.extend(last.into_iter().map(|(k, v)| ((*at, k), v)));
+        }
+    }
+    let mut chains: BTreeMap<Key, Vec<Value>> = BTreeMap::new();
+    let mut fed: BTreeMap<(u64, Key), Value> = BTreeMap::new();
+    for change in &feed {
+        let key: Key = std::str::from_utf8(&change.cell.row).unwrap().trim_start_matches('k').parse().unwrap();
+        let text = std::str::from_utf8(change.value.as_deref().expect("lists are never deleted")).unwrap();
+        let list: Vec<Value> = text.split(',').map(|v| v.parse().unwrap()).collect();
+        let newest = *list.last().expect("a written list is not empty");
+        let before = chains.entry(key).or_default();
+        assert!(
+            list.len() > before.len() && list[..before.len()] == before[..],
+            "{what}: k{key} at {}: {list:?} does not extend the previous change {before:?}",
+            change.commit_ts
+        );
+        *before = list;
+        match by_value.get(&newest) {
+            Some((at, txn)) => {
+                assert_ne!(txn.outcome, Outcome::Aborted, "{what}: an aborted write in the feed: {txn:?}");
+                if txn.outcome == Outcome::Committed {
+                    assert_eq!(*at, change.commit_ts.raw(), "{what}: {txn:?} in the feed at another timestamp");
+                }
+            }
+            None => assert!(unrecorded(newest), "{what}: value {newest} in the feed was never appended"),
+        }
+        assert!(fed.insert((change.commit_ts.raw(), key), newest).is_none(), "{what}: k{key} twice at one timestamp");
+    }
+    for ((at, key), value) in &expected {
+        assert_eq!(
+            fed.get(&(*at, *key)),
+            Some(value),
+            "{what}: a committed write of k{key} at {at} is not in the feed"
+        );
+    }
+    // The feed replayed gives the final read.
+    let (_, final_txn) = records.iter().find(|(_, t)| t.process == FINAL).expect("a final read");
+    for op in &final_txn.ops {
+        if let MicroOp::Read(key, list) = op {
+            assert_eq!(chains.get(key).cloned().unwrap_or_default(), *list, "{what}: k{key}: the feed's last list");
+        }
+    }
+    eprintln!("{what}: change feed of {} changes checked ({} committed writes)", feed.len(), expected.len());
 }
 
 /// Tests of this file that use the Redis Cluster run one at a time: one kills a master.
@@ -325,13 +414,27 @@ fn host_child() {
 /// Three hosts on a fresh namespace for `run`, while this process does `meanwhile`; their
 /// merged history and a final read, checked.
 fn three_hosts(run: Duration, meanwhile: impl FnOnce(), what: &str) -> Report {
+    three_hosts_killing(run, meanwhile, None, what).expect("an SI report when no host is killed")
+}
+
+/// [`three_hosts`], SIGKILLing host `kill` (if any) halfway through the run. Its records are
+/// lost, so its appends cannot be attributed and the Elle check cannot run (`None`); the change
+/// feed is still checked: what the other hosts committed, exactly once, and chains per key
+/// that reach the final read.
+fn three_hosts_killing(run: Duration, meanwhile: impl FnOnce(), kill: Option<u64>, what: &str) -> Option<Report> {
     let namespace = unique_namespace();
     // This process stands as a candidate too, and outlives the hosts for the final read.
     let store = open_host(&namespace);
-    let hosts: Vec<_> = (1..=HOSTS)
+    log_lists(&store);
+    let mut hosts: Vec<_> = (1..=HOSTS)
         .map(|h| spawn_child_test("host_child", ENV, &format!("{namespace} {h} {}", run.as_millis())))
         .collect();
     meanwhile();
+    if let Some(k) = kill {
+        std::thread::sleep(run / 2);
+        let (child, _) = &mut hosts[(k - 1) as usize];
+        child.kill().unwrap(); // SIGKILL
+    }
     let deadline = Instant::now() + run + Duration::from_secs(40);
     let mut records = Vec::new();
     for (h, (mut child, lines)) in (1..).zip(hosts) {
@@ -348,16 +451,26 @@ fn three_hosts(run: Duration, meanwhile: impl FnOnce(), what: &str) -> Report {
             let _ = child.kill();
         }
         let status = child.wait().unwrap();
+        if kill == Some(h) {
+            // Killed: whatever it printed is not the whole of what it did.
+            records.retain(|(_, t)| t.process / 10 != h);
+            continue;
+        }
         assert!(status.success() && done.is_some(), "host {h} did not finish ({status}); run it alone to see why");
     }
-    for p in 1..=HOSTS {
+    for p in (1..=HOSTS).filter(|p| Some(*p) != kill) {
         let from_host = records.iter().filter(|(_, t)| t.process / 10 == p).count();
         assert!(from_host > 0, "host {p} recorded no transaction");
     }
     records.push(final_read(&store));
+    let killed_value = |v: Value| kill.is_some_and(|k| v / 1_000_000_000 / 10 == k);
+    check_feed(&store, &records, killed_value, what);
+    if kill.is_some() {
+        return None;
+    }
     let report = check(records);
     assert_snapshot_isolation(&report, what);
-    report
+    Some(report)
 }
 
 #[test]
@@ -367,6 +480,18 @@ fn three_hosts_on_one_namespace() {
     }
     let _serial = REDIS.lock().unwrap_or_else(|e| e.into_inner());
     three_hosts(HOST_RUN, || {}, "three hosts, one Redis namespace, shared oracle");
+}
+
+/// Three hosts, one of them SIGKILLed halfway: the change feed still holds every write the
+/// others committed exactly once, and what the killed one committed keeps each key's chain
+/// whole (its abandoned locks hold the feed back until they are rolled back).
+#[test]
+fn three_hosts_one_killed_the_change_feed_stays_exact() {
+    if redis_nodes().is_none() || etcd_endpoints().is_none() {
+        return;
+    }
+    let _serial = REDIS.lock().unwrap_or_else(|e| e.into_inner());
+    three_hosts_killing(HOST_RUN, || {}, Some(3), "three hosts, one SIGKILLed");
 }
 
 /// The same while a Redis master is SIGKILLed (its replica takes over) and restarted: commits

@@ -183,7 +183,7 @@ impl rank::Source for ApiSource<'_> {
         }
         rows.iter()
             .map(|row| {
-                let get = GetRequest { table: table.into(), row: text(row)?, column: column.into() };
+                let get = GetRequest { table: table.into(), row: text(row)?, column: column.into(), at: None };
                 match self.0.call::<ep::Get>(get) {
                     Ok(v) => bytes(&v.value_hex).map(Some),
                     Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
@@ -247,7 +247,7 @@ fn query(route: &Route, words: &[String], limit: usize) -> Result<Found, String>
 
 /// `pages/<url>/doc:title`, if it has one.
 fn title(route: &Route, url: &str) -> ApiResult<Option<String>> {
-    let get = GetRequest { table: schema::PAGES.into(), row: url.into(), column: schema::DOC_TITLE.into() };
+    let get = GetRequest { table: schema::PAGES.into(), row: url.into(), column: schema::DOC_TITLE.into(), at: None };
     match route.call::<ep::Get>(get) {
         Ok(v) => Ok(Some(v.value)),
         Err(e) if e.kind == ErrorKind::NotFound => Ok(None),

@@ -11,7 +11,9 @@
 //!    in a page, p50 / p99 / max.
 //!
 //! `cargo run --release -p percolator-bench --bin changes` (about a minute); `-- --quick` (a
-//! smoke test).
+//! smoke test); `-- --write-only logged|unlogged` writes 2,000 transactions on one thread and
+//! nothing else (for `valgrind --tool=callgrind`, whose instruction counts this noisy machine
+//! does not disturb).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -80,10 +82,35 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
 }
 
 fn main() -> Res<()> {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
     let txns = if quick { 500 } else { 10_000 };
     let dir = std::env::temp_dir().join(format!("percolator-bench-changes-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
+    if let Some(i) = args.iter().position(|a| a == "--write-only") {
+        let logged = match args.get(i + 1).map(String::as_str) {
+            Some("logged") => true,
+            Some("unlogged") => false,
+            other => return Err(format!("--write-only takes logged or unlogged, not {other:?}").into()),
+        };
+        let store = open(&dir, "write-only", logged)?;
+        for i in 0..2_000u64 {
+            store.run(|t| {
+                for r in 0..ROWS_PER_TXN {
+                    t.set(
+                        TABLE,
+                        format!("r{:09}", i * ROWS_PER_TXN + r),
+                        COLUMN,
+                        format!("value of transaction {i}, row {r}"),
+                    )?;
+                }
+                Ok(())
+            })?;
+        }
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+        return Ok(());
+    }
 
     // 1. What logging costs the writers: alternated, twice each.
     let (mut on, mut off) = (0.0, 0.0);

@@ -101,10 +101,10 @@ endpoints! {
         "The pipeline: bindings with their runs, failures and run-time percentiles, backlog, throughput, dead letters.";
     /// One cell.
     Get: Post "/v1/get", "get", GetRequest => Value,
-        "One cell's latest value (404 when it has none).";
+        "One cell's latest value, or its value at a snapshot (404 when it has none).";
     /// Cells of a table, a page at a time.
     Scan: Post "/v1/scan", "scan", ScanRequest => ScanResponse,
-        "Cells of a table in (row, column) order: a row range, a row prefix, some columns; a page at a time with a resume token.";
+        "Cells of a table in (row, column) order: a row range, a row prefix, some columns; a page at a time with a resume token, every page at the first page's snapshot.";
     /// Where the load of a file stands.
     LoadBegin: Post "/v1/load/begin", "load_begin", LoadBeginRequest => LoadPlan,
         "Where the load of a file stands (new, interrupted at a checkpoint, or done); writes nothing.";
@@ -134,6 +134,15 @@ endpoints! {
     Changes: Post "/v1/changes", "changes", ChangesRequest => ChangesResponse,
         "Committed changes to a table's logged columns after a position, in commit-timestamp order, up to the resolved timestamp (nothing later can still commit below it); resume from `next` to miss and repeat nothing. `wait_secs` waits for a first change.",
         timeout = changes_timeout;
+    /// The current timestamp, or a pinned snapshot.
+    Snapshot: Post "/v1/snapshot", "snapshot", SnapshotRequest => SnapshotReport,
+        "The current timestamp (a snapshot to read at); with ttl_secs, pins it (or `at`) so GC keeps it until the pin expires.";
+    /// Extend a pin.
+    SnapshotRenew: Post "/v1/snapshot/renew", "snapshot_renew", PinRenewRequest => PinReport,
+        "Extends a pinned snapshot to expire ttl_secs from now (refused once it has expired).";
+    /// End a pin.
+    SnapshotRelease: Post "/v1/snapshot/release", "snapshot_release", PinReleaseRequest => PinReport,
+        "Releases a pinned snapshot: GC no longer keeps it.";
     /// A sink's parked batch sent again or discarded.
     SinkDeadLetter: Post "/v1/sinks/dead-letters", "sink_dead_letter", SinkDeadLetterRequest => SinkDeadLetterResponse,
         "Sends a batch a sink's destination refused (listed in status, host.sinks[].dead_letters) once more, or discards it.";

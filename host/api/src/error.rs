@@ -109,6 +109,7 @@ impl From<percolator_store::Error> for ApiError {
             E::NotFound(_) => ErrorKind::NotFound,
             E::Conflict { .. } => ErrorKind::Conflict,
             E::Unavailable(_) => ErrorKind::Unavailable,
+            E::SnapshotTooOld { .. } => ErrorKind::BadInput,
             _ => ErrorKind::Store,
         };
         ApiError { kind, message: e.to_string() }

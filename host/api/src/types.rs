@@ -72,6 +72,11 @@ pub struct GetRequest {
     /// Column (`family:qualifier`).
     #[schemars(length(min = 1, max = percolator_store::MAX_NAME_LEN), pattern(NAME_PATTERN))]
     pub column: String,
+    /// Read at this snapshot (a timestamp: a scan's `at`, a pin's `ts`, `snapshot`'s answer)
+    /// instead of the latest. Refused above the current timestamp and below GC's safepoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub at: Option<u64>,
 }
 
 /// A value: the answer to [`GetRequest`].
@@ -81,6 +86,9 @@ pub struct Value {
     pub value: String,
     /// The exact bytes, hex.
     pub value_hex: String,
+    /// The commit timestamp of the write that set it.
+    #[serde(default)]
+    pub commit_ts: u64,
 }
 
 /// `POST /v1/scan`: cells of rows in `[start, end)` whose row starts with `prefix`.
@@ -108,9 +116,15 @@ pub struct ScanRequest {
     #[schemars(range(min = 1, max = 100_000))]
     pub limit: usize,
     /// Resume after the cell this token names: the [`ScanResponse::next`] of the previous page
-    /// (with the same table, range and columns). Each page reads its own snapshot.
+    /// (with the same table, range and columns). The token carries the first page's snapshot:
+    /// every page of one scan reads that snapshot.
     #[serde(default)]
     pub after: Option<String>,
+    /// Read at this snapshot (a timestamp) instead of the latest. With `after`, it must be the
+    /// token's. Refused above the current timestamp and below GC's safepoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub at: Option<u64>,
 }
 
 impl Default for ScanRequest {
@@ -123,6 +137,7 @@ impl Default for ScanRequest {
             columns: None,
             limit: DEFAULT_SCAN_LIMIT,
             after: None,
+            at: None,
         }
     }
 }
@@ -183,11 +198,17 @@ pub struct ScanCell {
     pub value: String,
     /// Value, hex.
     pub value_hex: String,
+    /// The commit timestamp of the write that set the value.
+    #[serde(default)]
+    pub commit_ts: u64,
 }
 
 /// The answer to [`ScanRequest`].
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct ScanResponse {
+    /// The snapshot this page read (every page of one scan reads the same).
+    #[serde(default)]
+    pub at: u64,
     /// Cells in (row, column) order.
     pub cells: Vec<ScanCell>,
     /// True if more cells follow beyond the limit.
@@ -254,6 +275,12 @@ pub fn decode_base64(text: &str) -> Result<Vec<u8>, String> {
         GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
     );
     LENIENT.decode(text).map_err(|e| format!("not base64: {e}"))
+}
+
+/// Encodes bytes as standard base64 (RFC 4648 section 4, padded): what [`decode_base64`] reads.
+pub fn encode_base64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// `POST /v1/load/begin`: where does the load of this file stand? Writes nothing.
@@ -389,6 +416,70 @@ pub struct StoreReport {
     /// the notify buckets. `/metrics`: `percolator_worker_notify_buckets`.
     #[serde(default)]
     pub workers: Vec<WorkerReport>,
+    /// Pinned snapshots (`snapshot --ttl`): GC keeps what reads at them need until they
+    /// expire (expired ones are listed until a GC pass removes them).
+    #[serde(default)]
+    pub pins: Vec<PinReport>,
+    /// GC's persisted safepoint: reads at a snapshot below it are refused (0: no GC ran).
+    #[serde(default)]
+    pub gc_safepoint: u64,
+}
+
+/// `POST /v1/snapshot`: the current timestamp, or with `ttl_secs` a pin of it (or of `at`).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotRequest {
+    /// Pin the snapshot for this many seconds (1 to a week): GC keeps what reads at it need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 604_800))]
+    pub ttl_secs: Option<u64>,
+    /// Pin this snapshot instead of the current timestamp (with `ttl_secs` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub at: Option<u64>,
+}
+
+/// The answer to [`SnapshotRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SnapshotReport {
+    /// The snapshot: read at it with `at` (`get`, `scan`).
+    pub ts: u64,
+    /// The pin, when `ttl_secs` was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin: Option<PinReport>,
+}
+
+/// `POST /v1/snapshot/renew`: extends a pin.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PinRenewRequest {
+    /// The pin's id.
+    pub id: u64,
+    /// It expires this many seconds from now (1 to a week).
+    #[schemars(range(min = 1, max = 604_800))]
+    pub ttl_secs: u64,
+}
+
+/// `POST /v1/snapshot/release`: ends a pin.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PinReleaseRequest {
+    /// The pin's id.
+    pub id: u64,
+}
+
+/// A pinned snapshot.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct PinReport {
+    /// Its id (for renewing and releasing it).
+    pub id: u64,
+    /// The snapshot it keeps.
+    pub ts: u64,
+    /// When it stops keeping it, unless renewed (RFC 3339).
+    pub expires: String,
+    /// True once it has expired (GC no longer keeps its snapshot).
+    #[serde(default)]
+    pub expired: bool,
 }
 
 /// A live worker of the store: a host, or a command line that opened the store itself.

@@ -1061,7 +1061,11 @@
     }
     if (!body.children.length) body.append(h('tr', {}, h('td', { colspan: '4', className: 'empty' }, 'No live worker.')));
     const size = store.size_bytes == null ? 'size on disk not known for this backend' : `${fmtBytes(store.size_bytes)} on disk`;
-    setText('store-line', `${store.path}: ${size} · ${fmtInt(store.versions_collected)} versions collected by GC`);
+    const live = (store.pins || []).filter((p) => !p.expired);
+    const pins = live.length
+      ? ` · ${fmtInt(live.length)} pinned snapshot${live.length === 1 ? '' : 's'} (oldest ${Math.min(...live.map((p) => p.ts))})`
+      : '';
+    setText('store-line', `${store.path}: ${size} · ${fmtInt(store.versions_collected)} versions collected by GC${pins}`);
   }
 
   function renderRegistry(status) {

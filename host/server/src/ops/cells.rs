@@ -6,7 +6,7 @@ use percolator_api::{
     ApiError, ApiResult, GetRequest, LOADS_TABLE, MAX_SCAN_LIMIT, NotifyRequest, NotifyResponse, ScanCell, ScanRequest,
     ScanResponse, Value,
 };
-use percolator_store::{ScanEntry, Transaction, prefix_end};
+use percolator_store::{Store, TimedEntry, Timestamp, Transaction, prefix_end};
 
 use super::{Context, Op};
 
@@ -36,9 +36,13 @@ impl Op for Get {
         check_table(&r.table)?;
         check_row(&r.row)?;
         check_column(&r.column)?;
-        let txn = cx.store.begin()?;
-        if let Some(v) = txn.get(&r.table, r.row.as_bytes(), &r.column)? {
-            return Ok(Value { value: String::from_utf8_lossy(&v).into_owned(), value_hex: hex(&v) });
+        let txn = begin(&cx.store, r.at)?;
+        if let Some((v, ts)) = txn.get_timed(&r.table, r.row.as_bytes(), &r.column)? {
+            return Ok(Value {
+                value: String::from_utf8_lossy(&v).into_owned(),
+                value_hex: hex(&v),
+                commit_ts: ts.map_or(0, Timestamp::raw),
+            });
         }
         if !r.column.contains(':') {
             return Err(ApiError::bad_input(no_family(&txn, &r)?));
@@ -47,6 +51,14 @@ impl Op for Get {
         let hint = if empty { format!(" (table {:?} has no cells at all)", r.table) } else { String::new() };
         Err(ApiError::not_found(format!("{}/{}/{}: no value{hint}", r.table, r.row, r.column)))
     }
+}
+
+/// A read-only transaction at snapshot `at`, or at the latest.
+fn begin(store: &Store, at: Option<u64>) -> ApiResult<Transaction> {
+    Ok(match at {
+        Some(ts) => store.begin_at(Timestamp::from_raw(ts))?,
+        None => store.begin()?,
+    })
 }
 
 /// The most columns of a row listed when a column is mistyped.
@@ -77,21 +89,35 @@ fn no_family(txn: &Transaction, r: &GetRequest) -> ApiResult<String> {
     Ok(m)
 }
 
-/// A scan's resume token: the last cell of a page, `hex(row).hex(column)`.
-fn encode_token(row: &[u8], column: &str) -> String {
-    format!("{}.{}", hex(row), hex(column.as_bytes()))
+/// A scan's resume token: the scan's snapshot and the last cell of a page,
+/// `ts.hex(row).hex(column)`.
+fn encode_token(ts: u64, row: &[u8], column: &str) -> String {
+    format!("{ts}.{}.{}", hex(row), hex(column.as_bytes()))
 }
 
-fn decode_token(token: &str) -> ApiResult<(Vec<u8>, String)> {
+/// The snapshot, row and column of a resume token. A token of the earlier form (`hex.hex`,
+/// without a snapshot) is refused: its scan read a snapshot per page.
+fn decode_token(token: &str) -> ApiResult<(u64, Vec<u8>, String)> {
     let bad = || {
         ApiError::bad_input(format!(
             "resume token {token:?} is not one a scan answered (pass the `next` of the previous page as `after`)"
         ))
     };
-    let (row, column) = token.split_once('.').ok_or_else(bad)?;
+    let parts: Vec<&str> = token.split('.').collect();
+    let (ts, row, column) = match parts[..] {
+        [ts, row, column] => (ts, row, column),
+        [row, column] if unhex(row).is_some() && unhex(column).is_some() => {
+            return Err(ApiError::bad_input(format!(
+                "resume token {token:?} is from an earlier version, whose scans read a new snapshot per page; \
+                 start the scan again (its tokens keep one snapshot)"
+            )));
+        }
+        _ => return Err(bad()),
+    };
+    let ts = ts.parse::<u64>().ok().filter(|ts| *ts > 0).ok_or_else(bad)?;
     let row = unhex(row).ok_or_else(bad)?;
     let column = unhex(column).and_then(|c| String::from_utf8(c).ok()).ok_or_else(bad)?;
-    Ok((row, column))
+    Ok((ts, row, column))
 }
 
 impl Op for Scan {
@@ -117,24 +143,38 @@ impl Op for Scan {
             }
         }
         let after = r.after.as_deref().map(decode_token).transpose()?;
+        let at = match (&after, r.at) {
+            (Some((token, ..)), Some(at)) if *token != at => {
+                return Err(ApiError::bad_input(format!(
+                    "the resume token continues a scan of snapshot {token}, not of `at` {at}: every page of a scan \
+                     reads the first page's snapshot (drop `at`, or start the scan again)"
+                )));
+            }
+            (Some((token, ..)), _) => Some(*token),
+            (None, at) => at,
+        };
+        let after = after.map(|(_, row, column)| (row, column));
         if let Some((row, _)) = &after
             && *row > start
         {
             start.clone_from(row);
         }
+        let txn = begin(&cx.store, at)?;
+        let snapshot = txn.start_ts().raw();
         if end.as_ref().is_some_and(|e| *e <= start) {
-            return Ok(ScanResponse { cells: Vec::new(), truncated: false, next: None });
+            return Ok(ScanResponse { at: snapshot, cells: Vec::new(), truncated: false, next: None });
         }
         let columns: Option<Vec<&str>> = r.columns.as_ref().map(|c| c.iter().map(String::as_str).collect());
-        let txn = cx.store.begin()?;
         // Cells of the resume row up to the token's column were answered before: skip them. A
         // row may hold more of them than a page, so read more until a page is left after them.
         let mut want = r.limit.saturating_add(1);
         let mut cells = loop {
-            let mut cells = txn.scan(&r.table, &start, end.as_deref(), columns.as_deref(), want)?;
+            let mut cells = txn.scan_timed(&r.table, &start, end.as_deref(), columns.as_deref(), want)?;
             let full = cells.len() == want;
             let skip = match &after {
-                Some((row, column)) => cells.iter().take_while(|c| c.row == *row && c.column <= *column).count(),
+                Some((row, column)) => {
+                    cells.iter().take_while(|c| c.entry.row == *row && c.entry.column <= *column).count()
+                }
                 None => 0,
             };
             cells.drain(..skip);
@@ -146,10 +186,10 @@ impl Op for Scan {
         let truncated = cells.len() > r.limit;
         cells.truncate(r.limit);
         let next = match cells.last() {
-            Some(last) if truncated => Some(encode_token(&last.row, &last.column)),
+            Some(last) if truncated => Some(encode_token(snapshot, &last.entry.row, &last.entry.column)),
             _ => None,
         };
-        Ok(ScanResponse { cells: cells.iter().map(scan_cell).collect(), truncated, next })
+        Ok(ScanResponse { at: snapshot, cells: cells.iter().map(scan_cell).collect(), truncated, next })
     }
 }
 
@@ -211,13 +251,15 @@ impl Op for Notify {
     }
 }
 
-fn scan_cell(e: &ScanEntry) -> ScanCell {
+fn scan_cell(t: &TimedEntry) -> ScanCell {
+    let e = &t.entry;
     ScanCell {
         row: String::from_utf8_lossy(&e.row).into_owned(),
         row_hex: hex(&e.row),
         column: e.column.clone(),
         value: String::from_utf8_lossy(&e.value).into_owned(),
         value_hex: hex(&e.value),
+        commit_ts: t.commit_ts.map_or(0, Timestamp::raw),
     }
 }
 
@@ -227,10 +269,12 @@ mod tests {
 
     #[test]
     fn tokens_round_trip_and_bad_ones_are_refused() {
-        let t = encode_token(b"a\xffb", "doc:t.x");
-        assert_eq!(decode_token(&t).unwrap(), (b"a\xffb".to_vec(), "doc:t.x".to_owned()));
-        for bad in ["", "zz.00", "00", "0.00", "61.ff"] {
+        let t = encode_token(17, b"a\xffb", "doc:t.x");
+        assert_eq!(decode_token(&t).unwrap(), (17, b"a\xffb".to_vec(), "doc:t.x".to_owned()));
+        for bad in ["", "zz.00", "00", "0.00", "x.61.61", "0.61.61", "1.zz.61", "1.61.ff", "1.2.3.4"] {
             assert!(decode_token(bad).unwrap_err().message.contains("is not one a scan answered"), "{bad}");
         }
+        let old = decode_token("61.6162").unwrap_err().message;
+        assert!(old.contains("from an earlier version") && old.contains("start the scan again"), "{old}");
     }
 }

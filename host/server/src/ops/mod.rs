@@ -4,8 +4,8 @@
 //! same thing; which commands exist is listed once, in [`register`].
 //!
 //! One module per group of commands: [`cells`] (get, scan, notify), [`changes`] (the change
-//! feed), [`load`], [`pipeline`] (health, status, dead letters, retry, gc, wait), [`sinks`]
-//! (a sink's parked batches).
+//! feed), [`load`], [`pipeline`] (health, status, dead letters, retry, gc, wait), [`snapshot`]
+//! (the current timestamp, pins), [`sinks`] (a sink's parked batches).
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -27,6 +27,7 @@ pub mod load;
 pub mod pipeline;
 pub mod replay;
 pub mod sinks;
+pub mod snapshot;
 
 pub use cells::{check_column, check_row, check_table};
 pub use pipeline::{BACKLOG_CAP, Backlog, backlog};
@@ -109,6 +110,9 @@ pub fn register(r: &mut impl Registry) {
     r.op::<endpoint::Notify>();
     r.op::<endpoint::Replay>();
     r.op::<endpoint::Changes>();
+    r.op::<endpoint::Snapshot>();
+    r.op::<endpoint::SnapshotRenew>();
+    r.op::<endpoint::SnapshotRelease>();
     r.op::<endpoint::SinkDeadLetter>();
 }
 

@@ -149,6 +149,8 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     buckets: w.partitions.len() as u32,
                 })
                 .collect(),
+            pins: store.pins()?.iter().map(super::snapshot::pin_report).collect(),
+            gc_safepoint: store.persisted_safepoint()?.raw(),
         },
         config_error: None,
     })

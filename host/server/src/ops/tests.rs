@@ -55,7 +55,8 @@ fn mem_store() -> Context {
 fn names_and_keys_are_checked() {
     let store = mem_store();
     let get = |table: &str, row: &str, column: &str| {
-        call::<Get>(&store, GetRequest { table: table.into(), row: row.into(), column: column.into() }).unwrap_err()
+        call::<Get>(&store, GetRequest { table: table.into(), row: row.into(), column: column.into(), at: None })
+            .unwrap_err()
     };
     let e = get("pages", "", "doc:title");
     assert_eq!((e.kind, e.message.as_str()), (ErrorKind::BadInput, "the row key is empty"));
@@ -150,7 +151,8 @@ fn a_column_without_family_is_named_with_what_the_row_has() {
     b.records[0].cells.push(("doc:title".into(), Some("T".into())));
     call::<Load>(&store, b).unwrap();
     let get = |column: &str| {
-        call::<Get>(&store, GetRequest { table: "t".into(), row: "a".into(), column: column.into() }).unwrap_err()
+        call::<Get>(&store, GetRequest { table: "t".into(), row: "a".into(), column: column.into(), at: None })
+            .unwrap_err()
     };
     let e = get("title");
     assert_eq!(e.kind, ErrorKind::BadInput);
@@ -260,4 +262,101 @@ fn load_begin_checks_the_columns_and_says_what_differs() {
         e.message.contains("with other options (format=jsonl key=row family=raw; now family=other) and stopped"),
         "{e}"
     );
+}
+
+/// Every page of a multi-page scan reads the first page's snapshot while a writer changes,
+/// adds and deletes rows between (and during) the pages: the pages together are exactly one
+/// big scan at that timestamp, and every cell carries its commit timestamp.
+#[test]
+fn a_multi_page_scan_reads_one_snapshot_under_a_concurrent_writer() {
+    use percolator_api::endpoint::{Snapshot, SnapshotRelease, SnapshotRenew};
+    let cx = mem_store();
+    let write = |round: u32| {
+        cx.store
+            .run(|t| {
+                for i in 0..40u32 {
+                    let row = format!("r{i:03}");
+                    match (i + round) % 7 {
+                        0 => t.delete("t", &row, "c:v")?,
+                        _ => t.set("t", &row, "c:v", format!("{round}-{i}"))?,
+                    }
+                }
+                t.set("t", format!("new{round}"), "c:v", "late")
+            })
+            .unwrap();
+    };
+    write(0);
+    // A writer running all along, besides the writes between pages.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (store, stop) = (cx.store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                n += 1;
+                store.run(|t| t.set("t", format!("r{:03}", n % 40), "c:v", format!("bg{n}"))).unwrap();
+            }
+        })
+    };
+    let scan = |limit, after, at| {
+        call::<Scan>(&cx, ScanRequest { table: "t".into(), limit, after, at, ..Default::default() }).unwrap()
+    };
+    let mut pages = vec![scan(7, None, None)];
+    let at = pages[0].at;
+    let mut round = 1;
+    while let Some(next) = pages.last().unwrap().next.clone() {
+        write(round);
+        round += 1;
+        pages.push(scan(7, Some(next), None));
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    writer.join().unwrap();
+    assert!(pages.len() > 3 && pages.iter().all(|p| p.at == at), "every page reads the first page's snapshot");
+    let key = |c: &ScanCell| (c.row.clone(), c.column.clone(), c.value.clone(), c.commit_ts);
+    let paged: Vec<_> = pages.iter().flat_map(|p| p.cells.iter().map(key)).collect();
+    let whole = scan(1000, None, Some(at));
+    assert_eq!(whole.at, at);
+    assert_eq!(paged, whole.cells.iter().map(key).collect::<Vec<_>>());
+    assert!(paged.iter().all(|(_, _, v, ts)| !v.starts_with("bg") || *ts < at));
+    assert!(paged.iter().all(|(_, _, _, ts)| *ts > 0 && *ts < at), "commit timestamps below the snapshot");
+    assert!(!paged.iter().any(|(r, ..)| r.starts_with("new1")), "a row written after the snapshot is not in it");
+    // The latest differs from the snapshot.
+    assert_ne!(scan(1000, None, None).cells.iter().map(key).collect::<Vec<_>>(), paged);
+
+    // A token with another `at` is refused; so is an old token without a snapshot.
+    let token = scan(3, None, Some(at)).next.unwrap();
+    let e = call::<Scan>(
+        &cx,
+        ScanRequest { table: "t".into(), after: Some(token), at: Some(at - 1), ..Default::default() },
+    )
+    .unwrap_err();
+    assert!(e.message.contains("every page of a scan reads the first page's snapshot"), "{e}");
+    let e = call::<Scan>(&cx, ScanRequest { table: "t".into(), after: Some("72.633a76".into()), ..Default::default() })
+        .unwrap_err();
+    assert!(e.message.contains("earlier version"), "{e}");
+
+    // `get` at the snapshot, and with its commit timestamp.
+    let (row, _, value, ts) = paged[0].clone();
+    let v = call::<Get>(&cx, GetRequest { table: "t".into(), row, column: "c:v".into(), at: Some(at) }).unwrap();
+    assert_eq!((v.value, v.commit_ts), (value, ts));
+
+    // A future snapshot is refused; so is one below the safepoint after GC, unless pinned.
+    let future = call::<Snapshot>(&cx, SnapshotRequest::default()).unwrap().ts + 1000;
+    let e = call::<Scan>(&cx, ScanRequest { table: "t".into(), at: Some(future), ..Default::default() }).unwrap_err();
+    assert!(e.kind == ErrorKind::BadInput && e.message.contains("not yet stable"), "{e}");
+    let pin = call::<Snapshot>(&cx, SnapshotRequest { ttl_secs: Some(600), at: Some(at) }).unwrap().pin.unwrap();
+    assert_eq!(pin.ts, at);
+    cx.store.gc().unwrap();
+    assert_eq!(scan(1000, None, Some(at)).cells.iter().map(key).collect::<Vec<_>>(), paged, "the pin kept it");
+    let renewed = call::<SnapshotRenew>(&cx, PinRenewRequest { id: pin.id, ttl_secs: 60 }).unwrap();
+    assert_eq!((renewed.id, renewed.ts), (pin.id, at));
+    call::<SnapshotRelease>(&cx, PinReleaseRequest { id: pin.id }).unwrap();
+    let e = call::<SnapshotRelease>(&cx, PinReleaseRequest { id: pin.id }).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound);
+    cx.store.gc().unwrap();
+    let e = call::<Scan>(&cx, ScanRequest { table: "t".into(), at: Some(at), ..Default::default() }).unwrap_err();
+    assert!(e.kind == ErrorKind::BadInput && e.message.contains("below the GC safepoint"), "{e}");
+    for bad in [SnapshotRequest { ttl_secs: Some(0), at: None }, SnapshotRequest { ttl_secs: None, at: Some(at) }] {
+        assert_eq!(call::<Snapshot>(&cx, bad).unwrap_err().kind, ErrorKind::BadInput);
+    }
 }
