@@ -526,7 +526,15 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
                 s.failures = 0;
             }
         }
-        shared.rate.lock().unwrap_or_else(PoisonError::into_inner).push_back((Instant::now(), n));
+        {
+            // Pruned here too, so the window stays bounded when nobody asks for the status.
+            let mut rate = shared.rate.lock().unwrap_or_else(PoisonError::into_inner);
+            let now = Instant::now();
+            while rate.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
+                rate.pop_front();
+            }
+            rate.push_back((now, n));
+        }
         position = Some(page.next);
     }
 }
