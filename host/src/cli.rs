@@ -533,7 +533,7 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                 for c in &page.changes {
                     w(writeln!(out, "{}", serde_json::to_string(c).map_err(|e| e.to_string())?))?;
                 }
-                let done = page.changes.is_empty() && !*follow;
+                let done = page.changes.is_empty() && !page.more && !*follow;
                 left = left.map(|l| l.saturating_sub(page.changes.len() as u64));
                 // Following: a token after each batch (a consumer that stops resumes from its
                 // last one); otherwise one at the end.

@@ -119,6 +119,10 @@ pub struct ChangePage {
     pub changes: Vec<Change>,
     /// Where the next page starts: resuming from it neither misses nor repeats a change.
     pub next: ChangeToken,
+    /// True when the page stopped at its limit: more changes can be read at once (a page can
+    /// then even be empty, its changes committed above where it had to stop). False when it
+    /// read up to the resolved timestamp: the consumer is caught up.
+    pub more: bool,
 }
 
 /// A subscription: a named position kept in the store and the worker that delivers it.
@@ -356,7 +360,10 @@ impl Store {
                 if start >= t {
                     break 'rows;
                 }
-                if gathered >= limit {
+                // Stop at the limit, but only past `after`: rows that started below it and
+                // committed above it are read whatever their number (the transactions that
+                // straddle `after`), or a page could make no progress.
+                if gathered >= limit && start > after {
                     next_unread = Some(start);
                     break 'rows;
                 }
@@ -415,7 +422,11 @@ impl Store {
         }
         let position = resolved.max(after);
         let scan_from = if exclusive { scan_next.min(position) } else { Timestamp::ZERO };
-        Ok(ChangePage { changes, next: ChangeToken { position: Some(position), scan_from } })
+        Ok(ChangePage {
+            changes,
+            next: ChangeToken { position: Some(position), scan_from },
+            more: next_unread.is_some(),
+        })
     }
 
     /// The trim mark: changes at or below it may have been removed.

@@ -1008,4 +1008,8 @@ pub struct ChangesResponse {
     pub changes: Vec<ChangeRecord>,
     /// The position after them: resume with `since` = this; nothing is missed or repeated.
     pub next: String,
+    /// True when the page stopped at its `limit`: more changes can be read at once. False:
+    /// caught up (to the resolved timestamp).
+    #[serde(default)]
+    pub more: bool,
 }

@@ -38,10 +38,11 @@ impl Op for Changes {
         loop {
             let page = cx.store.changes(&r.table, r.columns.as_deref(), &since, r.limit)?;
             let stopping = cx.host.as_ref().is_some_and(|h| *h.shutdown.borrow());
-            if !page.changes.is_empty() || Instant::now() >= deadline || stopping {
+            if !page.changes.is_empty() || page.more || Instant::now() >= deadline || stopping {
                 return Ok(ChangesResponse {
                     changes: page.changes.iter().map(ChangeRecord::of).collect(),
                     next: page.next.to_string(),
+                    more: page.more,
                 });
             }
             since = page.next;

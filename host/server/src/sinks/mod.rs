@@ -467,6 +467,11 @@ fn run(feed: &dyn Feed, sink: &Sink, mut kind: Box<dyn Deliver>, shared: &Shared
             }
         };
         shared.read.store(true, Ordering::Relaxed);
+        if page.changes.is_empty() && page.more {
+            // Stopped at its limit before any change it could deliver: read on at once.
+            position = Some(page.next);
+            continue;
+        }
         if page.changes.is_empty() {
             *shared.caught_up.lock().unwrap_or_else(PoisonError::into_inner) = (Instant::now(), false);
             // Follow the head now and then, so the log behind it can be trimmed.

@@ -53,7 +53,7 @@ impl Feed for Model {
             .collect();
         let head = log.last().map_or(Timestamp::ZERO, |c| c.commit_ts);
         let next = changes.last().map_or(head.max(since.position().unwrap_or(Timestamp::ZERO)), |c| c.commit_ts);
-        Ok(ChangePage { changes, next: token(next.raw()) })
+        Ok(ChangePage { changes, next: token(next.raw()), more: false })
     }
 
     fn claim(&self, name: &str) -> Result<bool, String> {
