@@ -33,9 +33,12 @@ mod footprint;
 mod host;
 mod runtime;
 mod sandbox;
+mod sink_bindings;
+mod transform;
 mod world;
 
 pub use access::{Access, ColumnRule};
 pub use footprint::Footprint;
 pub use runtime::{Compiled, Limits, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
 pub use sandbox::{ClockMode, Environment};
+pub use transform::{CompiledTransform, SinkTransform, TRANSFORM_RANDOM_SEED, TransformError};
