@@ -54,6 +54,22 @@ fn pages() -> Vec<Change> {
 }
 
 #[test]
+fn a_transform_is_shared_by_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<SinkTransform>();
+    send_sync::<percolator_runtime::CompiledTransform>();
+    let runtime = Runtime::new(None).unwrap();
+    let t = Arc::new(transform(&runtime, "sink_title.wasm", Limits::default(), &[]));
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let t = t.clone();
+            std::thread::spawn(move || t.apply(&pages()).unwrap().len())
+        })
+        .collect();
+    assert!(threads.into_iter().all(|h| h.join().unwrap() == 4));
+}
+
+#[test]
 fn the_title_example_keeps_one_column_and_derives_titles_with_the_input_versions() {
     let runtime = Runtime::new(None).unwrap();
     let t = transform(&runtime, "sink_title.wasm", Limits::default(), &[]);
