@@ -7,9 +7,13 @@
 //! - `foreign-ts`: returns a change whose commit timestamp is none of the batch's;
 //! - `unordered`: returns the batch in reverse commit-timestamp order;
 //! - `bad-column`: returns a change of a column in the reserved `__` namespace;
+//! - `duplicate`: maps every change to the column `page:same`, so that two changes of one
+//!   transaction become two values of one cell at one version;
 //! - `error`: returns `err`;
 //! - `entropy`: returns, per change, the wall clock and a random number read through WASI
 //!   (the host fixes the one and seeds the other, so two runs agree);
+//! - `environment`: returns, per change, the number of environment variables and arguments
+//!   it sees through WASI (`0 0` in the host's sandbox);
 //! - anything else: returns the batch unchanged.
 
 mod bindings {
@@ -22,7 +26,7 @@ mod bindings {
 
 use bindings::percolator::sink::types::Change;
 use bindings::percolator::sink::{config, log};
-use bindings::wasi::{clocks::wall_clock, random::random};
+use bindings::wasi::{cli::environment, clocks::wall_clock, random::random};
 
 struct Hostile;
 
@@ -54,6 +58,7 @@ impl bindings::Guest for Hostile {
             }
             "unordered" => Ok(batch.into_iter().rev().collect()),
             "bad-column" => Ok(batch.into_iter().map(|c| Change { column: "__secret".into(), ..c }).collect()),
+            "duplicate" => Ok(batch.into_iter().map(|c| Change { column: "page:same".into(), ..c }).collect()),
             "error" => Err(format!("refusing a batch of {} changes", batch.len())),
             "entropy" => Ok(batch
                 .into_iter()
@@ -63,6 +68,10 @@ impl bindings::Guest for Hostile {
                     Change { value: Some(value.into_bytes()), ..c }
                 })
                 .collect()),
+            "environment" => {
+                let seen = format!("{} {}", environment::get_environment().len(), environment::get_arguments().len());
+                Ok(batch.into_iter().map(|c| Change { value: Some(seen.clone().into_bytes()), ..c }).collect())
+            }
             _ => Ok(batch),
         }
     }

@@ -11,12 +11,15 @@
 //! The host checks the output against the contract before a sink sees it: every change's
 //! `commit-ts` is one of the input batch's (the destination applies changes idempotently by
 //! that version), the output is in commit-timestamp order, names are valid store names
-//! (`percolator_store::validate_table` / `validate_column` / `validate_row`), and the output
+//! (`percolator_store::validate_table` / `validate_column` / `validate_row`), two changes of
+//! one cell at one timestamp carry the same value (else the version is ambiguous), and the output
 //! the host lifts out of the guest is bounded by the memory limit (wasmtime's hostcall fuel:
 //! a guest that hands back the same megabyte a thousand times fails, it cannot make the host
 //! allocate a gigabyte).
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -83,7 +86,8 @@ pub enum TransformError {
     /// The transform returned `err` with this text.
     Guest(String),
     /// The output broke the contract (`wit/sink/sink.wit`): a change whose commit timestamp is
-    /// not one of the batch's, out of commit-timestamp order, or with an invalid name.
+    /// not one of the batch's, out of commit-timestamp order, with an invalid name, or of the
+    /// same cell and timestamp as an earlier one with another value.
     Contract {
         /// The offending change's position in the output.
         index: usize,
@@ -237,6 +241,13 @@ impl SinkTransform {
         &self.stats
     }
 
+    /// The same transform counting into `stats` (a new version of a sink's transform continues
+    /// its predecessor's counters).
+    pub fn continuing(mut self, stats: Arc<RunStats>) -> SinkTransform {
+        self.stats = stats;
+        self
+    }
+
     /// Checks the footprint against the limits and instantiates once (a component over its
     /// limits, or whose start traps, fails here at load rather than at every batch).
     pub fn check_instantiates(&self) -> Result<()> {
@@ -385,9 +396,11 @@ fn check(batch: &[Change], output: Vec<WitChange>) -> Result<Vec<Change>, Transf
     stamps.sort_unstable();
     stamps.dedup();
     let mut previous = 0;
-    let mut changes = Vec::with_capacity(output.len());
-    for (index, c) in output.into_iter().enumerate() {
-        let broken = |what: String| TransformError::Contract { index, message: format!("{} {what}", describe(&c)) };
+    // The cells of the output changes at `previous` (the output is in timestamp order, so only
+    // the current timestamp's are kept): two changes of one cell at one version must agree.
+    let mut cells: HashMap<(&str, &[u8], &str), usize> = HashMap::new();
+    for (index, c) in output.iter().enumerate() {
+        let broken = |what: String| TransformError::Contract { index, message: format!("{} {what}", describe(c)) };
         if stamps.binary_search(&c.commit_ts).is_err() {
             return Err(broken(format!(
                 "carries a commit-ts that is none of the batch's ({}): every output change must carry the commit-ts \
@@ -400,6 +413,9 @@ fn check(batch: &[Change], output: Vec<WitChange>) -> Result<Vec<Change>, Transf
                 "comes after a change of commit-ts {previous}: the output must be in commit-timestamp order"
             )));
         }
+        if c.commit_ts != previous {
+            cells.clear();
+        }
         previous = c.commit_ts;
         let names = percolator_store::validate_table(&c.table)
             .and_then(|()| percolator_store::validate_column(&c.column))
@@ -407,13 +423,29 @@ fn check(batch: &[Change], output: Vec<WitChange>) -> Result<Vec<Change>, Transf
         if let Err(e) = names {
             return Err(broken(format!("is not a valid store cell: {e}")));
         }
-        changes.push(Change {
+        match cells.entry((&c.table, &c.row, &c.column)) {
+            Entry::Vacant(v) => {
+                v.insert(index);
+            }
+            Entry::Occupied(o) if output[*o.get()].value != c.value => {
+                return Err(broken(format!(
+                    "has another value than output change {} of the same cell and commit-ts: the destination could \
+                     not tell which is that version's",
+                    o.get()
+                )));
+            }
+            Entry::Occupied(_) => {}
+        }
+    }
+    drop(cells);
+    Ok(output
+        .into_iter()
+        .map(|c| Change {
             cell: CellRef { table: c.table, row: c.row, column: c.column },
             value: c.value,
             commit_ts: Timestamp::from_raw(c.commit_ts),
-        });
-    }
-    Ok(changes)
+        })
+        .collect())
 }
 
 /// An output change, for an error: `(table "t", row "r", column "c", commit-ts N)`, names cut

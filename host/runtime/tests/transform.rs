@@ -109,6 +109,9 @@ fn the_output_is_the_same_every_time_and_per_change() {
     let value = String::from_utf8(first[0].value.clone().unwrap()).unwrap();
     assert!(value.starts_with("946684800.000000000 "), "{value}");
     assert_eq!(first.iter().map(|c| c.commit_ts.raw()).collect::<Vec<_>>(), [10, 10, 12, 12, 15]);
+    // The observers' sandbox: no environment, no arguments.
+    let seen = hostile(&runtime, "environment", Limits::default()).apply(&batch[..1]).unwrap();
+    assert_eq!(seen[0].value.as_deref(), Some(&b"0 0"[..]));
 }
 
 #[test]
@@ -160,6 +163,18 @@ fn hostile_transforms_fail_with_their_own_error_and_the_host_goes_on() {
         }
         other => panic!("{other:?}"),
     }
+
+    match hostile(&runtime, "duplicate", Limits::default()).apply(&batch).unwrap_err() {
+        TransformError::Contract { index: 1, message } => assert_eq!(
+            message,
+            "(table \"pages\", row \"a.com\", column \"page:same\", commit-ts 10) has another value than output \
+             change 0 of the same cell and commit-ts: the destination could not tell which is that version's"
+        ),
+        other => panic!("{other:?}"),
+    }
+    // The same value twice is no ambiguity.
+    let twice = [change("a.com", "raw:html", Some("same"), 10), change("a.com", "raw:lang", Some("same"), 10)];
+    assert_eq!(hostile(&runtime, "duplicate", Limits::default()).apply(&twice).unwrap().len(), 2);
 
     let t = hostile(&runtime, "error", Limits::default());
     assert_eq!(t.apply(&batch).unwrap_err(), TransformError::Guest("refusing a batch of 5 changes".into()));
