@@ -210,6 +210,47 @@ fn a_component_of_the_other_world_is_refused_at_load_with_both_worlds_named() {
     );
 }
 
+/// A core module of the world `transform` of `wit`, whose `transform` takes nothing and returns
+/// the number 7: a transform's name with another type.
+fn mistyped_transform() -> Vec<u8> {
+    use wasm_encoder::{
+        CodeSection, ExportKind, ExportSection, Function, FunctionSection, Instruction as I, Module, TypeSection,
+        ValType,
+    };
+    let mut types = TypeSection::new();
+    types.ty().function([], [ValType::I32]);
+    let mut functions = FunctionSection::new();
+    functions.function(0);
+    let mut exports = ExportSection::new();
+    exports.export("transform", ExportKind::Func, 0);
+    let mut code = CodeSection::new();
+    let mut f = Function::new([]);
+    f.instruction(&I::I32Const(7)).instruction(&I::End);
+    code.function(&f);
+    let mut module = Module::new();
+    module.section(&types).section(&functions).section(&exports).section(&code);
+    let mut bytes = module.finish();
+    let mut resolve = wit_parser::Resolve::default();
+    let wit = "package test:mistyped; world transform { export transform: func() -> u32; }";
+    let package = resolve.push_str("mistyped.wit", wit).unwrap();
+    let world = resolve.select_world(&[package], Some("transform")).unwrap();
+    wit_component::embed_component_metadata(&mut bytes, &resolve, world, wit_component::StringEncoding::UTF8).unwrap();
+    bytes
+}
+
+#[test]
+fn a_transform_export_of_another_type_is_refused_at_load() {
+    let runtime = Runtime::new(None).unwrap();
+    let e = format!("{:#}", runtime.compile_transform(&mistyped_transform()).err().unwrap());
+    assert!(
+        e.starts_with(
+            "the component's `transform` export does not have the type of the percolator:sink/transform@0.1.0 \
+             world's (func(batch: list<change>) -> result<list<change>, string>)"
+        ),
+        "{e}"
+    );
+}
+
 /// A core module (carrying the sink world's component type) whose `transform` returns `n`
 /// changes that all point at the same 1 MiB value: 2 MiB of guest memory claiming `n` MiB of
 /// output. Built with `wasm-encoder`, as no Rust guest can alias its output safely.
