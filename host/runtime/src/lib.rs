@@ -9,6 +9,12 @@
 //! ([`Access`]) are checked on every host call, and a run is bounded by a deadline (epoch
 //! interruption) and memory/table [`Limits`].
 //!
+//! **Sink transforms** (`wit/sink/sink.wit`): [`Runtime::compile_transform_file`] and
+//! [`Runtime::transform`] give a [`SinkTransform`], whose [`SinkTransform::apply`] turns a batch
+//! of the change feed's changes into the changes a sink delivers, in the same sandbox, always
+//! deterministic (fresh instance, fixed clocks, seeded randomness), its output checked against
+//! the world's contract ([`TransformError`]).
+//!
 //! This crate knows nothing of configuration files, HTTP or the command line: the server
 //! (`percolator-server`) builds [`Access`] and [`Limits`] from its TOML and calls
 //! [`Runtime::compile_file`] and [`Runtime::observer`].
@@ -33,9 +39,12 @@ mod footprint;
 mod host;
 mod runtime;
 mod sandbox;
+mod sink_bindings;
+mod transform;
 mod world;
 
 pub use access::{Access, ColumnRule};
 pub use footprint::Footprint;
 pub use runtime::{Compiled, Limits, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
 pub use sandbox::{ClockMode, Environment};
+pub use transform::{CompiledTransform, SinkTransform, TRANSFORM_RANDOM_SEED, TransformError};

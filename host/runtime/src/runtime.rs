@@ -30,12 +30,13 @@ use wasmtime::{Config, Engine, Result, Store, Trap};
 use crate::access::Access;
 use crate::bindings::{Cell, Notification, Observer as ObserverWorld, ObserverPre, WitError};
 use crate::footprint::Footprint;
+use crate::host::sink::TransformState;
 use crate::host::{Budget, HostState};
 use crate::sandbox::{Environment, Output, Wasi};
 use crate::world::Provided;
 
 /// Epoch ticker period: deadlines are enforced to within one tick.
-const EPOCH_TICK: Duration = Duration::from_millis(5);
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 /// Retire an instance after this many runs.
 const MAX_RUNS_PER_INSTANCE: u32 = 10_000;
 
@@ -78,17 +79,29 @@ impl Default for Limits {
 
 /// The engine, the linker with the host imports, and the compiled-component cache.
 pub struct Runtime {
-    engine: Engine,
+    pub(crate) engine: Engine,
     linker: Linker<HostState>,
+    /// The linker of the sink-transform world (`transform.rs`): WASI and `percolator:sink`.
+    pub(crate) sink_linker: Linker<TransformState>,
     cache_dir: Option<PathBuf>,
     /// Engine compatibility hash: part of every cache key, so a new wasmtime never loads an
     /// old artifact.
     engine_hash: u64,
     /// Keeps the epoch ticker running: held by the runtime and by every observer it made, so
     /// deadlines keep firing as long as any of them can run.
-    ticker: Arc<()>,
+    pub(crate) ticker: Arc<()>,
     /// What the linker defines, to name every unsatisfied import of a component at once.
     provided: Provided,
+    /// What the sink linker defines.
+    pub(crate) sink_provided: Provided,
+}
+
+/// A file read, componentized if it was a core module, and compiled (or found in the cache):
+/// not yet linked to a world.
+pub(crate) struct Loaded {
+    pub(crate) component: Component,
+    pub(crate) source_hash: String,
+    pub(crate) footprint: Footprint,
 }
 
 /// A validated, compiled observer component, ready to instantiate.
@@ -115,6 +128,9 @@ impl Runtime {
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).context("linking WASI")?;
         crate::host::add_to_linker(&mut linker, log_recording_panics).context("linking the host imports")?;
+        let mut sink_linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut sink_linker).context("linking WASI for sink transforms")?;
+        crate::host::sink::add_to_linker(&mut sink_linker).context("linking the sink-transform imports")?;
         let mut h = DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
         let ticker = Arc::new(());
@@ -133,7 +149,9 @@ impl Runtime {
         }
         let provided =
             Provided::observer_world().map_err(|e| wasmtime::Error::msg(format!("reading the observer world: {e}")))?;
-        Ok(Runtime { engine, linker, cache_dir, engine_hash: h.finish(), ticker, provided })
+        let sink_provided =
+            Provided::sink_world().map_err(|e| wasmtime::Error::msg(format!("reading the sink world: {e}")))?;
+        Ok(Runtime { engine, linker, sink_linker, cache_dir, engine_hash: h.finish(), ticker, provided, sink_provided })
     }
 
     /// Reads, validates and compiles the observer at `path`: a component of the
@@ -153,6 +171,15 @@ impl Runtime {
     }
 
     fn compile_bytes(&self, bytes: &[u8]) -> Result<Compiled> {
+        let Loaded { component, source_hash, footprint } = self.load(bytes)?;
+        let pre = without_panics("linking", || self.link(&component))?;
+        Ok(Compiled { pre, source_hash, footprint })
+    }
+
+    /// The world-independent steps of loading: checks, componentizing a core module (by the
+    /// component type wit-bindgen embedded in it, whichever world that is), the footprint, and
+    /// compiling or reading the cache. Every step under [`without_panics`].
+    pub(crate) fn load(&self, bytes: &[u8]) -> Result<Loaded> {
         if bytes.len() < 8 || bytes[..4] != *b"\0asm" {
             // wasmparser would say so with a multi-line dump of the expected and actual bytes.
             wasmtime::bail!("not a WebAssembly module (bad magic number: it does not start with \"\\0asm\")");
@@ -169,13 +196,20 @@ impl Runtime {
         let component_bytes = encoded.as_deref().unwrap_or(bytes);
         let footprint = without_panics("measuring", || Ok(Footprint::of(component_bytes)))?;
         let component = without_panics("compiling", || self.component(component_bytes, &source_hash))?;
-        let pre = without_panics("linking", || self.link(&component))?;
-        Ok(Compiled { pre, source_hash, footprint })
+        Ok(Loaded { component, source_hash, footprint })
     }
 
     /// Checks the component's imports against the world (naming all that are missing), then
     /// links it and checks its export.
     fn link(&self, component: &Component) -> Result<ObserverPre<HostState>> {
+        let exports = export_names(&self.engine, component);
+        if exports.iter().any(|e| e == "transform") && !exports.iter().any(|e| e == "observe") {
+            wasmtime::bail!(
+                "the component is a sink transform (it exports `transform` of the world percolator:sink/transform), \
+                 not an observer: an observer must be a component of the world percolator:observer/observer, \
+                 which exports `observe`"
+            );
+        }
         let missing = self.provided.unsatisfied(&self.engine, component);
         if !missing.is_empty() {
             wasmtime::bail!(
@@ -255,6 +289,11 @@ impl Runtime {
             _ticker: self.ticker.clone(),
         }
     }
+}
+
+/// The names a component exports.
+pub(crate) fn export_names(engine: &Engine, component: &Component) -> Vec<String> {
+    component.component_type().exports(engine).map(|(name, _)| name.to_owned()).collect()
 }
 
 /// Upper bounds of the run-time histogram's buckets (a 1-2.5-5 series from 50 µs to 60 s; a
@@ -388,7 +427,7 @@ impl RunStats {
         counts
     }
 
-    fn record(&self, elapsed: Duration, failed: bool) {
+    pub(crate) fn record(&self, elapsed: Duration, failed: bool) {
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let bucket = RUN_TIME_BUCKETS.iter().position(|bound| elapsed <= *bound).unwrap_or(BUCKETS - 1);
         // The maximum first: a percentile read between the two is capped by a maximum that
@@ -436,7 +475,7 @@ fn sha_path(path: &Path) -> PathBuf {
 
 /// An error message on one line: wasmparser and wit-component messages can span several (a
 /// pretty-printed byte array, say), which the status output and the logs would show as is.
-fn one_line(message: &str) -> String {
+pub(crate) fn one_line(message: &str) -> String {
     if !message.contains('\n') {
         return message.to_owned();
     }
@@ -477,7 +516,7 @@ fn log_recording_panics(
 
 /// A logged panic, for an error: std formats it as `panicked at FILE:LINE:COL:\nMESSAGE`, which
 /// becomes `MESSAGE (at FILE:LINE:COL)`; on one line, at most [`MAX_PANIC_MESSAGE`] bytes.
-fn panic_message(logged: &str) -> String {
+pub(crate) fn panic_message(logged: &str) -> String {
     let text = match logged.strip_prefix("panicked at ").and_then(|rest| rest.split_once(":\n")) {
         Some((location, message)) => format!("{message} (at {location})"),
         None => logged.to_owned(),
@@ -511,7 +550,7 @@ thread_local! {
 /// malformed file can never take down the thread that loads it (the reload watcher, or `up`
 /// at start-up). wit-component has panicked on a truncated core module, and nothing promises
 /// that the decoders and the compiler cannot panic on other input.
-fn without_panics<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+pub(crate) fn without_panics<T>(step: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
     static QUIET_HOOK: Once = Once::new();
     QUIET_HOOK.call_once(|| {
         // Chains to the hook in place (the default one prints the panic), except for a panic
@@ -803,7 +842,7 @@ impl WasmObserver {
 
 /// wasmtime's error for a count over a [`ResourceLimiter`](wasmtime::ResourceLimiter) limit
 /// ("instance count too high at 17"), with the binding's setting that allows more.
-fn limit_error(message: &str, limits: &Limits) -> Option<String> {
+pub(crate) fn limit_error(message: &str, limits: &Limits) -> Option<String> {
     let (what, field, limit) = if message.contains("instance count too high") {
         ("core instances", "max_instances", limits.instances)
     } else if message.contains("table count too high") {

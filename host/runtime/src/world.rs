@@ -1,6 +1,6 @@
-//! What the `observer` world provides to a component, and the check of a component's imports
-//! against it before linking: wasmtime's linker stops at the first import it cannot satisfy,
-//! while a guest author needs all of them and what is there instead.
+//! What a world (`observer`, or the sink's `transform`) provides to a component, and the check
+//! of a component's imports against it before linking: wasmtime's linker stops at the first
+//! import it cannot satisfy, while a guest author needs all of them and what is there instead.
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -12,6 +12,9 @@ const OBSERVER_WITS: [(&str, &str); 2] = [
     ("observer.wit", include_str!("../../../wit/observer.wit")),
     ("v0.1.0/observer.wit", include_str!("../../../wit/v0.1.0/observer.wit")),
 ];
+
+/// The sink-transform world's WIT (`sink_bindings.rs`).
+const SINK_WITS: [(&str, &str); 1] = [("sink/sink.wit", include_str!("../../../wit/sink/sink.wit"))];
 
 /// The WASI 0.2 interfaces `wasmtime_wasi::p2::add_to_linker_sync` defines (deny-by-default,
 /// `sandbox.rs`). Their functions are left to the linker's check.
@@ -50,6 +53,8 @@ const WASI_VERSION: &str = "0.2.0";
 
 /// The interfaces the world imports (what the host's linker defines), with their functions.
 pub(crate) struct Provided {
+    /// The package (`percolator:observer`), for naming older versions.
+    package: String,
     /// Full interface name (`percolator:observer/txn@0.2.0`) and its function names, newest
     /// version first.
     interfaces: Vec<(String, Vec<String>)>,
@@ -58,11 +63,26 @@ pub(crate) struct Provided {
 impl Provided {
     /// Reads the `observer` world of `wit/observer.wit` and of the frozen versions.
     pub(crate) fn observer_world() -> Result<Provided, String> {
+        Provided::read(&OBSERVER_WITS, "observer")
+    }
+
+    /// Reads the `transform` world of `wit/sink/sink.wit`.
+    pub(crate) fn sink_world() -> Result<Provided, String> {
+        Provided::read(&SINK_WITS, "transform")
+    }
+
+    /// The imported interfaces of the world `name` in each of `wits` (newest first).
+    fn read(wits: &[(&str, &str)], name: &str) -> Result<Provided, String> {
         let mut interfaces = Vec::new();
-        for (file, text) in OBSERVER_WITS {
+        let mut package_name = String::new();
+        for (file, text) in wits {
             let mut resolve = wit_parser::Resolve::default();
             let package = resolve.push_str(file, text).map_err(|e| format!("{file}: {e:#}"))?;
-            let world = resolve.select_world(&[package], Some("observer")).map_err(|e| format!("{file}: {e:#}"))?;
+            if package_name.is_empty() {
+                let n = &resolve.packages[package].name;
+                package_name = format!("{}:{}", n.namespace, n.name);
+            }
+            let world = resolve.select_world(&[package], Some(name)).map_err(|e| format!("{file}: {e:#}"))?;
             for (key, item) in &resolve.worlds[world].imports {
                 if let wit_parser::WorldItem::Interface { id, .. } = item {
                     let functions = resolve.interfaces[*id].functions.keys().cloned().collect();
@@ -70,7 +90,7 @@ impl Provided {
                 }
             }
         }
-        Ok(Provided { interfaces })
+        Ok(Provided { package: package_name, interfaces })
     }
 
     /// Every import of `component` the world does not provide: whole interfaces (or other
@@ -118,7 +138,7 @@ impl Provided {
             .collect();
         older.dedup();
         for version in older {
-            parts.push(format!("the interfaces of percolator:observer@{version}"));
+            parts.push(format!("the interfaces of {}@{version}", self.package));
         }
         parts.push(format!("and WASI {WASI_VERSION} (deny-by-default: no files, sockets or environment)"));
         parts.join(", ")
@@ -189,6 +209,17 @@ mod tests {
         );
         assert!(is_wasi("wasi:io/poll@0.2.9") && is_wasi("wasi:sockets/tcp@0.2.0"));
         assert!(!is_wasi("wasi:http/outgoing-handler@0.2.0") && !is_wasi("wasi:io/poll@0.3.0"));
+    }
+
+    #[test]
+    fn the_sink_world_provides_log_config_and_wasi() {
+        let p = Provided::sink_world().unwrap();
+        assert_eq!(
+            p.describe(),
+            "percolator:sink/log@0.1.0 (log), percolator:sink/config@0.1.0 (get, all), \
+             percolator:sink/types@0.1.0 (types only), \
+             and WASI 0.2.0 (deny-by-default: no files, sockets or environment)"
+        );
     }
 
     #[test]

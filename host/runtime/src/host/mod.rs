@@ -3,6 +3,7 @@
 
 mod config;
 mod log;
+pub(crate) mod sink;
 pub(crate) mod txn;
 
 use std::collections::BTreeMap;
