@@ -834,3 +834,91 @@ fn one_live_host_delivers_and_another_takes_over_when_it_dies() {
     wait_until("the receiver has the second load", 60, || (fold_acked(&received) == want).then_some(()));
     assert!(sink_status(&b, "hook").unwrap()["delivered"].as_u64().unwrap() > 0);
 }
+
+/// The guest component `name` as scripts/build-guests leaves it (`target/guests`, or
+/// `$PERCOLATOR_GUESTS`).
+fn guest_component(name: &str) -> PathBuf {
+    let dir = std::env::var_os("PERCOLATOR_GUESTS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/guests"));
+    let p = dir.join(name);
+    assert!(p.is_file(), "{} is missing: run scripts/build-guests first", p.display());
+    p
+}
+
+/// A sink with a transform (`guest-examples/sink-title`): the pages' HTML goes in, their titles
+/// come out (only the pages that have one); a transform that refuses a batch parks it and the
+/// sink goes on; a bad transform configuration is a located error, an observer given as a
+/// transform is refused at load.
+#[test]
+fn a_transform_delivers_what_it_makes_of_each_batch() {
+    let titles = "[[sink]]\nname = \"titles\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:html\"]\n\
+                  outputs = [\"page:title\"]\ntransform = \"sink_title.wasm\"\npath = \"titles.jsonl\"\n\
+                  [sink.params]\ntarget = \"page:title\"\n";
+    let sb = Sandbox::new("transform", titles);
+    std::fs::copy(guest_component("sink_title.wasm"), sb.path("observers/sink_title.wasm")).unwrap();
+    let _host = Host::start(&sb);
+    sb.load(
+        "pages.jsonl",
+        "{\"row\": \"a\", \"html\": \"<html><title>One &amp; Two</title></html>\"}\n\
+         {\"row\": \"b\", \"html\": \"<p>no title</p>\"}\n\
+         {\"row\": \"c\", \"html\": \"<title>\\n  Three \\n</title>\"}\n",
+    );
+    let want: BTreeMap<String, BTreeMap<String, String>> = [("a", "One & Two"), ("c", "Three")]
+        .into_iter()
+        .map(|(r, t)| (r.to_owned(), [("page:title".to_owned(), t.to_owned())].into_iter().collect()))
+        .collect();
+    wait_until("the titles are delivered", 60, || (fold_jsonl(&sb.path("titles.jsonl")) == want).then_some(()));
+    let text = std::fs::read_to_string(sb.path("titles.jsonl")).unwrap();
+    assert!(text.lines().all(|l| l.contains("\"column\":\"page:title\"")), "only the transform's output: {text}");
+
+    // A transform that refuses every batch: each is parked (with the guest's words) and the
+    // sink goes on to the next one; the other sink keeps delivering.
+    let refusing = "[[sink]]\nname = \"refusing\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:html\"]\n\
+                    transform = \"sink_hostile.wasm\"\npath = \"refused.jsonl\"\n[sink.params]\nmode = \"error\"\n";
+    std::fs::copy(guest_component("sink_hostile.wasm"), sb.path("observers/sink_hostile.wasm")).unwrap();
+    sb.config(&format!("{titles}\n{refusing}"));
+    wait_until("the refusing sink runs", 60, || sink_status(&sb, "refusing").map(|_| ()));
+    sb.load("more.jsonl", "{\"row\": \"d\", \"html\": \"<title>Four</title>\"}\n");
+    let parked = wait_until("a refused batch is parked", 60, || {
+        let s = sink_status(&sb, "refusing")?;
+        let parked = s["dead_letters"].as_array()?.clone();
+        (!parked.is_empty()).then_some(parked)
+    });
+    assert!(parked[0].to_string().contains("refusing a batch of"), "{parked:?}");
+    wait_until("the titles sink delivers the new page", 60, || {
+        fold_jsonl(&sb.path("titles.jsonl")).contains_key("d").then_some(())
+    });
+    assert!(std::fs::read_to_string(sb.path("refused.jsonl")).unwrap_or_default().is_empty());
+
+    // Bad transform settings, each located.
+    for (toml, want) in [
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\npath = \"x\"\ntransform = \"nope.wasm\"\n",
+            "sink[0].transform: ",
+        ),
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\npath = \"x\"\noutputs = [\"a:b\"]\n",
+            "sink[0].outputs: names what a transform writes: it needs transform",
+        ),
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\npath = \"x\"\ntimeout_ms = 5\n",
+            "sink[0].timeout_ms: applies to a transform: the sink has no transform",
+        ),
+    ] {
+        let bad = Sandbox::new("transform-bad", toml);
+        let out = bad.command().arg("up").output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{toml}");
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert!(e.contains(want), "for\n{toml}\nwant {want:?}\ngot {e}");
+    }
+    // An observer component given as a transform is refused at load, saying what it is.
+    let wrong = Sandbox::new(
+        "transform-wrong",
+        "[[sink]]\nname = \"s\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\npath = \"x\"\ntransform = \"up.wasm\"\n",
+    );
+    std::fs::copy(guest_component("uppercase.wasm"), wrong.path("observers/up.wasm")).unwrap();
+    let out = wrong.command().arg("up").output().unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.code() == Some(1) && e.contains("sink s: transform") && e.contains("observer"), "{e}");
+}

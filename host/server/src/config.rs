@@ -91,6 +91,16 @@ mod raw {
         pub(super) timeout: Option<Spanned<String>>,
         #[serde(default)]
         pub(super) batch: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) transform: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) outputs: Option<Spanned<Vec<String>>>,
+        #[serde(default)]
+        pub(super) timeout_ms: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) memory_mb: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) params: Option<Spanned<toml::Table>>,
     }
 
     #[derive(Deserialize)]
@@ -681,7 +691,7 @@ impl Config {
         }
         check_columns(&cx, &bindings, &spans)?;
         check_cycles(&cx, &bindings, &spans)?;
-        let sinks = parse_sinks(&cx, &raw.sink, &rel)?;
+        let sinks = parse_sinks(&cx, &raw.sink, &rel, &observers_dir)?;
         let changes = parse_changes(&cx, &raw.changes)?;
         Ok(Config {
             file: file.to_owned(),
@@ -1156,6 +1166,23 @@ pub struct Sink {
     pub batch: usize,
     /// Where to, and how.
     pub kind: SinkKind,
+    /// The Wasm component each batch goes through before delivery, if any.
+    pub transform: Option<SinkTransformSpec>,
+    /// The columns of the changes it delivers: [`Sink::columns`] without a transform, else the
+    /// columns the transform writes (`outputs`, by default the same).
+    pub outputs: Vec<String>,
+}
+
+/// A sink's transform (`transform = "x.wasm"`): a component of the `percolator:sink`
+/// `transform` world in observers.dir, run in the observers' sandbox under these limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinkTransformSpec {
+    /// The component file.
+    pub wasm: PathBuf,
+    /// Deadline and memory of one batch.
+    pub limits: Limits,
+    /// `[sink.params]`, as text.
+    pub params: Arc<BTreeMap<String, String>>,
 }
 
 /// A sink's destination.
@@ -1246,10 +1273,64 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// A sink's `transform` (a file name in observers.dir, like a binding's `wasm`), with its
+/// `timeout_ms`, `memory_mb` and `[sink.params]`; those three without a transform are refused.
+fn parse_sink_transform(
+    cx: &Ctx<'_>,
+    s: &raw::Sink,
+    i: usize,
+    observers_dir: &Path,
+) -> Result<Option<SinkTransformSpec>, ConfigError> {
+    let f = |name: &str| format!("sink[{i}].{name}");
+    let Some(t) = &s.transform else {
+        let stray = [
+            ("timeout_ms", s.timeout_ms.as_ref().map(|v| v.span())),
+            ("memory_mb", s.memory_mb.as_ref().map(|v| v.span())),
+            ("params", s.params.as_ref().map(|v| v.span())),
+        ];
+        if let Some((field, Some(span))) = stray.into_iter().find(|(_, span)| span.is_some()) {
+            return Err(cx.err(Some(span), f(field), "applies to a transform: the sink has no transform"));
+        }
+        return Ok(None);
+    };
+    let name = t.get_ref();
+    if Path::new(name).file_name().is_none_or(|n| n != name.as_str()) {
+        return Err(cx.err(
+            Some(t.span()),
+            f("transform"),
+            format!("{name:?} must be a file name in observers.dir (only that folder is watched)"),
+        ));
+    }
+    let wasm = observers_dir.join(name);
+    if !wasm.is_file() {
+        let why = if wasm.is_dir() { "is a folder, not a file" } else { "does not exist" };
+        return Err(cx.err(Some(t.span()), f("transform"), format!("{} {why}", wasm.display())));
+    }
+    let int = |v: &Option<toml::Spanned<i64>>, field: &str, range: std::ops::Range<i64>, default: i64| match v {
+        None => Ok(default),
+        Some(n) if range.contains(n.get_ref()) => Ok(*n.get_ref()),
+        Some(n) => Err(cx.err(
+            Some(n.span()),
+            f(field),
+            format!("{} is not between {} and {}", n.get_ref(), range.start, range.end - 1),
+        )),
+    };
+    let timeout_ms = int(&s.timeout_ms, "timeout_ms", 1..600_001, 5000)? as u64;
+    let memory_mb = int(&s.memory_mb, "memory_mb", 1..4097, (Limits::DEFAULT.memory_bytes >> 20) as i64)? as usize;
+    let params = match &s.params {
+        None => BTreeMap::new(),
+        Some(p) => parse_params(p.get_ref()).map_err(|e| cx.err(Some(p.span()), f("params"), e))?,
+    };
+    let limits =
+        Limits { timeout: Duration::from_millis(timeout_ms), memory_bytes: memory_mb << 20, ..Limits::DEFAULT };
+    Ok(Some(SinkTransformSpec { wasm, limits, params: Arc::new(params) }))
+}
+
 fn parse_sinks(
     cx: &Ctx<'_>,
     raw: &[toml::Spanned<raw::Sink>],
     rel: &dyn Fn(&str) -> PathBuf,
+    observers_dir: &Path,
 ) -> Result<Vec<Sink>, ConfigError> {
     let mut sinks = Vec::new();
     let mut names: HashMap<String, usize> = HashMap::new();
@@ -1307,6 +1388,31 @@ fn parse_sinks(
             Some(b) if (1..=100_000).contains(b.get_ref()) => *b.get_ref() as usize,
             Some(b) => return Err(cx.err(Some(b.span()), f("batch"), "must be between 1 and 100000")),
         };
+        let transform = parse_sink_transform(cx, s, i, observers_dir)?;
+        let (outputs, columns_span) = match &s.outputs {
+            Some(o) if transform.is_none() => {
+                return Err(cx.err(Some(o.span()), f("outputs"), "names what a transform writes: it needs transform"));
+            }
+            Some(o) => {
+                let outputs = o.get_ref().clone();
+                if outputs.is_empty() {
+                    return Err(cx.err(Some(o.span()), f("outputs"), "names no column"));
+                }
+                for (j, c) in outputs.iter().enumerate() {
+                    percolator_store::validate_column(c)
+                        .map_err(|e| cx.err(Some(o.span()), format!("sink[{i}].outputs[{j}]"), e.to_string()))?;
+                    if outputs[..j].contains(c) {
+                        return Err(cx.err(
+                            Some(o.span()),
+                            format!("sink[{i}].outputs[{j}]"),
+                            format!("{c:?} is listed twice"),
+                        ));
+                    }
+                }
+                (outputs, o.span())
+            }
+            None => (columns.clone(), columns_span),
+        };
         // Which fields each kind takes: any other is refused, so a typo is not silently ignored.
         let given: [(&str, Option<Range<usize>>); 4] = [
             ("url", s.url.as_ref().map(|v| v.span())),
@@ -1357,9 +1463,10 @@ fn parse_sinks(
                     ));
                 }
                 let mut target_columns: Vec<String> = Vec::new();
-                for (j, c) in columns.iter().enumerate() {
+                let listed = if s.outputs.is_some() { "outputs" } else { "columns" };
+                for (j, c) in outputs.iter().enumerate() {
                     let pg = postgres_column(c);
-                    let field = format!("sink[{i}].columns[{j}]");
+                    let field = format!("sink[{i}].{listed}[{j}]");
                     if pg.len() + "_version".len() > PG_MAX_IDENT {
                         return Err(cx.err(
                             Some(columns_span.clone()),
@@ -1378,7 +1485,7 @@ fn parse_sinks(
                         return Err(cx.err(
                             Some(columns_span.clone()),
                             field,
-                            format!("{c:?} and {:?} are both the PostgreSQL column {pg:?}", columns[k]),
+                            format!("{c:?} and {:?} are both the PostgreSQL column {pg:?}", outputs[k]),
                         ));
                     }
                     target_columns.push(pg);
@@ -1416,7 +1523,7 @@ fn parse_sinks(
                 SinkKind::Webhook { url, timeout }
             }
         };
-        sinks.push(Sink { name, table, columns, batch, kind });
+        sinks.push(Sink { name, table, columns, batch, kind, transform, outputs });
     }
     Ok(sinks)
 }

@@ -17,6 +17,7 @@ use percolator_store::{NotifyKind, Observer, ObserverSpec, Store};
 
 use crate::config::{Binding, Config};
 use crate::sinks::Sinks;
+use percolator_runtime::SinkTransform;
 
 /// What is loaded for one binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -207,13 +208,18 @@ impl Pipeline {
                     && loaded
                         .iter()
                         .all(|(name, l)| state.0.get(name).is_some_and(|c| Arc::ptr_eq(&c.observer, &l.observer)));
-                // The change log first: a failure here changes nothing else.
+                // The sinks' transforms compile first: a failure here changes nothing.
+                let transforms = match self.compile_transforms(config) {
+                    Ok(t) => t,
+                    Err(e) => return Err(rejected(&mut state, e)),
+                };
+                // The change log next: a failure here changes nothing else.
                 if let Err(e) = self.apply_change_log(config) {
                     return Err(rejected(&mut state, format!("{}: {e}", config.file.display())));
                 }
                 // Then the sinks, whose columns the change log now holds (`Config::logged_columns`).
                 if let Some(sinks) = self.sinks.get() {
-                    sinks.apply(&config.sinks);
+                    sinks.apply(&config.sinks, &transforms);
                 }
                 if unchanged && state.1.loaded_at.is_some() {
                     // Saved without a change (or changed back): nothing to swap, same generation.
@@ -239,6 +245,23 @@ impl Pipeline {
             }
             Err(msg) => Err(rejected(&mut state, msg)),
         }
+    }
+
+    /// Compiles and instantiates once (under its limits) the transform of every sink of
+    /// `config` that has one; an error names the sink and the file.
+    fn compile_transforms(&self, config: &Config) -> Result<BTreeMap<String, Arc<SinkTransform>>, String> {
+        let mut out = BTreeMap::new();
+        for sink in &config.sinks {
+            let Some(spec) = &sink.transform else { continue };
+            let failed = |e: String| {
+                format!("{}: sink {}: transform {}: {e}", config.file.display(), sink.name, spec.wasm.display())
+            };
+            let compiled = self.runtime.compile_transform_file(&spec.wasm).map_err(|e| failed(format!("{e:#}")))?;
+            let transform = self.runtime.transform(&sink.name, &compiled, spec.limits, spec.params.clone());
+            transform.check_instantiates().map_err(|e| failed(format!("{e:#}")))?;
+            out.insert(sink.name.clone(), Arc::new(transform));
+        }
+        Ok(out)
     }
 
     /// Makes the store's logged columns those of `config` (a no-op when they already are).

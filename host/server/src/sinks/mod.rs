@@ -18,6 +18,7 @@
 pub mod feed;
 pub mod jsonl;
 pub mod postgres;
+pub mod transform;
 pub mod webhook;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -30,6 +31,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
+use percolator_runtime::SinkTransform;
 use percolator_store::Timestamp;
 
 use crate::config::{Sink, SinkKind};
@@ -243,6 +245,8 @@ impl Shared {
 
 struct Runner {
     sink: Sink,
+    /// Its transform, if the sink has one (a changed component restarts the runner).
+    transform: Option<Arc<SinkTransform>>,
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -276,11 +280,19 @@ impl Sinks {
     /// hold their columns first (`Config::logged_columns`), so that nothing committed after a
     /// new sink starts is missed. A runner that cannot be started (no thread) is logged and
     /// left out.
-    pub fn apply(&self, sinks: &[Sink]) {
+    ///
+    /// `transforms` holds the compiled transform of every sink that has one, by sink name.
+    pub fn apply(&self, sinks: &[Sink], transforms: &BTreeMap<String, Arc<SinkTransform>>) {
         let mut runners = self.runners.lock().unwrap_or_else(PoisonError::into_inner);
         let wanted: BTreeMap<&str, &Sink> = sinks.iter().map(|s| (s.name.as_str(), s)).collect();
-        let gone: Vec<String> =
-            runners.iter().filter(|(n, r)| wanted.get(n.as_str()) != Some(&&r.sink)).map(|(n, _)| n.clone()).collect();
+        let hash = |t: Option<&Arc<SinkTransform>>| t.map(|t| t.source_hash().to_owned());
+        let gone: Vec<String> = runners
+            .iter()
+            .filter(|(n, r)| {
+                wanted.get(n.as_str()) != Some(&&r.sink) || hash(r.transform.as_ref()) != hash(transforms.get(*n))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
         for name in gone {
             if let Some(mut r) = runners.remove(&name) {
                 r.stop();
@@ -291,8 +303,9 @@ impl Sinks {
             if runners.contains_key(&s.name) {
                 continue;
             }
-            let kind = new_kind(&s.kind);
-            match spawn(self.feed.clone(), s.clone(), kind, self.dead_dir.join(&s.name)) {
+            let transform = transforms.get(&s.name).cloned();
+            let kind = deliverer(s, transform.clone());
+            match spawn(self.feed.clone(), s.clone(), transform, kind, self.dead_dir.join(&s.name)) {
                 Ok(runner) => {
                     tracing::info!(sink = %s.name, kind = s.kind.name(), to = %s.kind.destination(), "sink started");
                     runners.insert(s.name.clone(), runner);
@@ -327,9 +340,10 @@ impl Sinks {
     pub fn dead_letter(&self, sink: &str, id: &str, retry: bool) -> Result<usize, DeadLetterError> {
         let config = {
             let runners = self.runners.lock().unwrap_or_else(PoisonError::into_inner);
-            runners.get(sink).map(|r| r.sink.clone())
+            runners.get(sink).map(|r| (r.sink.clone(), r.transform.clone()))
         };
-        let config = config.ok_or_else(|| DeadLetterError::NotFound(format!("no sink {sink:?} runs on this host")))?;
+        let (config, transform) =
+            config.ok_or_else(|| DeadLetterError::NotFound(format!("no sink {sink:?} runs on this host")))?;
         let dir = self.dead_dir.join(sink);
         let Some(parked) = read_dead_letters(&dir).into_iter().find(|d| d.id() == id) else {
             return Err(DeadLetterError::NotFound(format!(
@@ -347,7 +361,7 @@ impl Sinks {
                 DeadLetterError::Failed(format!("{}: not a parked batch of changes", parked.file.display()))
             })?;
             let batch = Batch { sink, table: &config.table, columns: &config.columns, changes: &changes };
-            if let Err(Failure::Retry(e) | Failure::Reject(e)) = new_kind(&config.kind).deliver(&batch) {
+            if let Err(Failure::Retry(e) | Failure::Reject(e)) = deliverer(&config, transform).deliver(&batch) {
                 // Kept, with the new answer, for another try.
                 let _ = park(&dir, &batch, &e);
                 return Err(DeadLetterError::Failed(format!("sent again, and not acknowledged: {e}")));
@@ -386,8 +400,23 @@ fn new_kind(kind: &SinkKind) -> Box<dyn Deliver> {
     }
 }
 
+/// The deliverer of a sink: its kind, behind its transform if it has one.
+fn deliverer(sink: &Sink, transform: Option<Arc<SinkTransform>>) -> Box<dyn Deliver> {
+    let inner = new_kind(&sink.kind);
+    match transform {
+        None => inner,
+        Some(transform) => Box::new(transform::Transformed { inner, transform, outputs: sink.outputs.clone() }),
+    }
+}
+
 /// Starts the runner of `sink`, delivering with `kind`.
-fn spawn(feed: Arc<dyn Feed>, sink: Sink, kind: Box<dyn Deliver>, dead_dir: PathBuf) -> Result<Runner, String> {
+fn spawn(
+    feed: Arc<dyn Feed>,
+    sink: Sink,
+    transform: Option<Arc<SinkTransform>>,
+    kind: Box<dyn Deliver>,
+    dead_dir: PathBuf,
+) -> Result<Runner, String> {
     let shared = Arc::new(Shared {
         stop: AtomicBool::new(false),
         status: Mutex::new(SinkStatus {
@@ -419,7 +448,7 @@ fn spawn(feed: Arc<dyn Feed>, sink: Sink, kind: Box<dyn Deliver>, dead_dir: Path
             .spawn(move || run(&*feed, &s, kind, &shared, &dead_dir))
             .map_err(|e| format!("sink {}: starting its thread: {e}", sink.name))?
     };
-    Ok(Runner { sink, shared, thread: Some(thread) })
+    Ok(Runner { sink, transform, shared, thread: Some(thread) })
 }
 
 /// The runner's loop (see the module's docs), until asked to stop.

@@ -110,6 +110,8 @@ fn sink(name: &str) -> Sink {
         columns: vec!["d:v".into()],
         batch: 3,
         kind: SinkKind::Jsonl { path: PathBuf::from("unused") },
+        transform: None,
+        outputs: vec!["d:v".into()],
     }
 }
 
@@ -137,7 +139,7 @@ fn start(
 ) -> (Runner, Arc<Mutex<Vec<Vec<u64>>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let kind = Recorder { feed: model.clone(), seen: seen.clone(), fail, failure };
-    let runner = spawn(model.clone(), sink(name), Box::new(kind), dead.to_owned()).unwrap();
+    let runner = spawn(model.clone(), sink(name), None, Box::new(kind), dead.to_owned()).unwrap();
     (runner, seen)
 }
 
@@ -218,12 +220,12 @@ fn apply_replaces_changed_sinks_and_stops_removed_ones() {
     let mut b = sink("b");
     b.columns = vec!["d:w".into(), "d:v".into()];
     b.kind = SinkKind::Jsonl { path: dir.join("b.jsonl") };
-    sinks.apply(&[a.clone(), b.clone()]);
+    sinks.apply(&[a.clone(), b.clone()], &BTreeMap::new());
     assert_eq!(sinks.status().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
-    sinks.apply(&[a.clone()]);
+    sinks.apply(&[a.clone()], &BTreeMap::new());
     assert_eq!(sinks.status().iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), ["a"]);
     a.batch = 7;
-    sinks.apply(&[a]);
+    sinks.apply(&[a], &BTreeMap::new());
     assert_eq!(sinks.status().len(), 1, "a changed sink is replaced, not doubled");
     sinks.stop();
     assert!(sinks.status().is_empty());
