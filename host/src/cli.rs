@@ -1231,6 +1231,14 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
         let state = if p.expired { "expired" } else { "expires" };
         out.push_str(&format!("pinned snapshot: {} (pin {}, {state} {})\n", p.ts, p.id, p.expires));
     }
+    if !st.logged_columns.is_empty() {
+        out.push_str(&format!("change log: {} (kept above {})\n", st.logged_columns.join(", "), st.changes_trimmed_to));
+    }
+    for s in &st.subscriptions {
+        let at = s.position.map_or("nothing delivered yet".to_owned(), |p| format!("at {p}"));
+        let owner = s.owner.map_or(String::new(), |o| format!(", delivered by worker {o}"));
+        out.push_str(&format!("subscription {}: {at}{owner}\n", s.name));
+    }
     out
 }
 

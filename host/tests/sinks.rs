@@ -734,13 +734,26 @@ fn a_reload_adds_removes_and_rejects_sinks() {
         status["host"]["sinks"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap().to_owned()).collect()
     };
     wait_until("a delivered", 30, || (fold_jsonl(&sb.path("a.out")) == sb.store_state()).then_some(()));
-    // Replaced by b: a stops, b starts from the oldest change kept (a's position holds the log).
+    // Replaced by b: a stops, b starts from the oldest change kept.
     sb.config(&jsonl("b", "b.out"));
     wait_until("b replaces a", 30, || (names(&sb) == ["b"]).then_some(()));
     sb.load("2.jsonl", &records(10, 2, 3));
     let want = sb.store_state();
     wait_until("b delivered everything", 30, || (fold_jsonl(&sb.path("b.out")) == want).then_some(()));
     assert_ne!(fold_jsonl(&sb.path("a.out")), want, "a removed sink went on delivering");
+    // a's subscription went with it (it would have held the change log for good).
+    let subscriptions = |sb: &Sandbox| -> Vec<String> {
+        let status = sb.status();
+        status["store"]["subscriptions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(subscriptions(&sb), ["b"]);
+    let text = sb.ok(&["status"]);
+    assert!(text.contains("change log: docs/raw:n, docs/raw:text") && text.contains("subscription b: at "), "{text}");
     // A bad sink is rejected as a whole: b keeps running and the error is shown.
     sb.config(&format!("{}[[sink]]\nname = \"c\"\nkind = \"nope\"\n", jsonl("b", "b.out")));
     let error = wait_until("the reload is rejected", 30, || {

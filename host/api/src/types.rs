@@ -423,6 +423,26 @@ pub struct StoreReport {
     /// GC's persisted safepoint: reads at a snapshot below it are refused (0: no GC ran).
     #[serde(default)]
     pub gc_safepoint: u64,
+    /// The change log: the logged columns as `table/column` (`[[changes]]` and every sink's).
+    #[serde(default)]
+    pub logged_columns: Vec<String>,
+    /// The change log keeps only changes committed above this (0: nothing trimmed yet).
+    #[serde(default)]
+    pub changes_trimmed_to: u64,
+    /// The change-feed subscriptions (one per sink): trimming never passes their positions.
+    #[serde(default)]
+    pub subscriptions: Vec<SubscriptionReport>,
+}
+
+/// A change-feed subscription in [`StoreReport`].
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct SubscriptionReport {
+    /// Its name (the sink's).
+    pub name: String,
+    /// Every change committed at or below it was delivered; none while it delivered nothing.
+    pub position: Option<u64>,
+    /// The worker that delivers it, if one claimed it.
+    pub owner: Option<u64>,
 }
 
 /// `POST /v1/snapshot`: the current timestamp, or with `ttl_secs` a pin of it (or of `at`).

@@ -220,6 +220,7 @@ impl Pipeline {
                 // Then the sinks, whose columns the change log now holds (`Config::logged_columns`).
                 if let Some(sinks) = self.sinks.get() {
                     sinks.apply(&config.sinks, &transforms);
+                    self.drop_orphaned_subscriptions(config);
                 }
                 if unchanged && state.1.loaded_at.is_some() {
                     // Saved without a change (or changed back): nothing to swap, same generation.
@@ -244,6 +245,31 @@ impl Pipeline {
                 Ok(())
             }
             Err(msg) => Err(rejected(&mut state, msg)),
+        }
+    }
+
+    /// Drops the subscriptions of sinks the configuration no longer has: a subscription holds
+    /// the change log behind its position, so one left by a removed sink would stop trimming
+    /// for good. (Adding the sink back starts it from the oldest change kept.) Best effort:
+    /// the next reload tries again.
+    fn drop_orphaned_subscriptions(&self, config: &Config) {
+        let subscriptions = match self.store.subscriptions() {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("listing the change feed's subscriptions: {e}");
+                return;
+            }
+        };
+        for (name, _) in subscriptions {
+            if config.sinks.iter().any(|s| s.name == name) {
+                continue;
+            }
+            match self.store.drop_subscription(&name) {
+                Ok(()) => {
+                    tracing::info!(subscription = %name, "no sink of that name any more: its subscription is dropped")
+                }
+                Err(e) => tracing::warn!(subscription = %name, "dropping the subscription of a removed sink: {e}"),
+            }
         }
     }
 

@@ -8,7 +8,7 @@ use percolator_api::text::rfc3339;
 use percolator_api::{
     ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, Empty, GcReport, HealthReport, Histogram,
     HostReport, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse, SinkDeadLetterReport, SinkReport,
-    StatusReport, StoreReport, WaitRequest, WaitResponse, WorkerReport,
+    StatusReport, StoreReport, SubscriptionReport, WaitRequest, WaitResponse, WorkerReport,
 };
 use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, Store, histogram_quantile};
 
@@ -151,6 +151,17 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                 .collect(),
             pins: store.pins()?.iter().map(super::snapshot::pin_report).collect(),
             gc_safepoint: store.persisted_safepoint()?.raw(),
+            logged_columns: store.change_log().into_iter().map(|(t, c)| format!("{t}/{c}")).collect(),
+            changes_trimmed_to: store.changes_trimmed_to()?.raw(),
+            subscriptions: store
+                .subscriptions()?
+                .into_iter()
+                .map(|(name, s)| SubscriptionReport {
+                    name,
+                    position: s.position.position().map(|p| p.raw()),
+                    owner: s.owner,
+                })
+                .collect(),
         },
         config_error: None,
     })
