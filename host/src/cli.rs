@@ -1422,6 +1422,9 @@ mod tests {
                 workers: vec![],
                 pins: vec![],
                 gc_safepoint: 0,
+                logged_columns: Vec::new(),
+                changes_trimmed_to: 0,
+                subscriptions: Vec::new(),
             },
             config_error: None,
         };
@@ -1455,6 +1458,9 @@ mod tests {
                 workers: vec![],
                 pins: vec![],
                 gc_safepoint: 0,
+                logged_columns: Vec::new(),
+                changes_trimmed_to: 0,
+                subscriptions: Vec::new(),
             },
             config_error: Some("p.toml:3: observers.dir: nowhere is not a directory".into()),
         };
