@@ -221,6 +221,14 @@ fn check_subscription_name(name: &str) -> Result<()> {
         .map_err(|_| Error::InvalidArgument(format!("subscription name {name:?}: use 1 to 64 of A-Z a-z 0-9 _ . -")))
 }
 
+/// A subscription's position and owner, as `txn` reads them.
+fn read_subscription(txn: &Transaction, row: &[u8]) -> Result<(Option<ChangeToken>, Option<u64>)> {
+    let mut cells = txn.read_row(SYSTEM, row, &[POSITION, OWNER])?.into_iter();
+    let position = txn.inner.values.read(cells.next().expect("two columns"))?;
+    let owner = txn.inner.values.read(cells.next().expect("two columns"))?;
+    Ok((position.as_deref().map(parse_position).transpose()?, owner.as_deref().map(parse_owner).transpose()?))
+}
+
 fn parse_owner(bytes: &[u8]) -> Result<u64> {
     Ok(u64::from_be_bytes(
         bytes.try_into().map_err(|_| Error::Corrupt("a subscription's owner is not 8 bytes".into()))?,
@@ -533,11 +541,8 @@ impl Store {
         let me = self.inner.worker;
         let row = subscription_row(name);
         self.run(|txn| {
-            let mut cells = txn.read_row(SYSTEM, &row, &[POSITION, OWNER])?.into_iter();
-            let position = txn.inner.values.read(cells.next().expect("two columns"))?;
-            let owner = txn.inner.values.read(cells.next().expect("two columns"))?;
+            let (position, owner) = read_subscription(txn, &row)?;
             if let Some(owner) = owner {
-                let owner = parse_owner(&owner)?;
                 if owner == me {
                     return Ok(true);
                 }
@@ -563,13 +568,10 @@ impl Store {
         let me = self.inner.worker;
         let row = subscription_row(name);
         self.run(|txn| {
-            let mut cells = txn.read_row(SYSTEM, &row, &[POSITION, OWNER])?.into_iter();
-            let position = txn.inner.values.read(cells.next().expect("two columns"))?;
-            let owner = txn.inner.values.read(cells.next().expect("two columns"))?;
-            if owner.as_deref().map(parse_owner).transpose()? != Some(me) {
+            let (current, owner) = read_subscription(txn, &row)?;
+            if owner != Some(me) {
                 return Ok(false);
             }
-            let current = position.as_deref().map(parse_position).transpose()?;
             if current.is_some_and(|c| c.position >= to.position) {
                 return Ok(true);
             }
