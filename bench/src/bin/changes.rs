@@ -191,8 +191,12 @@ fn main() -> Res<()> {
     writer.join().map_err(|_| "the writer panicked")??;
     let committed = committed.lock().map_err(|_| "poisoned")?;
     let by_ts: std::collections::HashMap<Timestamp, Instant> = committed.iter().copied().collect();
-    let mut lat: Vec<Duration> =
-        seen_at.iter().filter_map(|(ts, seen)| by_ts.get(ts).map(|c| seen.saturating_duration_since(*c))).collect();
+    // Only changes committed once the follower was at the head (the ones committed while it
+    // skipped the backlog would count the skip).
+    let mut lat: Vec<Duration> = seen_at
+        .iter()
+        .filter_map(|(ts, seen)| by_ts.get(ts).filter(|c| **c >= started).map(|c| seen.saturating_duration_since(*c)))
+        .collect();
     lat.sort();
     let rate = lat.len() as f64 / measure.as_secs_f64();
     println!("changes_latency_rate_per_s {rate:.0}");
