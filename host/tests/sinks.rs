@@ -510,6 +510,32 @@ fn a_batch_delivered_twice_or_an_older_one_after_a_newer_changes_nothing() {
     // A value that is not text (a NUL byte) goes to the bytes column.
     let r = c.query_one("SELECT raw_text, raw_text_bytes FROM v WHERE \"row\" = 'c'", &[]).unwrap();
     assert_eq!((r.get::<_, Option<String>>(0), r.get::<_, Option<Vec<u8>>>(1)), (None, Some(b"\0bytes".to_vec())));
+    // One cell changed several times in a batch (one statement may touch a row only once): the
+    // newest change wins, each column on its own; a delete then a put is the put.
+    deliver(&[
+        change(40, "d", "raw:text", Some("d1")),
+        change(41, "d", "raw:n", Some("4")),
+        change(42, "d", "raw:text", None),
+        change(43, "d", "raw:text", Some("d3")),
+        change(44, "b", "raw:text", Some("b4")),
+        change(45, "b", "raw:text", None),
+    ]);
+    let rows = c
+        .query(
+            "SELECT \"row\", raw_text, raw_text_version, raw_n, raw_n_version FROM v WHERE \"row\" IN ('b', 'd') ORDER BY \"row\"",
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+        .collect::<Vec<(String, Option<String>, Option<i64>, Option<String>, Option<i64>)>>();
+    assert_eq!(
+        rows,
+        vec![
+            ("b".to_owned(), None, Some(45), None, None),
+            ("d".to_owned(), Some("d3".to_owned()), Some(43), Some("4".to_owned()), Some(41)),
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

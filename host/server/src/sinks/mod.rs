@@ -41,7 +41,7 @@ pub use percolator_store::{Change, ChangePage, ChangeToken};
 /// How often a runner that does not own its subscription tries to claim it.
 pub const CLAIM_EVERY: Duration = Duration::from_secs(2);
 /// How often a caught-up runner asks for new changes.
-const POLL_EVERY: Duration = Duration::from_millis(200);
+const POLL_EVERY: Duration = Duration::from_millis(25);
 /// The first retry of a failed delivery waits this long, doubling up to [`MAX_BACKOFF`].
 const MIN_BACKOFF: Duration = Duration::from_millis(200);
 /// The longest wait between retries of a failed delivery.

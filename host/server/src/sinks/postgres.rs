@@ -9,16 +9,22 @@
 //! NULL); any other value is in `<col>_bytes` (and `<col>` is NULL). A deletion sets both to
 //! NULL and keeps the version: a tombstone, so that an older upsert arriving late is still
 //! refused. A row key that is not UTF-8 is written as `\x` and its bytes in hex (PostgreSQL's
-//! bytea text form). Each change is
+//! bytea text form). A batch is one statement per store column in it, the column's changes
+//! passed as arrays (one round trip, not one per change):
 //!
 //! ```sql
-//! INSERT INTO t AS t (row, c, c_bytes, c_version) VALUES ($1, $2, $3, $4)
+//! INSERT INTO t AS t (row, c, c_bytes, c_version)
+//! SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[])
 //! ON CONFLICT (row) DO UPDATE SET c = excluded.c, c_bytes = excluded.c_bytes, c_version = excluded.c_version
 //! WHERE t.c_version IS NULL OR excluded.c_version > t.c_version
 //! ```
 //!
-//! The batch is acknowledged when its transaction has committed.
+//! One statement may not touch a row twice, so a cell changed more than once in a batch is
+//! passed once, at its newest change (the changes come in commit-timestamp order): what the
+//! versioned upserts of each change in turn would leave. The batch is acknowledged when its
+//! transaction has committed.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -77,15 +83,26 @@ pub fn create_sql(target: &str, columns: &[String]) -> Vec<String> {
     out
 }
 
-/// The versioned upsert of one column (`$1` row, `$2` text, `$3` bytes, `$4` version).
+/// The versioned upsert of one column for many rows (`$1` rows, `$2` texts, `$3` bytes, `$4`
+/// versions: arrays of one length, no row twice).
 pub fn upsert_sql(target: &str, column: &str) -> String {
     let (c, b, v) = (ident(column), ident(&format!("{column}_bytes")), ident(&format!("{column}_version")));
     format!(
-        "INSERT INTO {t} AS t (\"row\", {c}, {b}, {v}) VALUES ($1, $2, $3, $4) \
+        "INSERT INTO {t} AS t (\"row\", {c}, {b}, {v}) \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) \
          ON CONFLICT (\"row\") DO UPDATE SET {c} = excluded.{c}, {b} = excluded.{b}, {v} = excluded.{v} \
          WHERE t.{v} IS NULL OR excluded.{v} > t.{v}",
         t = ident(target)
     )
+}
+
+/// The arrays of one column's upsert ([`upsert_sql`]).
+#[derive(Default)]
+struct Rows<'a> {
+    rows: Vec<&'a str>,
+    texts: Vec<Option<&'a str>>,
+    bytes: Vec<Option<&'a [u8]>>,
+    versions: Vec<i64>,
 }
 
 impl PostgresSink {
@@ -121,9 +138,19 @@ impl PostgresSink {
             self.conn = Some(self.connect()?);
         }
         let Some((client, statements)) = self.conn.as_mut() else { unreachable!("connected above") };
-        let mut tx = client.transaction()?;
-        for (change, &i) in batch.changes.iter().zip(column_of) {
-            let row = row_text(&change.cell.row);
+        // Per column, each PostgreSQL row once: at its newest change in the batch (the last
+        // one, as the batch is in commit-timestamp order); the version check would refuse the
+        // older ones anyway.
+        let keys: Vec<String> = batch.changes.iter().map(|c| row_text(&c.cell.row)).collect();
+        let mut newest: Vec<HashMap<&str, usize>> = vec![HashMap::new(); statements.len()];
+        for (k, (key, &i)) in keys.iter().zip(column_of).enumerate() {
+            newest[i].insert(key, k);
+        }
+        let mut columns: Vec<Rows<'_>> = (0..statements.len()).map(|_| Rows::default()).collect();
+        for (k, ((change, key), &i)) in batch.changes.iter().zip(&keys).zip(column_of).enumerate() {
+            if newest[i].get(key.as_str()) != Some(&k) {
+                continue;
+            }
             let (text, bytes): (Option<&str>, Option<&[u8]>) = match change.value.as_deref() {
                 None => (None, None),
                 Some(v) => match std::str::from_utf8(v) {
@@ -131,9 +158,18 @@ impl PostgresSink {
                     _ => (None, Some(v)),
                 },
             };
+            let rows = &mut columns[i];
+            rows.rows.push(key);
+            rows.texts.push(text);
+            rows.bytes.push(bytes);
             // Commit timestamps fit in 63 bits (the oracle counts up from 1).
-            let version = change.commit_ts.raw() as i64;
-            tx.execute(&statements[i], &[&row, &text, &bytes, &version])?;
+            rows.versions.push(change.commit_ts.raw() as i64);
+        }
+        let mut tx = client.transaction()?;
+        for (rows, statement) in columns.iter().zip(statements.iter()) {
+            if !rows.rows.is_empty() {
+                tx.execute(statement, &[&rows.rows, &rows.texts, &rows.bytes, &rows.versions])?;
+            }
         }
         tx.commit()
     }

@@ -265,7 +265,8 @@ fn jsonl_appends_fsynced_lines_and_cuts_a_torn_tail() {
 fn postgres_sql_is_versioned_per_cell() {
     assert_eq!(
         postgres::upsert_sql("docs", "doc_title"),
-        "INSERT INTO \"docs\" AS t (\"row\", \"doc_title\", \"doc_title_bytes\", \"doc_title_version\") VALUES ($1, $2, $3, $4) \
+        "INSERT INTO \"docs\" AS t (\"row\", \"doc_title\", \"doc_title_bytes\", \"doc_title_version\") \
+         SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bigint[]) \
          ON CONFLICT (\"row\") DO UPDATE SET \"doc_title\" = excluded.\"doc_title\", \"doc_title_bytes\" = excluded.\"doc_title_bytes\", \
          \"doc_title_version\" = excluded.\"doc_title_version\" WHERE t.\"doc_title_version\" IS NULL OR excluded.\"doc_title_version\" > t.\"doc_title_version\""
     );
