@@ -406,6 +406,8 @@ fn sink_config(pg: &Postgres, name: &str, target: &str, batch: usize) -> Sink {
         columns: vec![COLUMN.to_owned()],
         batch,
         kind: SinkKind::Postgres { url: pg.url(), target: target.to_owned(), target_columns: vec![pg_column()] },
+        transform: None,
+        outputs: vec![COLUMN.to_owned()],
     }
 }
 
@@ -452,7 +454,7 @@ fn sink_run(pg: &Postgres, dir: &Path, durability: Durability, rows: usize, batc
     let dead = dir.join(format!("{name}.dead"));
     let sinks = Sinks::new(Arc::new(store.clone()), dead);
     let started = Instant::now();
-    sinks.apply(&[sink_config(pg, &name, &target, batch)]);
+    sinks.apply(&[sink_config(pg, &name, &target, batch)], &Default::default());
     loop {
         let v: Option<Option<i64>> = poll.query_opt(&query, &[&last_key])?.map(|r| r.get(0));
         if v == Some(Some(last_ts)) {
@@ -529,7 +531,7 @@ fn latency(pg: &Postgres, dir: &Path, durability: Durability, secs: f64, batch: 
     let col = pg_column();
     pg.client()?.batch_execute(&format!("CREATE INDEX ON {target} ({col}_version)"))?;
     let sinks = Sinks::new(Arc::new(store.clone()), dir.join(format!("{name}.dead")));
-    sinks.apply(&[sink_config(pg, &name, &target, batch)]);
+    sinks.apply(&[sink_config(pg, &name, &target, batch)], &Default::default());
     let committed: Arc<Mutex<Vec<(i64, Instant)>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let measure = Duration::from_secs_f64(secs);
