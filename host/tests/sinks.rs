@@ -408,6 +408,30 @@ fn postgres_and_jsonl_equal_the_store_through_a_killed_host_and_a_stopped_server
     host.kill();
     lock.rollback().unwrap();
     drop(locker);
+    // The batch it was in never committed in PostgreSQL: the table is exactly the store's
+    // snapshot at the subscription's position (read without a host, from the store file).
+    let status = sb.status();
+    let position = status["store"]["subscriptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == "pg")
+        .and_then(|s| s["position"].as_u64())
+        .expect("the pg sink delivered before the kill");
+    let mut at_position: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+    for line in sb
+        .ok(&["scan", "docs", "--columns", "raw:text,raw:n", "--limit", "100000", "--at", &position.to_string()])
+        .lines()
+    {
+        let mut f = line.splitn(3, '\t');
+        let (row, column, value) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+        at_position.entry(row.to_owned()).or_default().insert(column.to_owned(), value.to_owned());
+    }
+    assert_eq!(
+        pg.table("docs"),
+        Some(at_position),
+        "PostgreSQL after the kill = the store at the sink's position {position}"
+    );
     let host = Host::start(&sb);
     let want = sb.store_state();
     assert!(want.values().filter(|c| !c.contains_key("raw:text")).count() > 50, "deletions in the load");
