@@ -519,6 +519,13 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
             }
         }
         Command::Changes { table, columns, since, follow, limit } => {
+            if *follow && route.url().is_none() {
+                return Err(format!(
+                    "changes --follow needs a running host (`percolator up`): without one it would hold the \
+                     store file, and no host could start meanwhile; run it without --follow to read what is \
+                     committed now"
+                ));
+            }
             let mut since = since.clone();
             let mut left = *limit;
             loop {

@@ -1423,6 +1423,11 @@ fn changes_prints_each_committed_change_once_and_resumes_from_its_token() {
     let (direct, _) = change_lines(&sb.ok(&["changes", "docs", "--since", &token]));
     assert_eq!(direct, through_host);
     assert_eq!(direct.len(), 4);
+    // Following needs a host: the store file held for as long as it follows would keep one out.
+    let e = sb.fails(&["changes", "docs", "--follow"]);
+    assert!(e.contains("changes --follow needs a running host"), "{e}");
+    let e = sb.fails(&["changes", "docs", "--since", "c1.999999999999.0"]);
+    assert!(e.contains("is in the future"), "{e}");
 }
 
 /// `snapshot`, `get`/`scan --at`, pins and `--json`, the same without a host (the store

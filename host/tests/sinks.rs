@@ -759,6 +759,11 @@ fn a_bad_sink_is_a_located_error() {
             "[[sink]]\nname = \"s\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = \"raw:a\"\npath = \"x\"\n",
             "p.toml:11: sink[0].columns: expected a list of strings, found the string \"raw:a\"",
         ),
+        (
+            "[[sink]]\nname = \"s\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:a\"]\npath = \"x\"\n\
+             [[sink]]\nname = \"t\"\nkind = \"jsonl\"\ntable = \"docs\"\ncolumns = [\"raw:b\"]\npath = \"x\"\n",
+            "sink[1].path: ",
+        ),
     ];
     for (toml, want) in cases {
         let sb = Sandbox::new("bad", toml);

@@ -335,6 +335,14 @@ impl Store {
         // X: every transaction running now, or started later, starts at or above it.
         let oldest = if exclusive { Some(inner.oldest_start()?) } else { None };
         let t = inner.oracle.next()?;
+        if after >= t {
+            // No page of this store ever ended there: a token of another store, or a damaged
+            // one. Taking it would skip every change up to it without a word.
+            return Err(Error::InvalidArgument(format!(
+                "the change-feed position {after} is in the future (this store's timestamps are at {t}): a token \
+                 of another store, or a damaged one"
+            )));
+        }
         let lo = key::table_prefix(TABLE);
         let hi = key::prefix_end(&lo);
         if exclusive {

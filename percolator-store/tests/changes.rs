@@ -235,6 +235,9 @@ fn trimming_keeps_what_a_subscription_has_not_passed() {
     for bad in ["", "a/b", &"x".repeat(65)] {
         assert!(store.claim_subscription(bad).is_err(), "{bad:?}");
     }
+    // A position this store never reached (another store's token) is refused, not skipped to.
+    let e = store.changes(TABLE, None, &"c1.999999999999.999999999999".parse().unwrap(), 4).unwrap_err();
+    assert!(e.to_string().contains("is in the future"), "{e}");
 }
 
 /// On a shared backend, one live worker owns a subscription; another takes it over only when

@@ -1501,6 +1501,19 @@ fn parse_sinks(
                 if path.is_dir() {
                     return Err(cx.err(Some(path_span), f("path"), format!("{} is a folder", path.display())));
                 }
+                if let Some(other) =
+                    sinks.iter().find(|o: &&Sink| matches!(&o.kind, SinkKind::Jsonl { path: p } if *p == path))
+                {
+                    return Err(cx.err(
+                        Some(path_span),
+                        f("path"),
+                        format!(
+                            "{} is already the file of sink {:?}: two sinks would interleave their lines",
+                            path.display(),
+                            other.name
+                        ),
+                    ));
+                }
                 SinkKind::Jsonl { path }
             }
             _ => {
