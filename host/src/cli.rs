@@ -520,11 +520,10 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
         }
         Command::Changes { table, columns, since, follow, limit } => {
             if *follow && route.url().is_none() {
-                return Err(format!(
-                    "changes --follow needs a running host (`percolator up`): without one it would hold the \
-                     store file, and no host could start meanwhile; run it without --follow to read what is \
-                     committed now"
-                ));
+                return Err("changes --follow needs a running host (`percolator up`): without one it would hold the \
+                            store file, and no host could start meanwhile; run it without --follow to read what \
+                            is committed now"
+                    .to_owned());
             }
             let mut since = since.clone();
             let mut left = *limit;
