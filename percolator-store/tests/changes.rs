@@ -186,7 +186,7 @@ fn unlogged_columns_are_refused_and_the_log_survives_a_restart() {
     };
     let store = TestStore::open(&path, StoreConfig::default(), percolator_store::Durability::None);
     assert_eq!(store.change_log(), [(TABLE.to_owned(), LOGGED.to_owned())].into_iter().collect::<BTreeSet<_>>());
-    let ts = store.run_and_commit(|t| t.set(TABLE, "b", LOGGED, b"2".to_vec()));
+    let ts = commit_once(&store, |t| t.set(TABLE, "b", LOGGED, b"2".to_vec()));
     let page = store.changes(TABLE, None, &token, 10).unwrap();
     assert_eq!(page.changes.iter().map(seen).collect::<Vec<_>>(), vec![(ts, b"b".to_vec(), Some(b"2".to_vec()))]);
     // A column that is no longer logged is no longer fed.
@@ -204,7 +204,7 @@ fn trimming_keeps_what_a_subscription_has_not_passed() {
     assert!(store.claim_subscription("sink-a").unwrap(), "its owner claims it again");
     let mut stamps = Vec::new();
     for i in 0..10 {
-        stamps.push(store.run_and_commit(|t| t.set(TABLE, format!("r{i}"), LOGGED, vec![i as u8])));
+        stamps.push(commit_once(&store, |t| t.set(TABLE, format!("r{i}"), LOGGED, vec![i as u8])));
     }
     // The subscription delivered nothing yet: nothing may be trimmed.
     assert_eq!(store.trim_changes(store.oracle().next().unwrap()).unwrap(), 0);
@@ -274,7 +274,7 @@ fn a_crashed_writer_holds_the_feed_until_its_lock_is_resolved() {
         let scenario = fail::FailScenario::setup();
         let store = test_store(StoreConfig { one_phase_commit: false, async_secondaries: false, ..fast_locks() });
         log(&store);
-        let before = store.run_and_commit(|t| t.set(TABLE, "x", LOGGED, b"0".to_vec()));
+        let before = commit_once(&store, |t| t.set(TABLE, "x", LOGGED, b"0".to_vec()));
         fail::cfg(failpoint, "return").unwrap();
         let mut t = store.begin().unwrap();
         let crashed = t.start_ts();
@@ -338,24 +338,4 @@ fn a_small_limit_always_makes_progress() {
         token = page.next;
     }
     assert_eq!(got, stamps, "each change once, in commit order");
-}
-
-trait RunAndCommit {
-    fn run_and_commit(
-        &self,
-        body: impl FnMut(&mut percolator_store::Transaction) -> percolator_store::Result<()>,
-    ) -> Timestamp;
-}
-
-impl RunAndCommit for Store {
-    /// Runs one transaction (no retries needed in these single-writer steps) and returns its
-    /// commit timestamp.
-    fn run_and_commit(
-        &self,
-        mut body: impl FnMut(&mut percolator_store::Transaction) -> percolator_store::Result<()>,
-    ) -> Timestamp {
-        let mut t = self.begin().unwrap();
-        body(&mut t).unwrap();
-        t.commit().unwrap()
-    }
 }

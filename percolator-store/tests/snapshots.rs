@@ -17,7 +17,7 @@ fn text(t: &percolator_store::Transaction, row: &str) -> Option<String> {
 #[test]
 fn a_read_at_a_past_timestamp_sees_that_snapshot_with_commit_timestamps() {
     let store = test_store(StoreConfig::default());
-    let c1 = store.run_ts(|t| t.set("t", "a", "c:x", "one"));
+    let c1 = commit_once(&store, |t| t.set("t", "a", "c:x", "one"));
     let at = store.begin().unwrap().start_ts();
     store.run(|t| t.set("t", "a", "c:x", "two")).unwrap();
     store.run(|t| t.set("t", "b", "c:x", "new")).unwrap();
@@ -162,23 +162,6 @@ fn a_read_after_another_stores_gc_passed_its_snapshot_fails() {
 /// A number below `n` (from the clock's nanoseconds: enough spread for timing).
 fn rand_below(n: u64) -> u64 {
     u64::from(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos()) % n
-}
-
-trait RunTs {
-    fn run_ts(&self, body: impl FnMut(&mut percolator_store::Transaction) -> percolator_store::Result<()>)
-    -> Timestamp;
-}
-
-impl RunTs for Store {
-    /// Runs `body` once and returns its commit timestamp.
-    fn run_ts(
-        &self,
-        mut body: impl FnMut(&mut percolator_store::Transaction) -> percolator_store::Result<()>,
-    ) -> Timestamp {
-        let mut t = self.begin().unwrap();
-        body(&mut t).unwrap();
-        t.commit().unwrap()
-    }
 }
 
 /// Pins made while GC passes run at random moments (the pin's timestamp is not a running

@@ -223,3 +223,14 @@ pub fn get_u64(t: &Transaction, table: &str, row: &str, col: &str) -> percolator
 pub fn set_u64(t: &mut Transaction, table: &str, row: &str, col: &str, v: u64) -> percolator_store::Result<()> {
     t.set(table, row, col, v.to_be_bytes())
 }
+
+/// Runs `body` in one transaction and commits it once (no retry: for single-writer steps);
+/// returns its commit timestamp.
+pub fn commit_once(
+    store: &Store,
+    body: impl FnOnce(&mut Transaction) -> percolator_store::Result<()>,
+) -> percolator_store::Timestamp {
+    let mut t = store.begin().unwrap();
+    body(&mut t).unwrap();
+    t.commit().unwrap()
+}
