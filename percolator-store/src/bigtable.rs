@@ -342,8 +342,12 @@ pub struct ScanRange<'a> {
     pub after_column: Option<&'a str>,
     /// End row (exclusive); `None` for the table's end.
     pub end: Option<&'a [u8]>,
-    /// Only these columns, when given.
+    /// Only these columns, when given (`None`: every column outside the reserved namespace).
     pub columns: Option<&'a [&'a str]>,
+    /// Columns starting with one of these are returned too, reserved ones included: the delta
+    /// columns of combined columns (`combine.rs`). A scan of one row (`end` = `start ‖ 0x00`)
+    /// with `columns = Some(&[])` and one prefix reads only that prefix's keys.
+    pub prefixes: &'a [&'a str],
     /// The snapshot timestamp.
     pub ts: Timestamp,
     /// Most cells returned.

@@ -260,8 +260,8 @@ pub(crate) fn read_data(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp)
 }
 
 pub(crate) fn scan(cells: &dyn KvRead, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
-    let ScanRange { table, start, after_column, end, columns, ts, limit } = *range;
-    let from = match after_column {
+    let ScanRange { table, start, after_column, end, columns, prefixes, ts, limit } = *range;
+    let mut from = match after_column {
         // Past every version of that cell: enc() is prefix-free, so any later column sorts
         // above `cell ‖ 0xFF`.
         Some(c) => {
@@ -271,16 +271,25 @@ pub(crate) fn scan(cells: &dyn KvRead, range: &ScanRange<'_>) -> Result<Vec<Scan
         }
         None => key::row_prefix(table, start),
     };
-    let to = match end {
+    let mut to = match end {
         Some(e) => Some(key::row_prefix(table, e)),
         None => prefix_end(&key::table_prefix(table)),
     };
+    if let Some((lo, hi)) = one_row_prefix(range) {
+        // Every column of the row that starts with the prefix: enc() escapes only 0x00 bytes,
+        // which no column name holds, so their keys start with `row ‖ prefix`.
+        from = from.max(lo);
+        to = hi;
+    }
     let mut out: Vec<ScannedCell> = Vec::new();
     // The cell being assembled: its prefix and what has been seen of it so far.
     let mut current: Option<(Vec<u8>, ScannedCell, bool)> = None;
-    let wanted = |col: &str| match columns {
-        Some(cols) => cols.contains(&col),
-        None => !col.starts_with(key::RESERVED_COLUMN_PREFIX),
+    let wanted = |col: &str| {
+        prefixes.iter().any(|p| col.starts_with(p))
+            || match columns {
+                Some(cols) => cols.contains(&col),
+                None => !col.starts_with(key::RESERVED_COLUMN_PREFIX),
+            }
     };
     let flush = |cur: Option<(Vec<u8>, ScannedCell, bool)>, out: &mut Vec<ScannedCell>| {
         if let Some((_, cell, _)) = cur
@@ -323,6 +332,21 @@ pub(crate) fn scan(cells: &dyn KvRead, range: &ScanRange<'_>) -> Result<Vec<Scan
         flush(current.take(), &mut out);
     }
     Ok(out)
+}
+
+/// For a scan of one row's columns with one prefix (see [`ScanRange::prefixes`]), the key range
+/// holding exactly them.
+pub(crate) fn one_row_prefix(range: &ScanRange<'_>) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+    let [prefix] = range.prefixes else { return None };
+    let one_row =
+        range.end.is_some_and(|e| e.len() == range.start.len() + 1 && e.starts_with(range.start) && e.ends_with(&[0]));
+    if range.columns != Some(&[]) || !one_row || prefix.is_empty() || prefix.contains('\0') {
+        return None;
+    }
+    let mut lo = key::row_prefix(range.table, range.start);
+    lo.extend_from_slice(prefix.as_bytes());
+    let hi = prefix_end(&lo);
+    Some((lo, hi))
 }
 
 pub(crate) fn scan_versions(cells: &dyn KvRead, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {

@@ -194,7 +194,7 @@ pub(crate) fn log_writes(txn: &mut Transaction, registry: &Registry) {
         return;
     }
     let logged: Vec<(&CellRef, &Option<Vec<u8>>)> =
-        txn.writes.iter().filter(|(c, _)| registry.logs(&c.table, &c.column)).collect();
+        txn.writes.iter().filter(|(c, _)| registry.logs(&c.table, &c.column) && !txn.quiet.contains(*c)).collect();
     if logged.is_empty() {
         return;
     }
@@ -335,6 +335,8 @@ impl Store {
         // X: every transaction running now, or started later, starts at or above it.
         let oldest = if exclusive { Some(inner.oldest_start()?) } else { None };
         let t = inner.oracle.next()?;
+        // One-phase commits that entered the fence later take commit timestamps above `t`.
+        let fenced_upto = inner.fence.entered();
         if after >= t {
             // No page of this store ever ended there: a token of another store, or a damaged
             // one. Taking it would skip every change up to it without a word.
@@ -347,7 +349,7 @@ impl Store {
         let hi = key::prefix_end(&lo);
         if exclusive {
             // A one-phase commit that took its commit timestamp before `t` lands first.
-            inner.fence.wait(&lo, hi.as_deref());
+            inner.fence.wait(&lo, hi.as_deref(), fenced_upto);
         }
         let mut hold: Option<Timestamp> = None; // the oldest start of a live (undecided) writer
         let mut next_unread: Option<Timestamp> = None; // every unread row starts at or above it
@@ -615,6 +617,7 @@ impl Store {
             after_column: None,
             end: Some(&end),
             columns: Some(&[POSITION]),
+            prefixes: &[],
             ts,
             limit: usize::MAX,
         })?;

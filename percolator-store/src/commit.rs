@@ -31,6 +31,8 @@ struct RowWrites {
     cells: Vec<(String, Option<Vec<u8>>)>,
     /// Weak notifications to send to this row.
     weak: Vec<String>,
+    /// Columns written quietly (no notify cell: a fold's unchanged total written back).
+    quiet: Vec<String>,
 }
 
 fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
@@ -43,7 +45,13 @@ fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
         c: &'a CellRef,
     ) -> usize {
         *index.entry((c.table.as_str(), c.row.as_slice())).or_insert_with(|| {
-            rows.push(RowWrites { table: c.table.clone(), row: c.row.clone(), cells: Vec::new(), weak: Vec::new() });
+            rows.push(RowWrites {
+                table: c.table.clone(),
+                row: c.row.clone(),
+                cells: Vec::new(),
+                weak: Vec::new(),
+                quiet: Vec::new(),
+            });
             rows.len() - 1
         })
     }
@@ -55,6 +63,10 @@ fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
     for c in &txn.weak {
         let i = index_of(&mut rows, &mut index, c);
         rows[i].weak.push(c.column.clone());
+    }
+    for c in &txn.quiet {
+        let i = index_of(&mut rows, &mut index, c);
+        rows[i].quiet.push(c.column.clone());
     }
     // Rows with writes first (the primary is the first cell of the first row); weak-only after.
     rows.sort_by_key(|r| r.cells.is_empty());
@@ -80,7 +92,7 @@ fn conflict(found: &Found, table: &str, row: &[u8], column: &str) -> Error {
 /// Notify cells of the row's writes to strongly observed columns.
 fn strong_notifies(registry: &Registry, r: &RowWrites, ts: Timestamp, out: &mut Vec<Mutation>) {
     for (column, _) in &r.cells {
-        if registry.kind_of(&r.table, column) == Some(NotifyKind::Strong) {
+        if registry.kind_of(&r.table, column) == Some(NotifyKind::Strong) && !r.quiet.contains(column) {
             out.push(Mutation::SetNotify { column: column.clone(), ts, writer: None });
         }
     }
@@ -213,9 +225,9 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
             tracing::debug!("committed");
             inner.counters.commits.fetch_add(1, Ordering::Relaxed);
             let mut notified: Vec<&CellRef> = txn.weak.iter().collect();
-            notified.extend(
-                txn.writes.keys().filter(|c| registry.kind_of(&c.table, &c.column) == Some(NotifyKind::Strong)),
-            );
+            notified.extend(txn.writes.keys().filter(|c| {
+                registry.kind_of(&c.table, &c.column) == Some(NotifyKind::Strong) && !txn.quiet.contains(*c)
+            }));
             if !notified.is_empty() {
                 inner.notified(notified.into_iter().map(|c| key::row_prefix(&c.table, &c.row)));
             }
@@ -228,15 +240,16 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
     }
     txn.writes.clear();
     txn.weak.clear();
+    txn.quiet.clear();
     result
 }
 
 /// Leaves the 1PC fence even if the commit fails or panics.
-struct FenceGuard<'a>(&'a Inner, Vec<Vec<u8>>);
+struct FenceGuard<'a>(&'a Inner, Vec<Vec<u8>>, u64);
 
 impl Drop for FenceGuard<'_> {
     fn drop(&mut self) {
-        self.0.fence.exit(&self.1);
+        self.0.fence.exit(&self.1, self.2);
     }
 }
 
@@ -260,8 +273,8 @@ const ONE_PHASE_MAX_ROWS: usize = SECONDARY_BATCH;
 fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: Timestamp) -> Result<Timestamp> {
     let fenced: Vec<Vec<u8>> =
         rows.iter().filter(|r| !r.cells.is_empty()).map(|r| key::row_prefix(&r.table, &r.row)).collect();
-    inner.fence.enter(&fenced);
-    let _guard = FenceGuard(inner, fenced);
+    let number = inner.fence.enter(&fenced);
+    let _guard = FenceGuard(inner, fenced, number);
     let commit_ts = inner.oracle.next()?;
     fail_point!("before-one-phase-write", |_| Err(Error::Storage("failpoint before-one-phase-write".into())));
     // Built again for a retry rather than cloned on every commit.

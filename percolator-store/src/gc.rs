@@ -99,15 +99,7 @@ impl Store {
     pub fn gc(&self) -> Result<GcStats> {
         // One pass of this store at a time: its persisted safepoint is kept monotonic.
         let mut collected = self.inner.gc_collected.lock().map_err(|_| Error::Closed)?;
-        let mut safepoint = self.safepoint()?;
-        if !self.inner.backend.exclusive()
-            && let Some(others) = worker::shared_safepoint(&self.inner)?
-        {
-            // Other hosts' transactions read this backend too.
-            safepoint = safepoint.min(others);
-        }
-        // Pins, then the safepoint persisted before anything is resolved or removed.
-        let safepoint = snapshot::settle_safepoint(&self.inner, safepoint, &mut collected)?;
+        let safepoint = self.settled_safepoint(&mut collected)?;
         let mut stats = GcStats { safepoint, ..GcStats::default() };
         let force = if self.inner.backend.exclusive() { Force::Yes } else { Force::No };
         // Pass 1: resolve abandoned locks below the safepoint.
@@ -177,6 +169,40 @@ impl Store {
         self.apply_removals(ops, &mut stats)?;
         self.inner.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         Ok(stats)
+    }
+
+    /// A safepoint computed as a GC pass computes it (this store's oldest transaction, other
+    /// hosts' on a shared backend, pins), persisted before it is returned: versions no reader
+    /// at or above it can see may be removed. Serialized with GC passes by `collected`.
+    fn settled_safepoint(&self, collected: &mut Timestamp) -> Result<Timestamp> {
+        let mut safepoint = self.safepoint()?;
+        if !self.inner.backend.exclusive()
+            && let Some(others) = worker::shared_safepoint(&self.inner)?
+        {
+            // Other hosts' transactions read this backend too.
+            safepoint = safepoint.min(others);
+        }
+        // Pins, then the safepoint persisted before anything is resolved or removed.
+        let safepoint = snapshot::settle_safepoint(&self.inner, safepoint, collected)?;
+        *self.inner.recent_safepoint.lock().map_err(|_| Error::Closed)? = Some((Instant::now(), safepoint));
+        Ok(safepoint)
+    }
+
+    /// A settled safepoint at most `max_age` old (one is settled again when the last is
+    /// older; while a GC pass runs, the last one is used): for the folder, which removes the
+    /// delta versions that earlier folds deleted below it (`combine.rs`).
+    pub(crate) fn recent_safepoint(&self, max_age: Duration) -> Result<Timestamp> {
+        let last = *self.inner.recent_safepoint.lock().map_err(|_| Error::Closed)?;
+        if let Some((at, ts)) = last
+            && at.elapsed() < max_age
+        {
+            return Ok(ts);
+        }
+        match self.inner.gc_collected.try_lock() {
+            Ok(mut collected) => self.settled_safepoint(&mut collected),
+            Err(std::sync::TryLockError::WouldBlock) => Ok(last.map_or(Timestamp::ZERO, |(_, ts)| ts)),
+            Err(std::sync::TryLockError::Poisoned(_)) => Err(Error::Closed),
+        }
     }
 
     /// Applies a page of removals (row ops of removal mutations only) and counts them once

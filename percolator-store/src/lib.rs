@@ -35,6 +35,7 @@ mod bigtable;
 mod cells;
 mod changes;
 mod clock;
+mod combine;
 mod commit;
 mod error;
 mod etcd;
@@ -82,6 +83,7 @@ pub mod backends {
 
 pub use bigtable::CellRef;
 pub use changes::{Change, ChangePage, ChangeToken, MAX_CHANGES_PER_PAGE, Subscription};
+pub use combine::{CombineOp, CombineSpec, CombineType, Delta, FOLDER};
 pub use error::{ConflictKind, Error, Result};
 pub use freshness::{FRESHNESS_BUCKETS, FreshnessCounts, histogram_quantile};
 pub use gc::{Compaction, GcRunner, GcStats};

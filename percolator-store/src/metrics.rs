@@ -139,6 +139,8 @@ counters! {
             "Errors a scanner met and retried later (reading pending notifications, processing one); no conflicts.",
         gc_runs: "Garbage collections run to the end.",
         gc_versions_removed: "Versions (write records and staged values) removed by garbage collection.",
+        combine_folds: "Folds of combined cells that committed (their deltas folded into the base).",
+        combine_deltas_folded: "Deltas of combined cells folded into their base.",
     }
     backend {
         backend_commits = commits:
@@ -343,7 +345,7 @@ mod tests {
     fn counters_list_every_field_once_with_its_name() {
         let m = Metrics { commits: 1, teleports: 2, backend_ops: 3, oracle_timestamps: 4, ..Metrics::default() };
         let list: Vec<Counter> = m.counters().collect();
-        assert_eq!(list.len(), 19);
+        assert_eq!(list.len(), 21);
         let names: std::collections::BTreeSet<&str> = list.iter().map(|c| c.name).collect();
         assert_eq!(names.len(), list.len(), "names are unique");
         let value = |name: &str| list.iter().find(|c| c.name == name).unwrap().value;

@@ -631,6 +631,16 @@ fn run_observer_in_span(
     }
     let n = Notification { cell: cell.clone(), kind: b.spec.kind, commit_ts, attempt };
     observer.observe(&mut txn, &n)?;
+    if b.spec.name == crate::combine::FOLDER {
+        // A fold: counted as such once it committed, not as an observer run.
+        let folded = crate::combine::deltas_deleted(&txn);
+        txn.commit()?;
+        if folded > 0 {
+            inner.counters.combine_folds.fetch_add(1, Ordering::Relaxed);
+            inner.counters.combine_deltas_folded.fetch_add(folded, Ordering::Relaxed);
+        }
+        return Ok(());
+    }
     txn.commit()?;
     inner.counters.observer_runs.fetch_add(1, Ordering::Relaxed);
     // Freshness: from the change the run consumed (the newest write it saw; for a weak

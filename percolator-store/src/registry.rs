@@ -13,6 +13,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use crate::combine::{CombineSpec, Folder};
 use crate::error::{Error, Result};
 use crate::notify::{NotifyKind, Observer, ObserverSpec};
 use crate::store::{Inner, Store};
@@ -30,6 +31,8 @@ pub(crate) const COLUMN: &str = "__bindings";
 /// Column of the registry's second cell: the columns every commit writes to the change log
 /// (`changes.rs`). The registry's version is the newer commit timestamp of the two cells.
 pub(crate) const LOG_COLUMN: &str = "__changes";
+/// Column of the registry's third cell: the combined columns (`combine.rs`).
+pub(crate) const COMBINE_COLUMN: &str = "__combine";
 
 /// The registry as saved: its version, the bindings and the logged columns.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -39,6 +42,8 @@ pub(crate) struct Saved {
     pub(crate) specs: BTreeMap<String, ObserverSpec>,
     /// `(table, column)`s written to the change log.
     pub(crate) logged: BTreeSet<(String, String)>,
+    /// The combined columns.
+    pub(crate) combined: BTreeSet<CombineSpec>,
 }
 
 /// One binding: the store's spec and, if this process runs it, its implementation.
@@ -61,11 +66,15 @@ pub(crate) struct Registry {
     logged: BTreeSet<(String, String)>,
     /// The same by table, for the commit path's lookups.
     logged_by_table: HashMap<String, HashSet<String>>,
+    /// The combined columns, as saved.
+    combined: BTreeSet<CombineSpec>,
+    /// The same by table and column, for the read path's lookups.
+    combined_by_table: HashMap<String, HashMap<String, Arc<CombineSpec>>>,
 }
 
 impl Registry {
     pub(crate) fn new(saved: Saved, local: BTreeMap<String, Arc<dyn Observer>>) -> Registry {
-        let Saved { version, specs, logged } = saved;
+        let Saved { version, specs, logged, combined } = saved;
         let mut logged_by_table: HashMap<String, HashSet<String>> = HashMap::new();
         for (table, column) in &logged {
             logged_by_table.entry(table.clone()).or_default().insert(column.clone());
@@ -78,7 +87,42 @@ impl Registry {
                 .or_default()
                 .push(Arc::new(Bound { spec: spec.clone(), observer }));
         }
-        Registry { version, specs, local, by_column, logged, logged_by_table }
+        let mut combined_by_table: HashMap<String, HashMap<String, Arc<CombineSpec>>> = HashMap::new();
+        for spec in &combined {
+            combined_by_table
+                .entry(spec.table.clone())
+                .or_default()
+                .insert(spec.column.clone(), Arc::new(spec.clone()));
+            // The folder: bound by the registry itself, on every host.
+            let binding = Folder::binding(spec);
+            let folder: Arc<dyn Observer> = Arc::new(Folder { spec: spec.clone() });
+            by_column
+                .entry((binding.table.clone(), binding.column.clone()))
+                .or_default()
+                .push(Arc::new(Bound { spec: binding, observer: Some(folder) }));
+        }
+        Registry { version, specs, local, by_column, logged, logged_by_table, combined, combined_by_table }
+    }
+
+    /// The spec of `table/column` if it is combined.
+    pub(crate) fn combined(&self, table: &str, column: &str) -> Option<Arc<CombineSpec>> {
+        if self.combined_by_table.is_empty() {
+            return None;
+        }
+        self.combined_by_table.get(table).and_then(|c| c.get(column)).cloned()
+    }
+
+    /// The combined columns of `table`.
+    pub(crate) fn combined_of_table(&self, table: &str) -> Vec<Arc<CombineSpec>> {
+        if self.combined_by_table.is_empty() {
+            return Vec::new();
+        }
+        self.combined_by_table.get(table).map(|c| c.values().cloned().collect()).unwrap_or_default()
+    }
+
+    /// The combined columns, as saved.
+    pub(crate) fn combined_specs(&self) -> &BTreeSet<CombineSpec> {
+        &self.combined
     }
 
     /// Whether a commit's write to `table/column` goes to the change log.
@@ -98,7 +142,12 @@ impl Registry {
 
     /// The registry as saved (without this process's implementations).
     fn saved(&self) -> Saved {
-        Saved { version: self.version, specs: self.specs.clone(), logged: self.logged.clone() }
+        Saved {
+            version: self.version,
+            specs: self.specs.clone(),
+            logged: self.logged.clone(),
+            combined: self.combined.clone(),
+        }
     }
 
     /// How `table/column` is observed, if it is (by any binding of the store).
@@ -218,10 +267,12 @@ fn decode_logged(bytes: &[u8]) -> Result<BTreeSet<(String, String)>> {
 /// Reads the saved registry in `txn`: its version (the newest commit timestamp of its cells,
 /// zero if none was saved), the bindings and the logged columns.
 fn read(txn: &Transaction) -> Result<Saved> {
-    let mut cells = txn.read_row(TABLE, ROW, &[COLUMN, LOG_COLUMN])?.into_iter();
-    let (bindings, log) = (cells.next().expect("two columns read"), cells.next().expect("two columns read"));
+    let mut cells = txn.read_row(TABLE, ROW, &[COLUMN, LOG_COLUMN, COMBINE_COLUMN])?.into_iter();
+    let (Some(bindings), Some(log), Some(combine)) = (cells.next(), cells.next(), cells.next()) else {
+        return Err(Error::Corrupt("the registry row read back short".into()));
+    };
     let mut saved = Saved::default();
-    for cell in [&bindings, &log] {
+    for cell in [&bindings, &log, &combine] {
         if let Some((ts, _)) = &cell.write {
             saved.version = saved.version.max(*ts);
         }
@@ -231,6 +282,9 @@ fn read(txn: &Transaction) -> Result<Saved> {
     }
     if let Some(v) = txn.inner.values.read(log)? {
         saved.logged = decode_logged(&v)?;
+    }
+    if let Some(v) = txn.inner.values.read(combine)? {
+        saved.combined = crate::combine::decode_specs(&v)?;
     }
     Ok(saved)
 }
@@ -280,6 +334,42 @@ pub(crate) fn save_logged(store: &Store, logged: &BTreeSet<(String, String)>) ->
         saved.version = commit_ts;
     }
     Ok(saved)
+}
+
+/// Replaces the saved combined columns (retried on conflict), like [`save`] for the bindings.
+/// Refuses a combined column that a weak observer is bound to (its folded value is written).
+pub(crate) fn save_combined(store: &Store, combined: &BTreeSet<CombineSpec>) -> Result<Saved> {
+    let ((mut saved, unchanged), commit_ts) = store.run_for_commit_ts(|txn| {
+        let mut saved = read(txn)?;
+        check_combined(&saved.specs, combined)?;
+        if saved.combined == *combined {
+            return Ok((saved, true));
+        }
+        saved.combined = combined.clone();
+        let cell = crate::bigtable::CellRef::new(TABLE, ROW, COMBINE_COLUMN);
+        txn.set_reserved(cell, Some(crate::combine::encode_specs(combined)));
+        Ok((saved, false))
+    })?;
+    if !unchanged {
+        saved.version = commit_ts;
+    }
+    Ok(saved)
+}
+
+/// Checks that no combined column is bound to a weak observer.
+pub(crate) fn check_combined(specs: &BTreeMap<String, ObserverSpec>, combined: &BTreeSet<CombineSpec>) -> Result<()> {
+    for c in combined {
+        if let Some(s) =
+            specs.values().find(|s| s.table == c.table && s.column == c.column && s.kind == NotifyKind::Weak)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "combined column {c} is bound to the weak observer {}: a combined column's folded value is written, and \
+                 a weak-notify column cannot be (bind it strong)",
+                s.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Swaps in a registry built from `version`/`specs` (keeping this process's implementations

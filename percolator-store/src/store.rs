@@ -122,32 +122,45 @@ impl Signal {
 /// Rows with a one-phase commit in flight (between taking commit_ts and the write landing).
 /// Readers wait for a row to leave the fence before reading it, which is what makes 1PC safe:
 /// a reader whose start_ts is above the 1PC's commit_ts either sees the write or waits for it.
+///
+/// Entries are numbered in the order they enter ([`OnePcFence::enter`]); a reader waits only
+/// for entries numbered at or below [`OnePcFence::entered`] read right after it got its start
+/// timestamp. A later entry takes its commit timestamp after that, so above the reader's start:
+/// the reader must not see it, and a hot row's stream of commits cannot starve it
+/// (`docs/design.md`, "Combine columns", the 1PC fence).
 #[derive(Default)]
 pub(crate) struct OnePcFence {
     count: AtomicUsize,
+    /// Entries so far (the number of the newest).
+    entered: AtomicU64,
     /// One-phase commits finished so far: a read view opened before a 1PC finished may miss
     /// its write, so views are reopened when this changes.
     exits: AtomicU64,
-    /// Fenced row keys (`key::row_prefix`), with multiplicity; ordered, so a scan's range is
-    /// one range lookup.
-    rows: Mutex<BTreeMap<Vec<u8>, usize>>,
+    /// Fenced row keys (`key::row_prefix`), each with the numbers of the entries holding it;
+    /// ordered, so a scan's range is one range lookup.
+    rows: Mutex<BTreeMap<Vec<u8>, Vec<u64>>>,
     cv: Condvar,
 }
 
 impl OnePcFence {
-    pub(crate) fn enter(&self, row_keys: &[Vec<u8>]) {
+    /// Fences `row_keys`; returns the entry's number, for [`OnePcFence::exit`].
+    pub(crate) fn enter(&self, row_keys: &[Vec<u8>]) -> u64 {
         let mut rows = self.rows.lock().expect("1PC fence poisoned");
+        let number = self.entered.fetch_add(1, Ordering::SeqCst) + 1;
         for k in row_keys {
-            *rows.entry(k.clone()).or_default() += 1;
+            rows.entry(k.clone()).or_default().push(number);
         }
         self.count.fetch_add(1, Ordering::SeqCst);
+        number
     }
-    pub(crate) fn exit(&self, row_keys: &[Vec<u8>]) {
+    pub(crate) fn exit(&self, row_keys: &[Vec<u8>], number: u64) {
         let mut rows = self.rows.lock().expect("1PC fence poisoned");
         for k in row_keys {
-            if let Some(n) = rows.get_mut(k) {
-                *n -= 1;
-                if *n == 0 {
+            if let Some(numbers) = rows.get_mut(k) {
+                if let Some(i) = numbers.iter().position(|n| *n == number) {
+                    numbers.swap_remove(i);
+                }
+                if numbers.is_empty() {
                     rows.remove(k);
                 }
             }
@@ -160,32 +173,43 @@ impl OnePcFence {
         self.exits.load(Ordering::SeqCst)
     }
 
-    /// Waits while a row key in `[lo, hi)` (`hi = None`: unbounded) is fenced; one atomic load
-    /// when nothing is.
-    pub(crate) fn wait(&self, lo: &[u8], hi: Option<&[u8]>) {
+    /// The number of the newest entry so far: read after taking a start timestamp, the bound
+    /// of the entries a reader waits for.
+    pub(crate) fn entered(&self) -> u64 {
+        self.entered.load(Ordering::SeqCst)
+    }
+
+    /// Waits while a row key in `[lo, hi)` (`hi = None`: unbounded) is fenced by an entry
+    /// numbered at most `upto`; one atomic load when nothing is fenced.
+    pub(crate) fn wait(&self, lo: &[u8], hi: Option<&[u8]>, upto: u64) {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        self.wait_slow(lo, hi)
+        self.wait_slow(lo, hi, upto)
     }
 
-    /// Waits while `row_key` is fenced.
-    pub(crate) fn wait_row(&self, row_key: &[u8]) {
+    /// Waits while `row_key` is fenced by an entry numbered at most `upto`.
+    pub(crate) fn wait_row(&self, row_key: &[u8], upto: u64) {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
         let rows = self.rows.lock().expect("1PC fence poisoned");
-        let _unused = self.cv.wait_while(rows, |rows| rows.contains_key(row_key)).expect("1PC fence poisoned");
+        let _unused = self
+            .cv
+            .wait_while(rows, |rows| rows.get(row_key).is_some_and(|n| n.iter().any(|n| *n <= upto)))
+            .expect("1PC fence poisoned");
     }
 
     #[cold]
-    fn wait_slow(&self, lo: &[u8], hi: Option<&[u8]>) {
+    fn wait_slow(&self, lo: &[u8], hi: Option<&[u8]>, upto: u64) {
         use std::ops::Bound;
         let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
         let rows = self.rows.lock().expect("1PC fence poisoned");
         let _unused = self
             .cv
-            .wait_while(rows, |rows| rows.range::<[u8], _>((Bound::Included(lo), upper)).next().is_some())
+            .wait_while(rows, |rows| {
+                rows.range::<[u8], _>((Bound::Included(lo), upper)).any(|(_, n)| n.iter().any(|n| *n <= upto))
+            })
             .expect("1PC fence poisoned");
     }
 }
@@ -230,6 +254,8 @@ pub(crate) struct Inner {
     /// Serializes this store's GC passes; holds the highest safepoint a pass collected at
     /// (its persisted safepoint never goes below it: `snapshot::settle_safepoint`).
     pub(crate) gc_collected: Mutex<Timestamp>,
+    /// The folder's safepoint (`Store::recent_safepoint`): when it was settled, and it.
+    pub(crate) recent_safepoint: Mutex<Option<(std::time::Instant, Timestamp)>>,
     stop: Arc<Stop>,
 }
 
@@ -352,6 +378,7 @@ impl Store {
             totals,
             values,
             gc_collected: Mutex::new(Timestamp::ZERO),
+            recent_safepoint: Mutex::new(None),
             stop: stop.clone(),
         });
         let saved = registry::load(&inner)?;

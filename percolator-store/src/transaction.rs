@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::bigtable::{CellRead, CellRef, ScanRange, ScannedCell, Snapshot};
+use crate::combine::{CombineSpec, ScanDeltas, ScannedCells, delta_column, fold_scanned};
 use crate::error::{Error, Result};
 use crate::key::{self, validate_column, validate_row, validate_table};
 use crate::lock::LockWaiter;
@@ -46,6 +47,11 @@ pub struct Transaction {
     pub(crate) writes: BTreeMap<CellRef, Option<Vec<u8>>>,
     /// Weak notifications to send at commit.
     pub(crate) weak: BTreeSet<CellRef>,
+    /// Written cells that notify nobody and are not logged: a fold's unchanged total written
+    /// back (`combine.rs`).
+    pub(crate) quiet: BTreeSet<CellRef>,
+    /// The 1PC fence's entries when the start timestamp was taken: reads wait only for these.
+    pub(crate) fenced_upto: u64,
     /// The backend read view this transaction reads through, reused across reads.
     view: Mutex<Option<View>>,
     /// False for the inert placeholder [`Transaction::take`] leaves behind: it does not hold
@@ -84,12 +90,16 @@ impl Transaction {
     pub(crate) fn begin(inner: Arc<Inner>) -> Result<Transaction> {
         let epoch = inner.lease_epoch.load(std::sync::atomic::Ordering::SeqCst);
         let start_ts = inner.register_active()?;
+        // After the start timestamp: a later entry's commit timestamp is above it.
+        let fenced_upto = inner.fence.entered();
         Ok(Transaction {
             epoch,
             inner,
             start_ts,
             writes: BTreeMap::new(),
             weak: BTreeSet::new(),
+            quiet: BTreeSet::new(),
+            fenced_upto,
             view: Mutex::new(None),
             registered: true,
             at_snapshot: false,
@@ -101,12 +111,15 @@ impl Transaction {
     pub(crate) fn begin_at(inner: Arc<Inner>, ts: Timestamp) -> Result<Transaction> {
         let epoch = inner.lease_epoch.load(std::sync::atomic::Ordering::SeqCst);
         inner.register_active_at(ts)?;
+        let fenced_upto = inner.fence.entered();
         Ok(Transaction {
             epoch,
             inner,
             start_ts: ts,
             writes: BTreeMap::new(),
             weak: BTreeSet::new(),
+            quiet: BTreeSet::new(),
+            fenced_upto,
             view: Mutex::new(None),
             registered: true,
             at_snapshot: true,
@@ -123,6 +136,8 @@ impl Transaction {
             start_ts: self.start_ts,
             writes: BTreeMap::new(),
             weak: BTreeSet::new(),
+            quiet: BTreeSet::new(),
+            fenced_upto: self.fenced_upto,
             view: Mutex::new(None),
             registered: false,
             epoch: self.epoch,
@@ -176,6 +191,9 @@ impl Transaction {
     ) -> Result<Option<(Vec<u8>, Option<Timestamp>)>> {
         let row = row.as_ref();
         self.check(table, row, column)?;
+        if let Some(spec) = self.combined_spec(table, column)? {
+            return self.read_combined(&spec, row);
+        }
         if !self.writes.is_empty()
             && let Some(w) = self.writes.get(&CellRef::new(table, row, column))
         {
@@ -199,6 +217,10 @@ impl Transaction {
         let mut out: Vec<Option<Option<Vec<u8>>>> = cells.iter().map(|c| self.writes.get(c).cloned()).collect();
         let mut by_row: BTreeMap<(&str, &[u8]), Vec<usize>> = BTreeMap::new();
         for (i, c) in cells.iter().enumerate() {
+            if let Some(spec) = self.combined_spec(&c.table, &c.column)? {
+                out[i] = Some(self.read_combined(&spec, &c.row)?.map(|(v, _)| v));
+                continue;
+            }
             if out[i].is_none() {
                 by_row.entry((c.table.as_str(), c.row.as_slice())).or_default().push(i);
             }
@@ -246,6 +268,12 @@ impl Transaction {
         };
         let buffered: Vec<(&CellRef, &Option<Vec<u8>>)> =
             self.writes.iter().filter(|(c, _)| c.table == table && in_range(&c.row) && col_ok(&c.column)).collect();
+        // Combined columns the scan returns: their delta columns are read too, and folded.
+        let combined: Vec<Arc<CombineSpec>> =
+            self.combined_in(table)?.into_iter().filter(|s| col_ok(&s.column)).collect();
+        let delta_prefixes: Vec<String> = combined.iter().map(|s| s.delta_prefix()).collect();
+        let delta_prefixes: Vec<&str> = delta_prefixes.iter().map(String::as_str).collect();
+        let mut deltas = ScanDeltas::default();
         // Fetch enough that buffered deletes cannot starve the limit.
         let fetch = limit.saturating_add(buffered.iter().filter(|(_, v)| v.is_none()).count());
         // (row, column) → (value, commit timestamp).
@@ -258,7 +286,7 @@ impl Transaction {
         let table_end = key::prefix_end(&key::table_prefix(table));
         let (lo, hi) = (key::row_prefix(table, start), end.map(|e| key::row_prefix(table, e)));
         'pages: while merged.len() < fetch {
-            self.inner.fence.wait(&lo, hi.as_deref().or(table_end.as_deref()));
+            self.inner.fence.wait(&lo, hi.as_deref().or(table_end.as_deref()), self.fenced_upto);
             let want = fetch - merged.len();
             let page = self.scan_view(&ScanRange {
                 table,
@@ -266,6 +294,7 @@ impl Transaction {
                 after_column: cursor.1.as_deref(),
                 end,
                 columns,
+                prefixes: &delta_prefixes,
                 ts: self.start_ts,
                 limit: want,
             })?;
@@ -280,7 +309,11 @@ impl Transaction {
                 }
                 if let Some(v) = self.inner.values.read_ref(&cell.read)? {
                     let ts = cell.read.write.as_ref().map(|(ts, _)| *ts);
-                    merged.insert((cell.row.clone(), cell.column.clone()), (v, ts));
+                    let delta = !combined.is_empty()
+                        && deltas.take(&combined, &cell.row, &cell.column, ts.unwrap_or(Timestamp::ZERO), v.clone());
+                    if !delta {
+                        merged.insert((cell.row.clone(), cell.column.clone()), (v, ts));
+                    }
                 }
                 cursor = (cell.row.clone(), Some(cell.column.clone()));
             }
@@ -288,12 +321,35 @@ impl Transaction {
                 break;
             }
         }
+        if !combined.is_empty() {
+            self.fold_scan(&combined, deltas, cursor, &mut merged)?;
+        }
         for (c, v) in buffered {
             let k = (c.row.clone(), c.column.clone());
             match v {
                 Some(v) => merged.insert(k, (v.clone(), None)),
                 None => merged.remove(&k),
             };
+        }
+        if !combined.is_empty() {
+            // This transaction's own deltas, on top.
+            for spec in &combined {
+                let own = delta_column(&spec.column, self.start_ts);
+                for (c, v) in
+                    self.writes.iter().filter(|(c, _)| c.table == table && in_range(&c.row) && c.column == own)
+                {
+                    let Some(v) = v else { continue };
+                    let k = (c.row.clone(), spec.column.clone());
+                    if self.writes.contains_key(&CellRef::new(table, c.row.clone(), spec.column.clone())) {
+                        continue; // a reset of this transaction already holds it
+                    }
+                    let cell = CellRef::new(table, c.row.clone(), spec.column.clone());
+                    let base = merged.remove(&k);
+                    if let Some((v, _)) = fold_scanned(spec, &cell, base, vec![(Timestamp::ZERO, v.clone())])? {
+                        merged.insert(k, (v, None));
+                    }
+                }
+            }
         }
         Ok(merged
             .into_iter()
@@ -305,12 +361,52 @@ impl Transaction {
             .collect())
     }
 
+    /// Folds the combined cells a scan met: each row's deltas into its base; the row the scan
+    /// stopped in (`cursor`) may be incomplete, so its combined cells are read whole.
+    fn fold_scan(
+        &self,
+        combined: &[Arc<CombineSpec>],
+        deltas: ScanDeltas,
+        cursor: (Vec<u8>, Option<String>),
+        merged: &mut ScannedCells,
+    ) -> Result<()> {
+        let table = &combined[0].table;
+        let last = cursor.1.is_some().then_some(cursor.0);
+        let mut seen = deltas.into_seen();
+        seen.retain(|(row, _), _| Some(row) != last.as_ref());
+        for ((row, column), ds) in seen {
+            let Some(spec) = combined.iter().find(|s| s.column == column) else { continue };
+            let k = (row, column);
+            let base = merged.remove(&k);
+            let cell = CellRef::new(table.clone(), k.0.clone(), k.1.clone());
+            if let Some(v) = fold_scanned(spec, &cell, base, ds)? {
+                merged.insert(k, v);
+            }
+        }
+        if let Some(row) = last {
+            for spec in combined {
+                let k = (row.clone(), spec.column.clone());
+                match self.fold_committed(spec, &row)? {
+                    (Some(acc), ts) => merged.insert(k, (spec.encode(&acc), ts)),
+                    (None, _) => merged.remove(&k),
+                };
+            }
+        }
+        Ok(())
+    }
+
     /// Buffers a write of `value` to a cell.
     pub fn set(&mut self, table: &str, row: impl AsRef<[u8]>, column: &str, value: impl Into<Vec<u8>>) -> Result<()> {
         let row = row.as_ref();
         self.check(table, row, column)?;
         self.check_writable(table, column)?;
-        self.writes.insert(CellRef::new(table, row, column), Some(value.into()));
+        let value = value.into();
+        if let Some(spec) = self.combined_spec(table, column)? {
+            // A reset: the value must be one of the column's type; the deltas go.
+            spec.parse_reset(&value, row)?;
+            self.reset_deltas(&spec, row)?;
+        }
+        self.writes.insert(CellRef::new(table, row, column), Some(value));
         Ok(())
     }
 
@@ -319,6 +415,9 @@ impl Transaction {
         let row = row.as_ref();
         self.check(table, row, column)?;
         self.check_writable(table, column)?;
+        if let Some(spec) = self.combined_spec(table, column)? {
+            self.reset_deltas(&spec, row)?;
+        }
         self.writes.insert(CellRef::new(table, row, column), None);
         Ok(())
     }
@@ -344,7 +443,7 @@ impl Transaction {
         Ok(())
     }
 
-    fn check_not_at_snapshot(&self) -> Result<()> {
+    pub(crate) fn check_not_at_snapshot(&self) -> Result<()> {
         if self.at_snapshot {
             return Err(Error::InvalidArgument(format!(
                 "a transaction reading at the explicit snapshot {} is read-only",
@@ -368,7 +467,7 @@ impl Transaction {
     pub(crate) fn read_row(&self, table: &str, row: &[u8], columns: &[&str]) -> Result<Vec<CellRead>> {
         let mut waiter = LockWaiter::new();
         loop {
-            self.inner.fence.wait_row(&key::row_prefix(table, row));
+            self.inner.fence.wait_row(&key::row_prefix(table, row), self.fenced_upto);
             let reads = self.with_view(|v| match v {
                 Some(v) => v.read_row(table, row, columns, self.start_ts),
                 None => self.inner.backend.read_row(table, row, columns, self.start_ts),
@@ -389,7 +488,7 @@ impl Transaction {
     }
 
     /// Scans through the read view (see [`Transaction::read_row`]).
-    fn scan_view(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+    pub(crate) fn scan_view(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
         let cells = self.with_view(|v| match v {
             Some(v) => v.scan(range),
             None => self.inner.backend.scan(range),
@@ -415,7 +514,7 @@ impl Transaction {
         f(view.as_ref().map(|v| v.snapshot.as_ref()))
     }
 
-    fn drop_view(&self) {
+    pub(crate) fn drop_view(&self) {
         if let Ok(mut v) = self.view.lock() {
             *v = None;
         }

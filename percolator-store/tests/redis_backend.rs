@@ -27,7 +27,7 @@ fn ts(t: u64) -> Timestamp {
 
 /// Rows `[start, end)` of table `t` at `ts`, all columns.
 fn range<'a>(start: &'a [u8], end: Option<&'a [u8]>, at: u64, limit: usize) -> ScanRange<'a> {
-    ScanRange { table: "t", start, after_column: None, end, columns: None, ts: ts(at), limit }
+    ScanRange { table: "t", start, after_column: None, end, columns: None, prefixes: &[], ts: ts(at), limit }
 }
 
 fn column() -> impl Strategy<Value = String> {

@@ -549,6 +549,10 @@ impl Bigtable for RedisBigtable {
     }
 
     fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+        if cells::one_row_prefix(range).is_some() {
+            // One row's cells live in its bucket: no need to merge every bucket.
+            return cells::scan(&self.cells_view(self.bucket(range.table, range.start)), range);
+        }
         cells::scan(&self.merged_cells(), range)
     }
 
