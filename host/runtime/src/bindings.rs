@@ -5,4 +5,4 @@ wasmtime::component::bindgen!({
     world: "observer",
 });
 
-pub(crate) use percolator::observer::types::{Cell, Error as WitError, ScanEntry};
+pub(crate) use percolator::observer::types::{Cell, Delta, Error as WitError, ScanEntry};

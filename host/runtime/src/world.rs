@@ -7,9 +7,10 @@ use wasmtime::component::Component;
 use wasmtime::component::types::ComponentItem;
 
 /// The WIT the bindings are generated from (`bindings.rs`), so the list cannot drift from what
-/// the linker defines; and the frozen first version, which the host keeps serving.
-const OBSERVER_WITS: [(&str, &str); 2] = [
+/// the linker defines; and the frozen earlier versions, which the host keeps serving.
+const OBSERVER_WITS: [(&str, &str); 3] = [
     ("observer.wit", include_str!("../../../wit/observer.wit")),
+    ("v0.2.0/observer.wit", include_str!("../../../wit/v0.2.0/observer.wit")),
     ("v0.1.0/observer.wit", include_str!("../../../wit/v0.1.0/observer.wit")),
 ];
 
@@ -137,8 +138,8 @@ impl Provided {
             .filter(|v| *v != newest)
             .collect();
         older.dedup();
-        for version in older {
-            parts.push(format!("the interfaces of {}@{version}", self.package));
+        if !older.is_empty() {
+            parts.push(format!("the interfaces of {}@{}", self.package, older.join(" and @")));
         }
         parts.push(format!("and WASI {WASI_VERSION} (deny-by-default: no files, sockets or environment)"));
         parts.join(", ")
@@ -201,10 +202,10 @@ mod tests {
         let p = Provided::observer_world().unwrap();
         assert_eq!(
             p.describe(),
-            "percolator:observer/types@0.2.0 (types only), \
-             percolator:observer/txn@0.2.0 (get, get-many, scan, set, delete, notify-weak, start-ts), \
-             percolator:observer/log@0.2.0 (log), percolator:observer/config@0.2.0 (get, all), \
-             the interfaces of percolator:observer@0.1.0, \
+            "percolator:observer/types@0.3.0 (types only), \
+             percolator:observer/txn@0.3.0 (get, get-many, scan, set, delete, notify-weak, combine, start-ts), \
+             percolator:observer/log@0.3.0 (log), percolator:observer/config@0.3.0 (get, all), \
+             the interfaces of percolator:observer@0.2.0 and @0.1.0, \
              and WASI 0.2.0 (deny-by-default: no files, sockets or environment)"
         );
         assert!(is_wasi("wasi:io/poll@0.2.9") && is_wasi("wasi:sockets/tcp@0.2.0"));

@@ -59,10 +59,10 @@ fn every_unsatisfied_import_is_named_with_what_the_world_provides() {
          does not provide: function `commit-now` of `percolator:observer/txn@0.1.0`, function `abort` of \
          `percolator:observer/txn@0.1.0`, interface `percolator:observer/clock@0.1.0`, interface \
          `wasi:http/outgoing-handler@0.2.0`, function `print`; the world `observer` provides \
-         percolator:observer/types@0.2.0 (types only), percolator:observer/txn@0.2.0 (get, get-many, scan, set, \
-         delete, notify-weak, start-ts), percolator:observer/log@0.2.0 (log), percolator:observer/config@0.2.0 \
-         (get, all), the interfaces of percolator:observer@0.1.0, and WASI 0.2.0 (deny-by-default: no files, \
-         sockets or environment)"
+         percolator:observer/types@0.3.0 (types only), percolator:observer/txn@0.3.0 (get, get-many, scan, set, \
+         delete, notify-weak, combine, start-ts), percolator:observer/log@0.3.0 (log), \
+         percolator:observer/config@0.3.0 (get, all), the interfaces of percolator:observer@0.2.0 and @0.1.0, and \
+         WASI 0.2.0 (deny-by-default: no files, sockets or environment)"
     );
 }
 

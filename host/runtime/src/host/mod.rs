@@ -196,20 +196,28 @@ impl ResourceLimiter for Budget {
 }
 
 /// The versions of the world whose `txn` and `log` interfaces the host defines. 0.2.0 added the
-/// `config` interface and changed nothing else, so one implementation serves both: component
-/// types are structural, so the functions typed with 0.2.0's records and variants type-check
-/// against a 0.1.0 component's imports of the same shapes.
-pub(crate) const WORLD_VERSIONS: [&str; 2] = ["0.1.0", "0.2.0"];
+/// `config` interface, 0.3.0 `txn.combine` (and its `delta` type), and nothing else changed,
+/// so one implementation serves all: component types are structural, so the functions typed
+/// with 0.3.0's records and variants type-check against an older component's imports of the
+/// same shapes.
+pub(crate) const WORLD_VERSIONS: [&str; 3] = ["0.1.0", "0.2.0", "0.3.0"];
+
+/// The versions whose world has the `config` interface (the newest one is defined by the
+/// bindings' own `add_to_linker`).
+const CONFIG_VERSIONS: [&str; 1] = ["0.2.0"];
+
+/// The versions whose `txn` has `combine`.
+const COMBINE_VERSIONS: [&str; 1] = ["0.3.0"];
 
 /// Defines the `percolator:observer` imports in `linker`: `txn` and `log` of every version of
 /// [`WORLD_VERSIONS`] (the log records a guest's panic message for the run's error, see
-/// `runtime.rs`) and `config` of 0.2.0.
+/// `runtime.rs`), `combine` of 0.3.0, and `config` of 0.2.0 and 0.3.0.
 pub(crate) fn add_to_linker(
     linker: &mut wasmtime::component::Linker<HostState>,
     on_log: fn(&mut HostState, crate::bindings::percolator::observer::log::Level, String),
 ) -> wasmtime::Result<()> {
     use crate::bindings::percolator::observer::{config, log::Level, txn::Host as _};
-    use crate::bindings::{Cell, ScanEntry};
+    use crate::bindings::{Cell, Delta, ScanEntry};
     use wasmtime::StoreContextMut as Cx;
     type Scan = (String, Vec<u8>, Option<Vec<u8>>, Option<Vec<String>>, u32);
     type Reply<T> = wasmtime::Result<(Result<T, WitError>,)>;
@@ -237,11 +245,26 @@ pub(crate) fn add_to_linker(
             Ok((s.data_mut().notify_weak(t, r, c),))
         })?;
         txn.func_wrap("start-ts", |mut s: Cx<'_, HostState>, (): ()| Ok((s.data_mut().start_ts(),)))?;
+        if COMBINE_VERSIONS.contains(&version) {
+            txn.func_wrap(
+                "combine",
+                |mut s: Cx<'_, HostState>, (t, r, c, d): (String, Vec<u8>, String, Delta)| -> Reply<()> {
+                    Ok((s.data_mut().combine(t, r, c, d),))
+                },
+            )?;
+        }
         let mut log = linker.instance(&format!("percolator:observer/log@{version}"))?;
         log.func_wrap("log", move |mut s: Cx<'_, HostState>, (level, message): (Level, String)| {
             on_log(s.data_mut(), level, message);
             Ok(())
         })?;
+    }
+    for version in CONFIG_VERSIONS {
+        let mut config = linker.instance(&format!("percolator:observer/config@{version}"))?;
+        config.func_wrap("get", |mut s: Cx<'_, HostState>, (key,): (String,)| {
+            Ok((config::Host::get(s.data_mut(), key),))
+        })?;
+        config.func_wrap("all", |mut s: Cx<'_, HostState>, (): ()| Ok((config::Host::all(s.data_mut()),)))?;
     }
     config::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(linker, |s| s)
 }

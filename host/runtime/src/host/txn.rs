@@ -7,7 +7,7 @@ use super::HostState;
 /// Most cells one guest `scan` call returns (a guest cannot make the host buffer a whole table).
 pub(crate) const MAX_SCAN_CELLS: u32 = 10_000;
 use crate::bindings::percolator::observer::txn::Host;
-use crate::bindings::{Cell, ScanEntry, WitError};
+use crate::bindings::{Cell, Delta, ScanEntry, WitError};
 
 impl Host for HostState {
     fn get(&mut self, table: String, row: Vec<u8>, column: String) -> Result<Option<Vec<u8>>, WitError> {
@@ -93,6 +93,29 @@ impl Host for HostState {
         }
         let r = self.txn()?.notify_weak(&table, &row, &column);
         r.map_err(|e| self.store_error(e))
+    }
+
+    fn combine(&mut self, table: String, row: Vec<u8>, column: String, delta: Delta) -> Result<(), WitError> {
+        if !self.access.can_write(&table, &column) {
+            return Err(self.deny(format!("combine into {table}/{column}")));
+        }
+        let delta = match delta {
+            Delta::Int(i) => percolator_store::Delta::Int(i),
+            Delta::Float(f) => percolator_store::Delta::Float(f),
+            Delta::Members(m) => {
+                self.charge(m.iter().map(String::len).sum())?;
+                percolator_store::Delta::Members(m)
+            }
+        };
+        self.charge(row.len())?;
+        let r = self.txn()?.combine(&table, &row, &column, delta);
+        r.map_err(|e| match e {
+            // Which binding: the store's message names the table, column and row.
+            percolator_store::Error::InvalidArgument(m) => {
+                WitError::InvalidArgument(format!("observer {}: {m}", self.observer))
+            }
+            e => self.store_error(e),
+        })
     }
 
     fn start_ts(&mut self) -> u64 {
