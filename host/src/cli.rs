@@ -1240,6 +1240,14 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
     if !st.logged_columns.is_empty() {
         out.push_str(&format!("change log: {} (kept above {})\n", st.logged_columns.join(", "), st.changes_trimmed_to));
     }
+    if !st.combined_columns.is_empty() {
+        out.push_str(&format!(
+            "combined: {} ({} of {} folded)\n",
+            st.combined_columns.join(", "),
+            plural(st.combine_folds, "fold", "folds"),
+            plural(st.combine_deltas_folded, "delta", "deltas")
+        ));
+    }
     for s in &st.subscriptions {
         let at = s.position.map_or("nothing delivered yet".to_owned(), |p| format!("at {p}"));
         let owner = s.owner.map_or(String::new(), |o| format!(", delivered by worker {o}"));
@@ -1431,6 +1439,9 @@ mod tests {
                 logged_columns: Vec::new(),
                 changes_trimmed_to: 0,
                 subscriptions: Vec::new(),
+                combined_columns: Vec::new(),
+                combine_folds: 0,
+                combine_deltas_folded: 0,
             },
             config_error: None,
         };
@@ -1467,6 +1478,9 @@ mod tests {
                 logged_columns: Vec::new(),
                 changes_trimmed_to: 0,
                 subscriptions: Vec::new(),
+                combined_columns: Vec::new(),
+                combine_folds: 0,
+                combine_deltas_folded: 0,
             },
             config_error: Some("p.toml:3: observers.dir: nowhere is not a directory".into()),
         };

@@ -432,6 +432,15 @@ pub struct StoreReport {
     /// The change-feed subscriptions (one per sink): trimming never passes their positions.
     #[serde(default)]
     pub subscriptions: Vec<SubscriptionReport>,
+    /// The combined columns (`[[combine]]`) as `table/column (op type)`.
+    #[serde(default)]
+    pub combined_columns: Vec<String>,
+    /// Folds of combined cells that committed, over the store's life.
+    #[serde(default)]
+    pub combine_folds: u64,
+    /// Deltas those folds folded into their totals.
+    #[serde(default)]
+    pub combine_deltas_folded: u64,
 }
 
 /// A change-feed subscription in [`StoreReport`].

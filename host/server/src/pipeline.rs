@@ -217,6 +217,14 @@ impl Pipeline {
                 if let Err(e) = self.apply_change_log(config) {
                     return Err(rejected(&mut state, format!("{}: {e}", config.file.display())));
                 }
+                // The combined columns, before the observers that combine into them run. A
+                // declaration whose column still has unfolded deltas cannot go yet: refused.
+                let combined: std::collections::BTreeSet<_> = config.combined.iter().cloned().collect();
+                if self.store.combined().into_iter().collect::<std::collections::BTreeSet<_>>() != combined
+                    && let Err(e) = self.store.set_combined(config.combined.clone())
+                {
+                    return Err(rejected(&mut state, format!("{}: {e}", config.file.display())));
+                }
                 // Then the sinks, whose columns the change log now holds (`Config::logged_columns`).
                 if let Some(sinks) = self.sinks.get() {
                     sinks.apply(&config.sinks, &transforms);

@@ -162,6 +162,9 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     owner: s.owner,
                 })
                 .collect(),
+            combined_columns: store.combined().iter().map(ToString::to_string).collect(),
+            combine_folds: metrics.combine_folds,
+            combine_deltas_folded: metrics.combine_deltas_folded,
         },
         config_error: None,
     })
