@@ -649,3 +649,40 @@ fn three_hosts_combining_on_redis() {
     verify(&store, &events, 3);
     drop(scanner);
 }
+
+#[test]
+fn the_change_feed_of_a_combined_column_carries_totals_not_deltas() {
+    let store = test_store(StoreConfig::default());
+    store
+        .set_combined(vec![sum("f", "c:n"), CombineSpec::new("f", "c:max", CombineOp::Max, CombineType::I64).unwrap()])
+        .unwrap();
+    store.set_change_log([("f".to_owned(), "c:n".to_owned()), ("f".to_owned(), "c:max".to_owned())].into()).unwrap();
+    for i in 0..20 {
+        store
+            .run(|t| {
+                t.combine("f", "r", "c:n", Delta::Int(1))?;
+                t.combine("f", "r", "c:max", Delta::Int(-i))
+            })
+            .unwrap();
+    }
+    let page = store.changes("f", None, &percolator_store::ChangeToken::origin(), 1000).unwrap();
+    assert!(page.changes.is_empty(), "deltas are not changes of the column: {:?}", page.changes);
+    let scanner = store.start_scanner(ScannerConfig::default());
+    quiet(&store);
+    // A few more below the maximum: folded quietly, logged nowhere.
+    for _ in 0..5 {
+        combine_once(&store, "f", "r", "c:max", Delta::Int(-100));
+    }
+    quiet(&store);
+    let page = store.changes("f", None, &percolator_store::ChangeToken::origin(), 1000).unwrap();
+    let totals: Vec<(String, String)> = page
+        .changes
+        .iter()
+        .map(|c| (c.cell.column.clone(), String::from_utf8(c.value.clone().unwrap()).unwrap()))
+        .collect();
+    assert!(!totals.is_empty() && totals.len() <= 2 * store.metrics().combine_folds as usize, "{totals:?}");
+    assert_eq!(totals.iter().rfind(|(c, _)| c == "c:n").map(|(_, v)| v.as_str()), Some("20"));
+    assert_eq!(totals.iter().rfind(|(c, _)| c == "c:max").map(|(_, v)| v.as_str()), Some("0"));
+    assert_eq!(totals.iter().filter(|(c, _)| c == "c:max").count(), 1, "an unchanged max is not logged again");
+    drop(scanner);
+}
