@@ -457,7 +457,12 @@ fn bad_input_is_refused_with_the_cell_named() {
     assert!(e.contains("b/n") && e.contains("1 row") && e.contains("unfolded"), "{e}");
     let scanner = store.start_scanner(ScannerConfig::default());
     quiet(&store);
+    // A combine buffered before its declaration went is refused at commit (it would never be read).
+    let mut t = store.begin().unwrap();
+    t.combine("b", "r", "n", Delta::Int(1)).unwrap();
     store.set_combined(vec![]).unwrap();
+    let e = t.commit().unwrap_err().to_string();
+    assert!(e.contains("b/n") && e.contains("no longer declared combined"), "{e}");
     drop(scanner);
 }
 
