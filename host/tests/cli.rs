@@ -680,6 +680,19 @@ fn a_non_loopback_listen_needs_a_token() {
     let a = Config::parse(&file, &format!("{head}[http]\nlisten = \"127.0.0.1:0\"\n")).unwrap();
     let b = Config::parse(&file, &format!("{head}[http]\nlisten = \"127.0.0.1:1\"\n")).unwrap();
     assert!(!a.same_host_settings(&b));
+    // A rejected reload names what changed.
+    assert_eq!(a.restart_changes(&b), vec!["http.listen (127.0.0.1:0 → 127.0.0.1:1)".to_owned()]);
+    let c = Config::parse(
+        &file,
+        &format!(
+            "{head}[scanner]
+threads = 7
+[http]
+listen = \"127.0.0.1:0\"\n"
+        ),
+    )
+    .unwrap();
+    assert_eq!(a.restart_changes(&c), vec!["scanner.threads (2 → 7)".to_owned()]);
     assert_eq!(Config::parse(&file, head).unwrap().http.listen.to_string(), "127.0.0.1:7878");
     let e = Config::parse(&file, &format!("{head}[http]\nlisten = \"nowhere\"\n")).unwrap_err().to_string();
     assert!(e.contains(":6: http.listen: \"nowhere\" is not an address and port"), "{e}");

@@ -458,21 +458,30 @@ impl Config {
     /// True if `self` and `other` agree on everything except the bindings (what a hot reload
     /// can apply).
     pub fn same_host_settings(&self, other: &Config) -> bool {
-        (
-            &self.store_path,
-            &self.backend,
-            (self.scanner_threads, self.observer_workers, self.gc_interval),
-            &self.observers_dir,
-            &self.cache_dir,
-            &self.http,
-        ) == (
-            &other.store_path,
-            &other.backend,
-            (other.scanner_threads, other.observer_workers, other.gc_interval),
-            &other.observers_dir,
-            &other.cache_dir,
-            &other.http,
-        )
+        self.restart_changes(other).is_empty()
+    }
+
+    /// The settings a hot reload cannot apply that differ between `self` (the running host's)
+    /// and `other`, each as `key (old → new)`: what the message of a rejected reload names.
+    pub fn restart_changes(&self, other: &Config) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut differs = |key: &str, a: String, b: String| {
+            if a != b {
+                out.push(format!("{key} ({a} → {b})"));
+            }
+        };
+        differs("store.path", self.store_path.display().to_string(), other.store_path.display().to_string());
+        differs("store.backend", format!("{:?}", self.backend), format!("{:?}", other.backend));
+        let gc = |g: Option<Duration>| g.map_or("off".to_owned(), |d| format!("{}s", d.as_secs()));
+        differs("store.gc_interval_s", gc(self.gc_interval), gc(other.gc_interval));
+        differs("scanner.threads", self.scanner_threads.to_string(), other.scanner_threads.to_string());
+        differs("scanner.workers", self.observer_workers.to_string(), other.observer_workers.to_string());
+        differs("observers.dir", self.observers_dir.display().to_string(), other.observers_dir.display().to_string());
+        differs("the cache folder", self.cache_dir.display().to_string(), other.cache_dir.display().to_string());
+        differs("http.listen", self.http.listen.to_string(), other.http.listen.to_string());
+        let token = |t: &Option<PathBuf>| t.as_ref().map_or("none".to_owned(), |p| p.display().to_string());
+        differs("http.token_file", token(&self.http.token_file), token(&other.http.token_file));
+        out
     }
 
     /// The file a running host writes its base URL to: the store path with `.endpoint`
