@@ -95,16 +95,21 @@ pub(crate) enum Command {
         row: String,
         /// Column (family:qualifier).
         column: String,
-        /// Print the value as hex.
-        #[arg(long, conflicts_with = "json")]
+        /// Print the value as hex (`--format hex`).
+        #[arg(long, conflicts_with_all = ["json", "format"])]
         hex: bool,
         /// Read at this snapshot (a timestamp from `snapshot`, a pin or a scan) instead of the
         /// latest.
         #[arg(long, value_name = "TS", value_parser = timestamp)]
         at: Option<u64>,
-        /// Print a JSON object: table, row, column, value (text) or value_base64, commit_ts.
-        #[arg(long)]
+        /// Print a JSON object: table, row, column, value (text) or value_base64, commit_ts
+        /// (`--format json`).
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// How to print the value: text (control characters escaped), hex, json, or an 8-byte
+        /// big-endian number as u64, i64 or f64 (what the SDKs' `set_u64` writes).
+        #[arg(long, value_enum)]
+        format: Option<ValueFormat>,
     },
     /// Print cells of a table, one `row<TAB>column<TAB>value` line each (control characters
     /// escaped).
@@ -246,9 +251,43 @@ pub(crate) struct ScanArgs {
     #[arg(long, value_name = "TS", value_parser = timestamp)]
     pub(crate) at: Option<u64>,
     /// Print one JSON object per cell and line: table, row, column, value (text) or
-    /// value_base64, commit_ts.
-    #[arg(long)]
+    /// value_base64, commit_ts (`--format json`).
+    #[arg(long, conflicts_with = "format")]
     pub(crate) json: bool,
+    /// How to print each value: text (the default; control characters escaped), hex, json
+    /// (one object per cell), or an 8-byte big-endian number as u64, i64 or f64 (a value of
+    /// another length is printed in hex, prefixed `0x`).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<ValueFormat>,
+}
+
+/// How `get` and `scan` print a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ValueFormat {
+    /// As text (invalid UTF-8 replaced, control characters escaped in `scan`).
+    Text,
+    /// As hex.
+    Hex,
+    /// A JSON object per cell.
+    Json,
+    /// An 8-byte big-endian unsigned integer.
+    U64,
+    /// An 8-byte big-endian signed integer.
+    I64,
+    /// An 8-byte big-endian IEEE 754 float.
+    F64,
+}
+
+/// `value` as an 8-byte big-endian number of `format` (u64, i64 or f64); `None` for another
+/// length or format.
+fn number(value: &[u8], format: ValueFormat) -> Option<String> {
+    let bytes: [u8; 8] = value.try_into().ok()?;
+    Some(match format {
+        ValueFormat::U64 => u64::from_be_bytes(bytes).to_string(),
+        ValueFormat::I64 => i64::from_be_bytes(bytes).to_string(),
+        ValueFormat::F64 => f64::from_be_bytes(bytes).to_string(),
+        _ => return None,
+    })
 }
 
 /// `snapshot` options.
@@ -465,19 +504,34 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
     let mut out = out.lock();
     let w = |r: std::io::Result<()>| r.map_err(|e| format!("writing the output: {e}"));
     match command {
-        Command::Get { table, row, column, hex, at, json: as_json } => {
+        Command::Get { table, row, column, hex, at, json: as_json, format } => {
             let v = route.call::<ep::Get>(GetRequest {
                 table: table.clone(),
                 row: row.clone(),
                 column: column.clone(),
                 at: *at,
             })?;
-            if *as_json {
-                let bytes = unhex(&v.value_hex).unwrap_or_default();
-                w(writeln!(out, "{}", cell_json(table, row.as_bytes(), column, &bytes, v.commit_ts)))?;
-            } else {
-                w(writeln!(out, "{}", if *hex { &v.value_hex } else { &v.value }))?;
-            }
+            let bytes = unhex(&v.value_hex).unwrap_or_default();
+            let format = match (format, hex, as_json) {
+                (Some(f), ..) => *f,
+                (None, true, _) => ValueFormat::Hex,
+                (None, _, true) => ValueFormat::Json,
+                _ => ValueFormat::Text,
+            };
+            let line = match format {
+                ValueFormat::Text => v.value.clone(),
+                ValueFormat::Hex => v.value_hex.clone(),
+                ValueFormat::Json => cell_json(table, row.as_bytes(), column, &bytes, v.commit_ts),
+                number_format => number(&bytes, number_format).ok_or_else(|| {
+                    format!(
+                        "{table}/{row}/{column}: the value is {}, not the 8 bytes of a big-endian {} (try --format \
+                         text or hex)",
+                        plural(bytes.len(), "byte", "bytes"),
+                        format!("{number_format:?}").to_lowercase()
+                    )
+                })?,
+            };
+            w(writeln!(out, "{line}"))?;
         }
         Command::Snapshot(a) => snapshot(route, a, &mut out)?,
         Command::Scan(a) => {
@@ -495,14 +549,25 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                     at: a.at,
                     after: after.take(),
                 })?;
+                let format = match (a.format, a.json) {
+                    (Some(f), _) => f,
+                    (None, true) => ValueFormat::Json,
+                    (None, false) => ValueFormat::Text,
+                };
                 for c in &r.cells {
-                    if a.json {
-                        let row = unhex(&c.row_hex).unwrap_or_default();
-                        let value = unhex(&c.value_hex).unwrap_or_default();
-                        w(writeln!(out, "{}", cell_json(&a.table, &row, &c.column, &value, c.commit_ts)))?;
-                    } else {
-                        w(writeln!(out, "{}\t{}\t{}", escape(&c.row), escape(&c.column), escape(&c.value)))?;
-                    }
+                    let value = unhex(&c.value_hex).unwrap_or_default();
+                    let shown = match format {
+                        ValueFormat::Json => {
+                            let row = unhex(&c.row_hex).unwrap_or_default();
+                            w(writeln!(out, "{}", cell_json(&a.table, &row, &c.column, &value, c.commit_ts)))?;
+                            continue;
+                        }
+                        ValueFormat::Text => escape(&c.value),
+                        ValueFormat::Hex => c.value_hex.clone(),
+                        // Another length than a number's: in hex, marked as such.
+                        number_format => number(&value, number_format).unwrap_or_else(|| format!("0x{}", c.value_hex)),
+                    };
+                    w(writeln!(out, "{}\t{}\t{shown}", escape(&c.row), escape(&c.column)))?;
                 }
                 left -= r.cells.len() as u64;
                 match r.next {

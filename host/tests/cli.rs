@@ -293,6 +293,36 @@ fn every_verb_against_a_running_host() {
     sb.wait();
     assert_eq!(sb.ok(&["get", "docs", "b1", "raw:bin", "--hex"]), "ff0061\n");
     assert_eq!(sb.ok(&["get", "docs", "b1", "raw:note"]), "/wBh\n");
+    // Numbers as the SDKs write them (8 bytes, big-endian): --format u64, i64, f64, hex, json.
+    sb.write(
+        "numbers.jsonl",
+        "{\"row\": \"n1\", \"u\": \"AAAAAAAAACo=\", \"i\": \"//////////8=\", \"f\": \"P/gAAAAAAAA=\"}\n",
+    );
+    sb.ok(&["load", "docs", "numbers.jsonl", "--base64", "u,i,f"]);
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:u", "--format", "u64"]), "42\n");
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:i", "--format", "i64"]), "-1\n");
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:i", "--format", "u64"]), "18446744073709551615\n");
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:f", "--format", "f64"]), "1.5\n");
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:u", "--format", "hex"]), "000000000000002a\n");
+    assert!(sb.ok(&["get", "docs", "n1", "raw:u", "--format", "json"]).contains("\"row\":\"n1\""));
+    let e = sb.fails(&["get", "docs", "b1", "raw:bin", "--format", "u64"]);
+    assert_eq!(
+        e,
+        "percolator: docs/b1/raw:bin: the value is 3 bytes, not the 8 bytes of a big-endian u64 (try --format text or hex)\n"
+    );
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--prefix", "n1", "--format", "i64"]),
+        "n1\traw:f\t4609434218613702656\nn1\traw:i\t-1\nn1\traw:u\t42\n"
+    );
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--prefix", "b1", "--columns", "raw:bin", "--format", "u64"]),
+        "b1\traw:bin\t0xff0061\n"
+    );
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--prefix", "n1", "--format", "json"]),
+        sb.ok(&["scan", "docs", "--prefix", "n1", "--json"]),
+        "--format json is --json"
+    );
 
     // get
     assert_eq!(sb.ok(&["get", "docs", "r1", "derived:upper"]), "HELLO WORLD\n");
