@@ -362,6 +362,22 @@ pub(crate) enum DeadLetterAction {
         #[arg(long)]
         all: bool,
     },
+    /// Remove dead letters for good: their notifications are not run again (a strong
+    /// observer's change stays acknowledged; a later write still triggers it).
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["id", "binding", "unbound", "all"])))]
+    Discard {
+        /// The dead letter's id (from `percolator dead-letters`).
+        id: Option<String>,
+        /// Every dead letter of this binding.
+        #[arg(long, value_name = "NAME")]
+        binding: Option<String>,
+        /// Every dead letter of `(unbound)` (notifications whose binding was removed).
+        #[arg(long)]
+        unbound: bool,
+        /// Every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 /// The most records per `load` batch (`--batch`).
@@ -655,6 +671,25 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                 match (r.retried.len(), id) {
                     (_, Some(id)) => w(writeln!(out, "retried {id}"))?,
                     (n, None) => w(writeln!(out, "retried {}", plural(n, "dead letter", "dead letters")))?,
+                }
+            }
+        }
+        Command::DeadLetters {
+            json: as_json,
+            action: Some(DeadLetterAction::Discard { id, binding, unbound, all }),
+        } => {
+            let r = route.call::<ep::Discard>(DiscardRequest {
+                id: id.clone(),
+                binding: binding.clone(),
+                unbound: *unbound,
+                all: *all,
+            })?;
+            if *as_json {
+                w(writeln!(out, "{}", json(&r)?))?;
+            } else {
+                match (r.discarded.len(), id) {
+                    (_, Some(id)) => w(writeln!(out, "discarded {id}"))?,
+                    (n, None) => w(writeln!(out, "discarded {}", plural(n, "dead letter", "dead letters")))?,
                 }
             }
         }

@@ -437,6 +437,16 @@ fn every_verb_against_a_running_host() {
         assert!(metrics.contains(expected), "{expected:?} missing from\n{metrics}");
     }
 
+    // discard: a dead letter leaves for good, and `wait` no longer reports it.
+    let e = sb.fails(&["dead-letters", "discard", "no-such-id"]);
+    assert!(e.contains("no dead letter \"no-such-id\""), "{e}");
+    assert_eq!(sb.ok(&["dead-letters", "discard", "--unbound"]), "discarded 0 dead letters\n");
+    assert_eq!(sb.ok(&["dead-letters", "discard", "--binding", "denied"]), "discarded 1 dead letter\n");
+    assert_eq!(json(&sb.ok(&["dead-letters", "--json"])), serde_json::json!([]));
+    assert!(sb.run(&["wait", "--timeout", "120"]).status.success(), "nothing left for wait to report");
+    let usage = sb.run(&["dead-letters", "discard"]);
+    assert_eq!(usage.status.code(), Some(2), "a usage error: one of id, --binding, --unbound, --all");
+
     // A clean stop removes the endpoint file and keeps everything (even with durability
     // "none": the store is closed properly); the commands then read the store file.
     let status = host.stop().unwrap();

@@ -325,6 +325,24 @@ impl Store {
         Ok(())
     }
 
+    /// Removes a dead letter for good: its notification is not run again. A strong observer's
+    /// change was acknowledged when it was dead-lettered (a later write still triggers it); an
+    /// [`UNBOUND`] one's notification was cleared then. What GC kept for a retry (a Delete
+    /// record) becomes collectable. An `id` that [`Store::dead_letters`] does not list is
+    /// [`Error::NotFound`].
+    pub fn discard_dead_letter(&self, id: &str) -> Result<()> {
+        let not_found = || Error::NotFound(format!("dead letter {id:?}"));
+        if !id.starts_with(DEAD_PREFIX) {
+            return Err(not_found());
+        }
+        let raw = self.inner.backend.meta_get(id)?.ok_or_else(not_found)?;
+        let dead = decode_dead(id.to_owned(), &raw)?;
+        self.inner.backend.apply(vec![Op::MetaDelete { key: id.to_owned() }])?;
+        let mut failures = self.inner.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        failures.remove(&(notify_position(&dead.cell), dead.observer.clone()));
+        Ok(())
+    }
+
     /// Sets the notify cell of `table/column` in every row of `[start, end)` (`end = None`: to
     /// the end of the table) where the column has a value now, so that its observers run on
     /// data written before they were bound: a binding is notified only of the writes made while

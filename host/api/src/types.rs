@@ -903,6 +903,32 @@ pub struct RetryRequest {
     pub all: bool,
 }
 
+/// `POST /v1/dead-letters/discard`: which dead letters to remove for good (exactly one of
+/// the four).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiscardRequest {
+    /// The dead letter to discard.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Every dead letter of this binding (observer).
+    #[serde(default)]
+    pub binding: Option<String>,
+    /// Every dead letter of `(unbound)`: notifications whose binding was removed.
+    #[serde(default)]
+    pub unbound: bool,
+    /// Every dead letter.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// The answer to [`DiscardRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct DiscardResponse {
+    /// The ids removed.
+    pub discarded: Vec<String>,
+}
+
 /// The answer to [`RetryRequest`].
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct RetryResponse {

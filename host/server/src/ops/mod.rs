@@ -105,6 +105,7 @@ pub fn register(r: &mut impl Registry) {
     r.op::<endpoint::Load>();
     r.op::<endpoint::DeadLetters>();
     r.op::<endpoint::Retry>();
+    r.op::<endpoint::Discard>();
     r.op::<endpoint::Gc>();
     r.op::<endpoint::Wait>();
     r.op::<endpoint::Notify>();

@@ -3,12 +3,13 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, UNIX_EPOCH};
 
-use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
+use percolator_api::endpoint::{DeadLetters, Discard, Gc, Health, Retry, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
-    ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, Empty, GcReport, HealthReport, Histogram,
-    HostReport, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse, SinkDeadLetterReport, SinkReport,
-    StatusReport, StoreReport, SubscriptionReport, WaitRequest, WaitResponse, WorkerReport,
+    ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, DiscardRequest, DiscardResponse, Empty,
+    GcReport, HealthReport, Histogram, HostReport, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse,
+    SinkDeadLetterReport, SinkReport, StatusReport, StoreReport, SubscriptionReport, WaitRequest, WaitResponse,
+    WorkerReport,
 };
 use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, Store, histogram_quantile};
 
@@ -278,6 +279,42 @@ fn retry_dead_letters(store: &Store, r: &RetryRequest) -> ApiResult<RetryRespons
         retried.push(id);
     }
     Ok(RetryResponse { retried })
+}
+
+/// Removes dead letters for good.
+impl Op for Discard {
+    fn run(cx: &Context, r: DiscardRequest) -> ApiResult<DiscardResponse> {
+        let chosen = [r.id.is_some(), r.binding.is_some(), r.unbound, r.all].iter().filter(|c| **c).count();
+        if chosen != 1 {
+            return Err(ApiError::bad_input(
+                "give exactly one of: a dead letter id, binding, unbound = true, all = true",
+            ));
+        }
+        let ids: Vec<String> = match &r.id {
+            Some(id) => vec![id.clone()],
+            None => cx
+                .store
+                .dead_letters()?
+                .into_iter()
+                .filter(|d| match &r.binding {
+                    Some(b) => d.observer == *b,
+                    None => r.all || d.observer == percolator_store::UNBOUND,
+                })
+                .map(|d| d.id)
+                .collect(),
+        };
+        let mut discarded = Vec::new();
+        for id in ids {
+            cx.store.discard_dead_letter(&id).map_err(|e| match e {
+                percolator_store::Error::NotFound(_) => {
+                    ApiError::not_found(format!("no dead letter {id:?} (list them with `percolator dead-letters`)"))
+                }
+                e => ApiError::from(e),
+            })?;
+            discarded.push(id);
+        }
+        Ok(DiscardResponse { discarded })
+    }
 }
 
 /// Garbage-collects versions no reader can see.
