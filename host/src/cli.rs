@@ -665,6 +665,16 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
         }
         Command::DeadLetters { json: as_json, action: Some(DeadLetterAction::Retry { id, all }) } => {
             let r = route.call::<ep::Retry>(RetryRequest { id: id.clone(), all: *all })?;
+            if r.reload_pending {
+                let what = match r.compiling.as_slice() {
+                    [] => String::new(),
+                    names => format!(" (compiling {})", names.join(", ")),
+                };
+                eprintln!(
+                    "percolator: note: a reload is under way{what}: the retried notifications may run on the \
+                     versions before it; `percolator wait` waits for the reload too"
+                );
+            }
             if *as_json {
                 w(writeln!(out, "{}", json(&r)?))?;
             } else {
@@ -864,12 +874,15 @@ fn wait(route: &Route, timeout: f64, allow_dead_letters: bool) -> Result<ExitCod
     let started = Instant::now();
     let deadline = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::ZERO);
     let progress = std::io::stderr().is_terminal() && route.url().is_some();
+    let mut reloading = false;
     let quiescent = loop {
         let left = deadline.saturating_sub(started.elapsed());
         let step = if progress { left.min(Duration::from_secs(1)) } else { left };
-        if route.call::<ep::Wait>(WaitRequest { timeout_secs: step.as_secs_f64() })?.quiescent {
+        let answer = route.call::<ep::Wait>(WaitRequest { timeout_secs: step.as_secs_f64() })?;
+        if answer.quiescent {
             break true;
         }
+        reloading = answer.reload_pending;
         if started.elapsed() >= deadline {
             break false;
         }
@@ -881,7 +894,8 @@ fn wait(route: &Route, timeout: f64, allow_dead_letters: bool) -> Result<ExitCod
         eprint!("\r\x1b[K");
     }
     if !quiescent {
-        eprintln!("percolator: the pipeline did not become quiescent within {timeout} s");
+        let why = if reloading { " (a reload is still compiling or about to start)" } else { "" };
+        eprintln!("percolator: the pipeline did not become quiescent within {timeout} s{why}");
         return Ok(ExitCode::FAILURE);
     }
     let dead = route.call::<ep::DeadLetters>(Empty {})?.len();

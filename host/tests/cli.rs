@@ -1603,3 +1603,28 @@ fn snapshots_are_read_pinned_and_refused_on_both_routes() {
         assert!(e.contains(says), "{args:?}: {e}");
     }
 }
+
+/// `wait` also waits for a reload: a configuration saved just before it is compiled and
+/// applied when it returns (work retried after a fix then runs on the fix).
+#[test]
+fn wait_waits_for_a_pending_reload() {
+    let sb = Sandbox::new("wait-reload", "listen = \"127.0.0.1:0\"", UPPER);
+    let mut host = Host::start(&sb);
+    sb.wait();
+    let generation = |sb: &Sandbox| json(&sb.ok(&["status", "--json"]))["host"]["generation"].as_u64().unwrap();
+    assert_eq!(generation(&sb), 1);
+    let toml = std::fs::read_to_string(sb.path("p.toml")).unwrap();
+    for round in 2..=4u64 {
+        // A changed binding (another parameter): applied after the watcher's debounce.
+        sb.write("p.toml", &format!("{toml}[binding.params]\nround = {round}\n"));
+        if round == 3 {
+            // A retry meanwhile says the reload is coming.
+            let out = sb.run(&["dead-letters", "retry", "--all"]);
+            let e = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && e.contains("a reload is under way"), "{e}");
+        }
+        sb.ok(&["wait", "--timeout", "60"]);
+        assert_eq!(generation(&sb), round, "wait returned before the reload it was given was applied");
+    }
+    assert!(host.stop().unwrap().success());
+}

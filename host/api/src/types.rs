@@ -934,6 +934,13 @@ pub struct DiscardResponse {
 pub struct RetryResponse {
     /// The ids moved back to pending.
     pub retried: Vec<String>,
+    /// True if a reload was under way or coming (a changed configuration or component not yet
+    /// applied): the retried notifications may run on the versions before it.
+    #[serde(default)]
+    pub reload_pending: bool,
+    /// The bindings whose new version was compiling.
+    #[serde(default)]
+    pub compiling: Vec<String>,
 }
 
 /// The answer to `POST /v1/gc`.
@@ -964,8 +971,13 @@ pub struct WaitRequest {
 /// The answer to [`WaitRequest`].
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct WaitResponse {
-    /// True if the pipeline reached its fixed point (no notification pending, no run going).
+    /// True if the pipeline reached its fixed point (no notification pending, no run going,
+    /// no reload under way or coming).
     pub quiescent: bool,
+    /// True if it timed out while a reload was under way or coming (a changed configuration
+    /// file or component, not yet compiled and applied).
+    #[serde(default)]
+    pub reload_pending: bool,
 }
 
 /// The `limit` of a [`ChangesRequest`] that gives none.

@@ -8,7 +8,7 @@
 //! continues from the totals. The run-time histogram is the process's own.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -109,6 +109,30 @@ pub struct Pipeline {
     /// How long the change log keeps changes for readers without a subscription, from the
     /// configuration last applied (the trimmer reads it).
     changes_keep: Mutex<Duration>,
+    /// The reload's inputs (the configuration file, the observers folder) and what they were
+    /// when a reload last read them ([`Pipeline::note_inputs`]): while they differ, a reload is
+    /// coming ([`Pipeline::reload_pending`]).
+    inputs: Mutex<Option<(PathBuf, PathBuf, Inputs)>>,
+}
+
+/// What a reload reads, as (file, modification time, length): the configuration file and
+/// each `.wasm` of the observers folder.
+type Inputs = Vec<(PathBuf, Option<std::time::SystemTime>, u64)>;
+
+fn inputs(config_file: &Path, observers_dir: &Path) -> Inputs {
+    let stat = |p: PathBuf| {
+        let m = std::fs::metadata(&p).ok();
+        let (modified, len) = m.map_or((None, 0), |m| (m.modified().ok(), m.len()));
+        (p, modified, len)
+    };
+    let mut out = vec![stat(config_file.to_owned())];
+    if let Ok(dir) = std::fs::read_dir(observers_dir) {
+        let mut wasm: Vec<PathBuf> =
+            dir.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "wasm")).collect();
+        wasm.sort();
+        out.extend(wasm.into_iter().map(stat));
+    }
+    out
 }
 
 /// The metadata key (of [`Store::add_totals`]) of a binding's run counts.
@@ -135,7 +159,33 @@ impl Pipeline {
             compiling: Mutex::new(None),
             sinks: OnceLock::new(),
             changes_keep: Mutex::new(crate::config::DEFAULT_CHANGES_KEEP),
+            inputs: Mutex::new(None),
         }
+    }
+
+    /// Records what the reload's inputs are now: called right before a reload (or the first
+    /// load) reads them.
+    pub fn note_inputs(&self, config_file: &Path, observers_dir: &Path) {
+        let now = inputs(config_file, observers_dir);
+        *self.inputs.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((config_file.to_owned(), observers_dir.to_owned(), now));
+    }
+
+    /// True while a reload is under way (compiling, or being applied) or coming: the
+    /// configuration file or a component changed since a reload last read them (the watcher
+    /// waits for the writes to settle first). What `wait` waits for besides the notifications,
+    /// so that work retried after a fix runs on the fixed version.
+    pub fn reload_pending(&self) -> bool {
+        if self.applying.try_lock().is_err() {
+            return true;
+        }
+        let noted = self.inputs.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        noted.is_some_and(|(config_file, observers_dir, then)| inputs(&config_file, &observers_dir) != then)
+    }
+
+    /// The bindings whose new version is compiling now.
+    pub fn compiling_bindings(&self) -> Vec<String> {
+        self.compiling.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(name, _, _)| name.clone()).collect()
     }
 
     /// Runs `sinks` with the pipeline: every [`Pipeline::apply`] from now on applies the

@@ -114,6 +114,7 @@ pub fn watch(
 
 /// One reload: read the configuration, check what may not change, apply.
 fn reload(pipeline: &Pipeline, config_file: &Path, initial: &Config) {
+    pipeline.note_inputs(config_file, &initial.observers_dir);
     match Config::load(config_file) {
         Ok(config) if !config.same_host_settings(initial) => {
             let msg = format!(

@@ -144,6 +144,8 @@ async fn serve(
     });
     // Old versions are collected as the safepoint moves (redb reuses the pages they held).
     let gc = config.gc_interval.map(|every| store.start_gc(every));
+    // What the watcher compares with from now on (`wait` waits while they differ).
+    pipeline.note_inputs(&config.file, &config.observers_dir);
     let reloader = reload::watch(pipeline.clone(), &config.file, &config.observers_dir, Duration::from_millis(200))
         .map_err(|e| format!("watching for changes: {e}"))?;
     let sampling = {

@@ -258,7 +258,12 @@ fn dead_letters(store: &Store) -> ApiResult<Vec<DeadLetterReport>> {
 /// Moves one dead letter (or all) back to pending.
 impl Op for Retry {
     fn run(cx: &Context, r: RetryRequest) -> ApiResult<RetryResponse> {
-        retry_dead_letters(&cx.store, &r)
+        let mut answer = retry_dead_letters(&cx.store, &r)?;
+        if let Some(host) = &cx.host {
+            answer.reload_pending = host.pipeline.reload_pending();
+            answer.compiling = host.pipeline.compiling_bindings();
+        }
+        Ok(answer)
     }
 }
 
@@ -278,7 +283,7 @@ fn retry_dead_letters(store: &Store, r: &RetryRequest) -> ApiResult<RetryRespons
         })?;
         retried.push(id);
     }
-    Ok(RetryResponse { retried })
+    Ok(RetryResponse { retried, reload_pending: false, compiling: Vec::new() })
 }
 
 /// Removes dead letters for good.
@@ -366,7 +371,7 @@ fn wait_here(store: &Store, r: &WaitRequest) -> ApiResult<WaitResponse> {
             "{pending} pending and no host is running to process them (start one with `percolator up <config>`)"
         )));
     }
-    Ok(WaitResponse { quiescent: true })
+    Ok(WaitResponse { quiescent: true, reload_pending: false })
 }
 
 /// How often a host's `wait` looks at the pipeline.
@@ -393,16 +398,19 @@ impl Op for Wait {
             if *shutdown.borrow_and_update() {
                 return Err(shutting_down());
             }
+            // A reload under way or coming first: work retried after a fix runs on the fix.
+            let reload_pending = host.pipeline.reload_pending();
             let store = cx.store.clone();
-            let done = tokio::task::spawn_blocking(move || quiescent(&store))
-                .await
-                .map_err(|e| ApiError::store(format!("internal error: {e}")))??;
+            let done = !reload_pending
+                && tokio::task::spawn_blocking(move || quiescent(&store))
+                    .await
+                    .map_err(|e| ApiError::store(format!("internal error: {e}")))??;
             if done {
-                return Ok(WaitResponse { quiescent: true });
+                return Ok(WaitResponse { quiescent: true, reload_pending: false });
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return Ok(WaitResponse { quiescent: false });
+                return Ok(WaitResponse { quiescent: false, reload_pending });
             }
             tokio::select! {
                 () = tokio::time::sleep(WAIT_POLL.min(deadline - now)) => {}
