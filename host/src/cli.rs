@@ -1261,12 +1261,24 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                 h.last_error.as_deref().map(escape).unwrap_or_else(|| "none".into())
             ));
             for c in &h.compiling {
-                out.push_str(&format!(
-                    "compiling: {} for binding {} ({:.1} s so far; the current version serves meanwhile)\n",
-                    c.wasm,
-                    c.binding,
-                    c.elapsed_ms as f64 / 1000.0
-                ));
+                if h.generation == 0 {
+                    // The first load: nothing serves yet.
+                    out.push_str(&format!(
+                        "starting: compiling {} of {} components: {} for binding {} ({:.1} s so far)\n",
+                        c.index,
+                        c.total,
+                        c.wasm,
+                        c.binding,
+                        c.elapsed_ms as f64 / 1000.0
+                    ));
+                } else {
+                    out.push_str(&format!(
+                        "compiling: {} for binding {} ({:.1} s so far; the current version serves meanwhile)\n",
+                        c.wasm,
+                        c.binding,
+                        c.elapsed_ms as f64 / 1000.0
+                    ));
+                }
             }
             if h.bindings.is_empty() {
                 out.push_str("bindings: none\n");

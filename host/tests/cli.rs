@@ -143,7 +143,31 @@ impl Host {
         Host::start_with(sb, &[])
     }
 
+    /// Starts a host and waits until it serves the loaded pipeline.
     fn start_with(sb: &Sandbox, env: &[(&str, &str)]) -> Host {
+        let mut host = Host::spawn(sb, env);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let status =
+                Remote::new(&host.url, None).call::<percolator_api::endpoint::Status>(&percolator_api::Empty {});
+            if status.is_ok_and(|s| s.host.is_some_and(|h| h.generation >= 1)) {
+                return host;
+            }
+            if let Some(status) = host.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("the host exited ({status}): {}", std::fs::read_to_string(&host.log).unwrap_or_default());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the host did not load: {}",
+                std::fs::read_to_string(&host.log).unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts a host and returns once its endpoint file is there (its API answers; the
+    /// pipeline may still be loading).
+    fn spawn(sb: &Sandbox, env: &[(&str, &str)]) -> Host {
         let endpoint = sb.path("store.redb.endpoint");
         let log = sb.path("host.log");
         let mut c = sb.command();
@@ -1626,5 +1650,26 @@ fn wait_waits_for_a_pending_reload() {
         sb.ok(&["wait", "--timeout", "60"]);
         assert_eq!(generation(&sb), round, "wait returned before the reload it was given was applied");
     }
+    assert!(host.stop().unwrap().success());
+}
+
+/// A host compiling a slow component serves its API (and endpoint file) first: `status` says
+/// it is starting and what it compiles, the store is reachable, `wait` waits for the load.
+#[test]
+fn a_slow_start_serves_the_api_and_says_what_it_compiles() {
+    let sb = Sandbox::new("slow-start", "listen = \"127.0.0.1:0\"", UPPER);
+    let mut host = Host::spawn(&sb, &[(percolator_server::pipeline::COMPILE_DELAY_ENV, "4000")]);
+    let status = sb.ok(&["status"]);
+    assert!(
+        status.contains("starting: compiling 1 of 1 components: ") && status.contains("for binding upper"),
+        "{status}"
+    );
+    // Not "the store is in use by another process": the host answers.
+    assert!(sb.fails(&["get", "docs", "r1", "raw:text"]).starts_with("percolator: docs/r1/raw:text: no value"));
+    sb.ok(&["wait", "--timeout", "60"]);
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(status["host"]["generation"], 1, "wait returned once the pipeline was loaded");
+    let log = std::fs::read_to_string(&host.log).unwrap();
+    assert!(log.contains("compiling 1 of 1: upper (") && log.contains("upper ready in "), "{log}");
     assert!(host.stop().unwrap().success());
 }

@@ -776,6 +776,12 @@ pub struct CompilingReport {
     pub wasm: String,
     /// Milliseconds it has been compiling.
     pub elapsed_ms: u64,
+    /// Which of the configuration's components it is (1-based).
+    #[serde(default)]
+    pub index: u32,
+    /// How many components the configuration has.
+    #[serde(default)]
+    pub total: u32,
 }
 
 /// One loaded binding.

@@ -71,6 +71,10 @@ pub struct Compiling {
     pub wasm: PathBuf,
     /// How long it has been compiling.
     pub elapsed: Duration,
+    /// Which of the configuration's components it is (1-based), and how many there are.
+    pub index: usize,
+    /// The configuration's components.
+    pub total: usize,
 }
 
 #[derive(Clone)]
@@ -101,8 +105,9 @@ pub struct Pipeline {
     /// Held by [`Pipeline::apply`] from start to end: one reload at a time. The state lock is
     /// not held while components compile, so `status` answers meanwhile.
     applying: Mutex<()>,
-    /// The component being compiled now, if any (for `status`).
-    compiling: Mutex<Option<(String, PathBuf, Instant)>>,
+    /// The component being compiled now, if any (for `status`): binding, file, since when,
+    /// its index (1-based) among how many.
+    compiling: Mutex<Option<(String, PathBuf, Instant, usize, usize)>>,
     /// The host's sinks, when it runs them (`up` attaches them): [`Pipeline::apply`] applies
     /// the configuration's `[[sink]]`s with its bindings.
     sinks: OnceLock<Arc<Sinks>>,
@@ -134,6 +139,9 @@ fn inputs(config_file: &Path, observers_dir: &Path) -> Inputs {
     }
     out
 }
+
+/// Milliseconds every component's compile is made to take longer (tests of a slow start-up).
+pub const COMPILE_DELAY_ENV: &str = "PERCOLATOR_TEST_COMPILE_DELAY_MS";
 
 /// The metadata key (of [`Store::add_totals`]) of a binding's run counts.
 fn counts_key(binding: &str) -> String {
@@ -185,7 +193,7 @@ impl Pipeline {
 
     /// The bindings whose new version is compiling now.
     pub fn compiling_bindings(&self) -> Vec<String> {
-        self.compiling.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(name, _, _)| name.clone()).collect()
+        self.compiling.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(name, ..)| name.clone()).collect()
     }
 
     /// Runs `sinks` with the pipeline: every [`Pipeline::apply`] from now on applies the
@@ -371,12 +379,36 @@ impl Pipeline {
 
     fn prepare(&self, config: &Config, current: &BTreeMap<String, Loaded>) -> Result<BTreeMap<String, Loaded>, String> {
         let mut out = BTreeMap::new();
-        for b in &config.bindings {
+        // The first load says what it compiles, and when each is ready (a large component
+        // takes a while, and the host serves nothing else yet); a reload only what is slow.
+        let first = current.is_empty() && self.lock().1.loaded_at.is_none();
+        let total = config.bindings.len();
+        for (i, b) in config.bindings.iter().enumerate() {
+            let size = std::fs::metadata(&b.wasm).map(|m| m.len()).unwrap_or(0);
+            if first {
+                tracing::info!(
+                    binding = %b.name,
+                    wasm = %b.wasm.display(),
+                    "compiling {} of {total}: {} ({:.1} MB)",
+                    i + 1,
+                    b.name,
+                    size as f64 / 1e6
+                );
+            }
+            let started = Instant::now();
             *self.compiling.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some((b.name.clone(), b.wasm.clone(), Instant::now()));
+                Some((b.name.clone(), b.wasm.clone(), started, i + 1, total));
+            if let Some(ms) = std::env::var(COMPILE_DELAY_ENV).ok().and_then(|v| v.parse().ok()) {
+                // Tests: a compile as slow as a large component's.
+                std::thread::sleep(Duration::from_millis(ms));
+            }
             let compiled = self.runtime.compile_file(&b.wasm);
             *self.compiling.lock().unwrap_or_else(PoisonError::into_inner) = None;
             let compiled = compiled.map_err(|e| format!("binding {}: {e:#}", b.name))?;
+            let took = started.elapsed();
+            if first || took > Duration::from_secs(1) {
+                tracing::info!(binding = %b.name, "{} ready in {:.1} s", b.name, took.as_secs_f64());
+            }
             // Unchanged binding and component: keep the running observer (and its warm instances).
             let (observer, loaded_at) = match current.get(&b.name) {
                 Some(l) if l.binding == *b && l.observer.source_hash() == compiled.source_hash => {
@@ -463,10 +495,12 @@ impl Pipeline {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|(binding, wasm, started)| Compiling {
+            .map(|(binding, wasm, started, index, total)| Compiling {
                 binding: binding.clone(),
                 wasm: wasm.clone(),
                 elapsed: started.elapsed(),
+                index: *index,
+                total: *total,
             })
             .collect();
         status.bindings = state

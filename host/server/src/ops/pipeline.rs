@@ -118,6 +118,8 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     binding: c.binding.clone(),
                     wasm: c.wasm.display().to_string(),
                     elapsed_ms: u64::try_from(c.elapsed.as_millis()).unwrap_or(u64::MAX),
+                    index: u32::try_from(c.index).unwrap_or(u32::MAX),
+                    total: u32::try_from(c.total).unwrap_or(u32::MAX),
                 })
                 .collect(),
             bindings,
