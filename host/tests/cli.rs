@@ -146,10 +146,16 @@ impl Host {
     /// Starts a host and waits until it serves the loaded pipeline.
     fn start_with(sb: &Sandbox, env: &[(&str, &str)]) -> Host {
         let mut host = Host::spawn(sb, env);
+        // The host's token, if it has one (its token file, or the environment given to it).
+        let token = env
+            .iter()
+            .find(|(k, _)| *k == "PERCOLATOR_TOKEN")
+            .map(|(_, v)| (*v).to_owned())
+            .or_else(|| std::fs::read_to_string(sb.path("token")).ok().map(|t| t.trim().to_owned()));
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
-            let status =
-                Remote::new(&host.url, None).call::<percolator_api::endpoint::Status>(&percolator_api::Empty {});
+            let remote = Remote::new(&host.url, token.clone());
+            let status = remote.call::<percolator_api::endpoint::Status>(&percolator_api::Empty {});
             if status.is_ok_and(|s| s.host.is_some_and(|h| h.generation >= 1)) {
                 return host;
             }

@@ -107,7 +107,7 @@ pub struct Pipeline {
     applying: Mutex<()>,
     /// The component being compiled now, if any (for `status`): binding, file, since when,
     /// its index (1-based) among how many.
-    compiling: Mutex<Option<(String, PathBuf, Instant, usize, usize)>>,
+    compiling: Mutex<Option<CompilingNow>>,
     /// The host's sinks, when it runs them (`up` attaches them): [`Pipeline::apply`] applies
     /// the configuration's `[[sink]]`s with its bindings.
     sinks: OnceLock<Arc<Sinks>>,
@@ -119,6 +119,10 @@ pub struct Pipeline {
     /// coming ([`Pipeline::reload_pending`]).
     inputs: Mutex<Option<(PathBuf, PathBuf, Inputs)>>,
 }
+
+/// The component being compiled: binding, file, since when, its index (1-based) among how
+/// many.
+type CompilingNow = (String, PathBuf, Instant, usize, usize);
 
 /// What a reload reads, as (file, modification time, length): the configuration file and
 /// each `.wasm` of the observers folder.
