@@ -16,6 +16,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bigtable::*;
+use crate::conflicts::{self, RunEnd};
 use crate::error::{Error, Result};
 use crate::key;
 use crate::lock::{self, Force, TxnStatus};
@@ -90,10 +91,21 @@ pub trait Observer: Send + Sync + 'static {
     fn observe(&self, txn: &mut Transaction, notification: &Notification) -> Result<(), ObserveError>;
 }
 
-/// Failure bookkeeping of one (notification, observer) pair.
+/// Failure and conflict bookkeeping of one (notification, observer) pair.
 pub(crate) struct FailState {
     attempts: u32,
     retry_at: Instant,
+    /// Runs lost to conflicts in a row, and when the first of them lost (the backoff ends
+    /// once that is `conflicts::CONFLICT_AGING` ago).
+    losses: u32,
+    first_loss: Option<Instant>,
+}
+
+/// When the soonest conflict backoff ends (a scanner that found nothing to do sleeps no
+/// longer than that, so a backoff is not stretched to its idle wait).
+pub(crate) fn next_conflict_retry(inner: &Inner) -> Option<Instant> {
+    let failures = inner.failures.lock().unwrap_or_else(PoisonError::into_inner);
+    failures.values().filter(|f| f.losses > 0).map(|f| f.retry_at).min()
 }
 
 /// A notification whose observer failed `attempts` times.
@@ -478,7 +490,8 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
         // it as a dead letter, which `retry_dead_letter` turns back into a notification.
         unbound_dead_letter(inner, cell)?;
     }
-    let t0 = if observers.is_empty() { entry.ts } else { inner.oracle.next()? };
+    // Taken before the first run (none while every observer backs off: no timestamp per look).
+    let mut t0 = observers.is_empty().then_some(entry.ts);
     let mut settled = true;
     let position = notify_position(cell);
     for b in &observers {
@@ -500,13 +513,30 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                 None => 0,
             }
         };
+        if t0.is_none() {
+            t0 = Some(inner.oracle.next()?);
+        }
         let mut run_ts = None;
         match run_observer(inner, b, observer.as_ref(), entry, attempts + 1, &mut run_ts) {
             Ok(()) => {
                 inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
             }
-            Err(ObserveError::Store(e)) if e.is_retryable() => settled = false,
+            Err(ObserveError::Store(e)) if e.is_retryable() => {
+                // Lost to a conflict: not a failure, never a dead letter; runs again after a
+                // backoff with jitter, which ends as the notification ages (no starving).
+                inner.counters.observer_conflicts.fetch_add(1, Ordering::Relaxed);
+                inner.conflicts.lost(&b.spec.name, e.conflict_cell().unwrap_or(cell));
+                let now = Instant::now();
+                let mut failures = inner.failures.lock().map_err(|_| Error::Closed)?;
+                let f =
+                    failures.entry(key).or_insert(FailState { attempts, retry_at: now, losses: 0, first_loss: None });
+                f.losses = f.losses.saturating_add(1);
+                let first = *f.first_loss.get_or_insert(now);
+                f.retry_at = now + conflicts::conflict_backoff(f.losses, now - first);
+                settled = false;
+            }
             Err(e) => {
+                inner.conflicts.record(&b.spec.name, RunEnd::Failed);
                 inner.counters.observer_failures.fetch_add(1, Ordering::Relaxed);
                 let attempts = attempts + 1;
                 if attempts >= b.spec.max_attempts {
@@ -530,11 +560,10 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                         error = %e,
                         "observer run failed; it runs again after a backoff"
                     );
-                    inner
-                        .failures
-                        .lock()
-                        .map_err(|_| Error::Closed)?
-                        .insert(key, FailState { attempts, retry_at: Instant::now() + backoff });
+                    inner.failures.lock().map_err(|_| Error::Closed)?.insert(
+                        key,
+                        FailState { attempts, retry_at: Instant::now() + backoff, losses: 0, first_loss: None },
+                    );
                     settled = false;
                 }
             }
@@ -544,6 +573,8 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
         return Ok(CellOutcome::Pending);
     }
     // Clear only if every write and lock the runs could have missed is absent.
+    // Every observer ran (or there is none): `t0` was taken.
+    let t0 = t0.unwrap_or(entry.ts);
     let op = RowMutation {
         table: cell.table.clone(),
         row: cell.row.clone(),
@@ -623,6 +654,7 @@ fn run_observer_in_span(
         // The last run (at `ack`) saw every write committed before it.
         if latest.is_none_or(|c| c < ack) {
             inner.counters.observer_skips.fetch_add(1, Ordering::Relaxed);
+            inner.conflicts.record(&b.spec.name, RunEnd::Skipped);
             return Ok(());
         }
         commit_ts = latest;
@@ -633,6 +665,7 @@ fn run_observer_in_span(
     observer.observe(&mut txn, &n)?;
     txn.commit()?;
     inner.counters.observer_runs.fetch_add(1, Ordering::Relaxed);
+    inner.conflicts.record(&b.spec.name, RunEnd::Committed);
     // Freshness: from the change the run consumed (the newest write it saw; for a weak
     // observer, the notification) to now.
     let changed = commit_ts.unwrap_or(entry.ts);

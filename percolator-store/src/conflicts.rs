@@ -1,0 +1,292 @@
+//! What became of observer runs, and where they lost to conflicts.
+//!
+//! Every run the notification processing starts ends one way: it **committed**, it was **lost
+//! to a conflict** (its reads met a lock they could not wait out, or its commit met a newer
+//! write or a lock: nothing it wrote is visible, and the notification is run again), or it
+//! **failed** (the observer's error, or a storage error). A strong observer's notification
+//! that its ack already covers is **skipped**, which is no run. [`Store::run_outcomes`] counts
+//! them per observer, in this process (a host saves them with its other per-binding counts).
+//!
+//! Each lost run is also recorded with the cell its conflict was on, in per-minute buckets of
+//! the last [`HOT_ROWS_MINUTES`] minutes, at most [`HOT_CELLS_PER_MINUTE`] cells a minute:
+//! [`Store::hot_rows`] answers the cells with the most conflicts over the last minutes.
+//!
+//! A lost run is retried after a backoff with jitter ([`conflict_backoff`]); see "Notifications"
+//! in `docs/design.md` for why it cannot starve a notification.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::bigtable::CellRef;
+use crate::store::Store;
+use crate::worker::now_ms;
+
+/// Minutes of conflicts [`Store::hot_rows`] can look back over.
+pub const HOT_ROWS_MINUTES: u32 = 10;
+
+/// Most distinct cells counted per minute; conflicts on further cells that minute are counted
+/// only in [`RunOutcomes::lost_to_conflict`] (a bound on memory: the hot cells of a minute are
+/// the ones met first and most, and 1,024 is far more than a view shows).
+pub const HOT_CELLS_PER_MINUTE: usize = 1024;
+
+/// Most observers named per hot cell and minute (further ones count in the cell's total only).
+const OBSERVERS_PER_CELL: usize = 16;
+
+/// First backoff of a run lost to a conflict (before jitter); doubled per further loss.
+pub const CONFLICT_BACKOFF: Duration = Duration::from_millis(2);
+
+/// Ceiling of [`CONFLICT_BACKOFF`]'s doubling.
+pub const CONFLICT_BACKOFF_MAX: Duration = Duration::from_millis(250);
+
+/// A notification that keeps losing stops backing off once its first loss is this long ago: it
+/// then runs at every chance, while newer notifications of the contended cells still back off
+/// after each loss, so the oldest one wins its cell soon (see `docs/design.md`).
+pub const CONFLICT_AGING: Duration = Duration::from_secs(1);
+
+/// What became of one observer's runs (see the module docs); from [`Store::run_outcomes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunOutcomes {
+    /// Runs that committed (with their ack, for a strong observer): the only successful ones.
+    pub committed: u64,
+    /// Runs lost to a conflict: a read met a lock it could not wait out, or the observer or
+    /// the commit returned [`Error::Conflict`](crate::Error::Conflict). Nothing of them is
+    /// visible; the notification runs again after a backoff. Never a failure, never a dead
+    /// letter.
+    pub lost_to_conflict: u64,
+    /// Runs that failed: the observer's error (a trap, a deadline, an error it returned) or a
+    /// storage error. Counted toward the binding's `max_attempts`.
+    pub failed: u64,
+    /// Notifications a strong observer skipped: its ack already covered the newest write. Not
+    /// runs.
+    pub skipped: u64,
+}
+
+impl RunOutcomes {
+    /// Runs started: `committed + lost_to_conflict + failed`.
+    pub fn runs(&self) -> u64 {
+        self.committed.saturating_add(self.lost_to_conflict).saturating_add(self.failed)
+    }
+}
+
+/// How a run ended, for [`Conflicts::record`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RunEnd {
+    Committed,
+    Lost,
+    Failed,
+    Skipped,
+}
+
+/// A cell with conflicts over the last minutes: [`Store::hot_rows`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HotRow {
+    /// The cell the conflicts were on: the one a lost run's read or commit met a lock or a
+    /// newer write on.
+    pub cell: CellRef,
+    /// Observer runs lost to conflicts on it in the window.
+    pub conflicts: u64,
+    /// The observers whose runs lost, with how many each, most first.
+    pub observers: Vec<(String, u64)>,
+    /// Wall-clock milliseconds of the last conflict on it.
+    pub last_ms: u64,
+}
+
+/// One cell's conflicts of one minute.
+#[derive(Default)]
+struct HotCount {
+    conflicts: u64,
+    observers: Vec<(String, u64)>,
+    last_ms: u64,
+}
+
+/// The conflicts of one minute (minutes counted from the store's open).
+#[derive(Default)]
+struct Minute {
+    minute: u64,
+    cells: HashMap<CellRef, HotCount>,
+}
+
+/// Per-observer run outcomes and the recent conflicts' cells, of this process.
+pub(crate) struct Conflicts {
+    opened: Instant,
+    /// Only single insertions and additions happen under it: a poisoned map is still whole.
+    outcomes: Mutex<BTreeMap<String, RunOutcomes>>,
+    /// A ring of [`HOT_ROWS_MINUTES`] minutes, indexed by minute modulo its length; a slot
+    /// whose `minute` is old is emptied when reused.
+    minutes: Mutex<Vec<Minute>>,
+}
+
+impl Default for Conflicts {
+    fn default() -> Conflicts {
+        Conflicts {
+            opened: Instant::now(),
+            outcomes: Mutex::new(BTreeMap::new()),
+            minutes: Mutex::new((0..HOT_ROWS_MINUTES).map(|_| Minute::default()).collect()),
+        }
+    }
+}
+
+impl Conflicts {
+    /// Counts a run of `observer` that ended with `outcome`.
+    pub(crate) fn record(&self, observer: &str, outcome: RunEnd) {
+        let mut map = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
+        let o = match map.get_mut(observer) {
+            Some(o) => o,
+            None => map.entry(observer.to_owned()).or_default(),
+        };
+        let n = match outcome {
+            RunEnd::Committed => &mut o.committed,
+            RunEnd::Lost => &mut o.lost_to_conflict,
+            RunEnd::Failed => &mut o.failed,
+            RunEnd::Skipped => &mut o.skipped,
+        };
+        *n += 1;
+    }
+
+    /// Records a run of `observer` lost to a conflict on `cell`.
+    pub(crate) fn lost(&self, observer: &str, cell: &CellRef) {
+        self.record(observer, RunEnd::Lost);
+        let minute = self.opened.elapsed().as_secs() / 60;
+        let mut ring = self.minutes.lock().unwrap_or_else(PoisonError::into_inner);
+        let slot = &mut ring[(minute % u64::from(HOT_ROWS_MINUTES)) as usize];
+        if slot.minute != minute {
+            *slot = Minute { minute, cells: HashMap::new() };
+        }
+        let full = slot.cells.len() >= HOT_CELLS_PER_MINUTE;
+        let count = match slot.cells.get_mut(cell) {
+            Some(c) => c,
+            None if full => return,
+            None => slot.cells.entry(cell.clone()).or_default(),
+        };
+        count.conflicts += 1;
+        count.last_ms = now_ms();
+        let named = count.observers.len();
+        match count.observers.iter_mut().find(|(name, _)| name == observer) {
+            Some((_, n)) => *n += 1,
+            None if named < OBSERVERS_PER_CELL => count.observers.push((observer.to_owned(), 1)),
+            None => {}
+        }
+    }
+
+    fn hot_rows(&self, window: Duration, limit: usize) -> Vec<HotRow> {
+        let now = self.opened.elapsed().as_secs() / 60;
+        // The current minute and the whole minutes before it that the window reaches into.
+        let minutes = window.as_secs().div_ceil(60).clamp(1, u64::from(HOT_ROWS_MINUTES));
+        let mut sum: HashMap<&CellRef, HotCount> = HashMap::new();
+        let ring = self.minutes.lock().unwrap_or_else(PoisonError::into_inner);
+        for slot in ring.iter().filter(|s| s.minute + minutes > now && s.minute <= now) {
+            for (cell, c) in &slot.cells {
+                let total = sum.entry(cell).or_default();
+                total.conflicts += c.conflicts;
+                total.last_ms = total.last_ms.max(c.last_ms);
+                for (name, n) in &c.observers {
+                    match total.observers.iter_mut().find(|(o, _)| o == name) {
+                        Some((_, m)) => *m += n,
+                        None => total.observers.push((name.clone(), *n)),
+                    }
+                }
+            }
+        }
+        let mut rows: Vec<HotRow> = sum
+            .into_iter()
+            .map(|(cell, mut c)| {
+                c.observers.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                HotRow { cell: cell.clone(), conflicts: c.conflicts, observers: c.observers, last_ms: c.last_ms }
+            })
+            .collect();
+        // Most conflicts first; ties by the most recent, then by cell (a stable answer).
+        rows.sort_by(|a, b| {
+            b.conflicts.cmp(&a.conflicts).then_with(|| b.last_ms.cmp(&a.last_ms)).then_with(|| a.cell.cmp(&b.cell))
+        });
+        rows.truncate(limit);
+        rows
+    }
+}
+
+/// How long a notification waits before its observer runs again after its `losses`-th
+/// conflict in a row (≥ 1), the first of them `since` ago: full jitter, a uniformly random
+/// wait up to [`CONFLICT_BACKOFF`] doubled per loss and capped at [`CONFLICT_BACKOFF_MAX`], so
+/// runs that lost together do not retry together; none once the first loss is
+/// [`CONFLICT_AGING`] old.
+pub(crate) fn conflict_backoff(losses: u32, since: Duration) -> Duration {
+    if since >= CONFLICT_AGING {
+        return Duration::ZERO;
+    }
+    let ceiling = CONFLICT_BACKOFF.saturating_mul(1u32 << losses.saturating_sub(1).min(16)).min(CONFLICT_BACKOFF_MAX);
+    ceiling.mul_f64(rand::random::<f64>())
+}
+
+impl Store {
+    /// What became of each observer's runs in this process (since the store opened): see
+    /// [`RunOutcomes`]. Observers without a run here are absent.
+    pub fn run_outcomes(&self) -> BTreeMap<String, RunOutcomes> {
+        self.inner.conflicts.outcomes.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// The cells with the most observer runs lost to conflicts on them over the last `window`
+    /// (in whole minutes, counting the current one; at most [`HOT_ROWS_MINUTES`]), most first,
+    /// at most `limit`. This process's runs; empty when nothing conflicted.
+    pub fn hot_rows(&self, window: Duration, limit: usize) -> Vec<HotRow> {
+        self.inner.conflicts.hot_rows(window, limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_under_its_ceiling_and_ends_with_age() {
+        for losses in 1..40 {
+            let ceiling = (CONFLICT_BACKOFF * 2u32.pow(losses.min(16) - 1)).min(CONFLICT_BACKOFF_MAX);
+            for _ in 0..20 {
+                assert!(conflict_backoff(losses, Duration::ZERO) <= ceiling, "loss {losses}");
+            }
+        }
+        // Jitter: not every wait is the same.
+        let waits: std::collections::HashSet<Duration> =
+            (0..20).map(|_| conflict_backoff(8, Duration::from_millis(10))).collect();
+        assert!(waits.len() > 1);
+        assert_eq!(conflict_backoff(30, CONFLICT_AGING), Duration::ZERO);
+    }
+
+    #[test]
+    fn hot_rows_rank_cells_by_conflicts_and_cap_the_list() {
+        let c = Conflicts::default();
+        let hot = CellRef::new("t", "hot", "c:n");
+        let warm = CellRef::new("t", "warm", "c:n");
+        for _ in 0..5 {
+            c.lost("count", &hot);
+        }
+        c.lost("other", &hot);
+        c.lost("count", &warm);
+        let rows = c.hot_rows(Duration::from_secs(300), 10);
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].cell.clone(), rows[0].conflicts), (hot, 6));
+        assert_eq!(rows[0].observers, vec![("count".to_owned(), 5), ("other".to_owned(), 1)]);
+        assert_eq!((rows[1].cell.clone(), rows[1].conflicts), (warm, 1));
+        assert_eq!(c.hot_rows(Duration::from_secs(60), 1).len(), 1);
+        assert_eq!(c.outcomes.lock().unwrap()["count"].lost_to_conflict, 6);
+    }
+
+    #[test]
+    fn old_minutes_leave_the_window() {
+        // A store open for three minutes, with a conflict in its first minute.
+        let Some(opened) = Instant::now().checked_sub(Duration::from_secs(180)) else { return };
+        let c = Conflicts { opened, ..Conflicts::default() };
+        let cell = CellRef::new("t", "r", "c");
+        c.minutes.lock().unwrap()[0] = Minute {
+            minute: 0,
+            cells: HashMap::from([(cell.clone(), HotCount { conflicts: 2, observers: vec![], last_ms: 1 })]),
+        };
+        assert_eq!(c.hot_rows(Duration::from_secs(60), 10), vec![]);
+        assert_eq!(c.hot_rows(Duration::from_secs(240), 10)[0].conflicts, 2);
+        // A conflict now lands in minute 3, and a slot reused ten minutes on starts empty.
+        c.lost("o", &cell);
+        assert_eq!(c.hot_rows(Duration::from_secs(60), 10)[0].conflicts, 1);
+        assert_eq!(c.hot_rows(Duration::from_secs(600), 10)[0].conflicts, 3);
+    }
+}
