@@ -1,10 +1,12 @@
 //! What became of observer runs, and where they lost to conflicts.
 //!
-//! Every run the notification processing starts ends one way: it **committed**, it was **lost
-//! to a conflict** (its reads met a lock they could not wait out, or its commit met a newer
-//! write or a lock: nothing it wrote is visible, and the notification is run again), or it
-//! **failed** (the observer's error, or a storage error). A strong observer's notification
-//! that its ack already covers is **skipped**, which is no run. [`Store::run_outcomes`] counts
+//! Every run (a call of the observer) ends one way: it **committed**, it was **lost to a
+//! conflict** (its reads met a lock they could not wait out, or its commit met a newer write or
+//! a lock: nothing it wrote is visible, and the notification is run again), or it **failed**
+//! (the observer's error, or a storage error in its transaction). A strong observer's
+//! notification that its ack already covers is **skipped**, which is no run; neither is an
+//! attempt that met an error before the observer was called (reading the ack), though a
+//! conflict there backs off all the same. [`Store::run_outcomes`] counts
 //! them per observer, in this process (a host saves them with its other per-binding counts).
 //!
 //! Each lost run is also recorded with the cell its conflict was on, in per-minute buckets of

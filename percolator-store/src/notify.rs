@@ -524,8 +524,6 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
             Err(ObserveError::Store(e)) if e.is_retryable() => {
                 // Lost to a conflict: not a failure, never a dead letter; runs again after a
                 // backoff with jitter, which ends as the notification ages (no starving).
-                inner.counters.observer_conflicts.fetch_add(1, Ordering::Relaxed);
-                inner.conflicts.lost(&b.spec.name, e.conflict_cell().unwrap_or(cell));
                 let now = Instant::now();
                 let mut failures = inner.failures.lock().map_err(|_| Error::Closed)?;
                 let f =
@@ -536,7 +534,6 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                 settled = false;
             }
             Err(e) => {
-                inner.conflicts.record(&b.spec.name, RunEnd::Failed);
                 inner.counters.observer_failures.fetch_add(1, Ordering::Relaxed);
                 let attempts = attempts + 1;
                 if attempts >= b.spec.max_attempts {
@@ -662,8 +659,18 @@ fn run_observer_in_span(
         txn.set_reserved(ack_cell, Some(txn.start_ts().raw().to_be_bytes().to_vec()));
     }
     let n = Notification { cell: cell.clone(), kind: b.spec.kind, commit_ts, attempt };
-    observer.observe(&mut txn, &n)?;
-    txn.commit()?;
+    let ran = observer.observe(&mut txn, &n).and_then(|()| Ok(txn.commit()?));
+    if let Err(e) = &ran {
+        // A run (the observer was called) that did not commit.
+        match e {
+            ObserveError::Store(e) if e.is_retryable() => {
+                inner.counters.observer_conflicts.fetch_add(1, Ordering::Relaxed);
+                inner.conflicts.lost(&b.spec.name, e.conflict_cell().unwrap_or(cell));
+            }
+            _ => inner.conflicts.record(&b.spec.name, RunEnd::Failed),
+        }
+    }
+    ran?;
     inner.counters.observer_runs.fetch_add(1, Ordering::Relaxed);
     inner.conflicts.record(&b.spec.name, RunEnd::Committed);
     // Freshness: from the change the run consumed (the newest write it saw; for a weak
