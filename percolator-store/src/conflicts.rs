@@ -13,15 +13,23 @@
 //! the last [`HOT_ROWS_MINUTES`] minutes, at most [`HOT_CELLS_PER_MINUTE`] cells a minute:
 //! [`Store::hot_rows`] answers the cells with the most conflicts over the last minutes.
 //!
-//! A lost run is retried after a backoff with jitter ([`conflict_backoff`]); see "Notifications"
-//! in `docs/design.md` for why it cannot starve a notification.
+//! Two things keep runs from being lost over and over on a hot cell (see "Notifications" in
+//! `docs/design.md`, also for why neither starves a notification):
+//! - a lost (notification, observer) runs again only after a backoff with jitter
+//!   ([`conflict_backoff`]);
+//! - each observer has a **window** of runs in flight, narrowed by its lost runs and widened by
+//!   its commits (additive increase, multiplicative decrease, as TCP's congestion window): an
+//!   observer whose runs race each other on one cell comes down to about one run at a time,
+//!   which commits as fast as that cell can, while fresh notifications — which a backoff alone
+//!   never holds back — wait for a slot instead of losing. One whose runs do not conflict is
+//!   never held back.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bigtable::CellRef;
-use crate::store::Store;
+use crate::store::{Inner, Store};
 use crate::worker::now_ms;
 
 /// Minutes of conflicts [`Store::hot_rows`] can look back over.
@@ -41,9 +49,10 @@ pub const CONFLICT_BACKOFF: Duration = Duration::from_millis(2);
 /// Ceiling of [`CONFLICT_BACKOFF`]'s doubling.
 pub const CONFLICT_BACKOFF_MAX: Duration = Duration::from_millis(250);
 
-/// A notification that keeps losing stops backing off once its first loss is this long ago: it
-/// then runs at every chance, while newer notifications of the contended cells still back off
-/// after each loss, so the oldest one wins its cell soon (see `docs/design.md`).
+/// A notification that keeps losing (or is held back by its observer's window) stops backing
+/// off once its first loss is this long ago, and may take one slot beyond the window: it then
+/// runs at every chance, ahead of newer notifications, which still back off and wait for the
+/// window (see `docs/design.md`).
 pub const CONFLICT_AGING: Duration = Duration::from_secs(1);
 
 /// What became of one observer's runs (see the module docs); from [`Store::run_outcomes`].
@@ -111,9 +120,52 @@ struct Minute {
     cells: HashMap<CellRef, HotCount>,
 }
 
+/// Most runs of one observer in flight while its runs do not conflict: the window's ceiling
+/// (the scanner's workers bound them anyway).
+const MAX_RUN_WINDOW: f64 = 1024.0;
+
+/// An observer's window shrinks by this factor per lost run.
+const WINDOW_DECREASE: f64 = 0.8;
+
+/// An observer's window grows by this much per window's worth of committed runs (so from 1 to
+/// 8 in about 130 commits without a loss).
+const WINDOW_INCREASE: f64 = 0.5;
+
+/// How many runs of one observer may be in flight: additive increase (one more per window's
+/// worth of committed runs), multiplicative decrease (per lost run), at least one.
+struct Window {
+    limit: f64,
+    running: u32,
+    /// A run was held back since a slot was last given back: the next one given back wakes
+    /// the scanners, so that a held-back notification runs at once rather than a lap later.
+    held_back: bool,
+}
+
+/// A run's slot in its observer's window, given back when dropped (also if the observer
+/// panics).
+pub(crate) struct Slot<'a> {
+    inner: &'a Inner,
+    observer: &'a str,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut windows = self.inner.conflicts.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(w) = windows.get_mut(self.observer) else { return };
+        w.running = w.running.saturating_sub(1);
+        if std::mem::take(&mut w.held_back) {
+            drop(windows);
+            self.inner.signal.bump();
+        }
+    }
+}
+
 /// Per-observer run outcomes and the recent conflicts' cells, of this process.
 pub(crate) struct Conflicts {
     opened: Instant,
+    /// Each observer's window of runs in flight. Single updates under the lock: a poisoned map
+    /// is still whole.
+    windows: Mutex<HashMap<String, Window>>,
     /// Only single insertions and additions happen under it: a poisoned map is still whole.
     outcomes: Mutex<BTreeMap<String, RunOutcomes>>,
     /// A ring of [`HOT_ROWS_MINUTES`] minutes, indexed by minute modulo its length; a slot
@@ -125,6 +177,7 @@ impl Default for Conflicts {
     fn default() -> Conflicts {
         Conflicts {
             opened: Instant::now(),
+            windows: Mutex::new(HashMap::new()),
             outcomes: Mutex::new(BTreeMap::new()),
             minutes: Mutex::new((0..HOT_ROWS_MINUTES).map(|_| Minute::default()).collect()),
         }
@@ -132,8 +185,45 @@ impl Default for Conflicts {
 }
 
 impl Conflicts {
+    /// A slot for a run of `observer`, if its window has room (one more for a notification
+    /// that has waited long: `aged`); `None` holds the run back.
+    pub(crate) fn admit<'a>(inner: &'a Inner, observer: &'a str, aged: bool) -> Option<Slot<'a>> {
+        let mut windows = inner.conflicts.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        let w = match windows.get_mut(observer) {
+            Some(w) => w,
+            None => windows.entry(observer.to_owned()).or_insert(Window {
+                limit: MAX_RUN_WINDOW,
+                running: 0,
+                held_back: false,
+            }),
+        };
+        let room = (w.limit as u32).max(1) + u32::from(aged);
+        if w.running >= room {
+            w.held_back = true;
+            return None;
+        }
+        w.running += 1;
+        Some(Slot { inner, observer })
+    }
+
+    /// Adapts `observer`'s window to a run's end: wider after a commit, narrower after a loss.
+    fn adapt(&self, observer: &str, outcome: RunEnd) {
+        let mut windows = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(w) = windows.get_mut(observer) {
+            match outcome {
+                RunEnd::Committed => w.limit = (w.limit + WINDOW_INCREASE / w.limit).min(MAX_RUN_WINDOW),
+                // From the runs actually in flight (this one included), if fewer than the
+                // window: a window far above what the workers run would take many losses to
+                // come down.
+                RunEnd::Lost => w.limit = (w.limit.min(f64::from(w.running)) * WINDOW_DECREASE).max(1.0),
+                RunEnd::Failed | RunEnd::Skipped => {}
+            }
+        }
+    }
+
     /// Counts a run of `observer` that ended with `outcome`.
     pub(crate) fn record(&self, observer: &str, outcome: RunEnd) {
+        self.adapt(observer, outcome);
         let mut map = self.outcomes.lock().unwrap_or_else(PoisonError::into_inner);
         let o = match map.get_mut(observer) {
             Some(o) => o,
@@ -253,6 +343,41 @@ mod tests {
             (0..20).map(|_| conflict_backoff(8, Duration::from_millis(10))).collect();
         assert!(waits.len() > 1);
         assert_eq!(conflict_backoff(30, CONFLICT_AGING), Duration::ZERO);
+    }
+
+    #[test]
+    fn an_observers_window_narrows_on_losses_and_widens_on_commits() {
+        let store = Store::in_memory(Default::default()).unwrap();
+        let inner = &store.inner;
+        // Wide open at first: eight runs in flight.
+        let slots: Vec<Slot<'_>> = (0..8).map(|_| Conflicts::admit(inner, "o", false).unwrap()).collect();
+        // One loses with eight in flight: the window comes down from there (8 × 0.8).
+        inner.conflicts.record("o", RunEnd::Lost);
+        drop(slots);
+        let held: Vec<Slot<'_>> = (0..6).map(|_| Conflicts::admit(inner, "o", false).unwrap()).collect();
+        assert!(Conflicts::admit(inner, "o", false).is_none(), "six of 6.4");
+        // A notification that has waited long gets one slot beyond the window.
+        let aged = Conflicts::admit(inner, "o", true).unwrap();
+        assert!(Conflicts::admit(inner, "o", true).is_none());
+        drop((held, aged));
+        // Losses bring it down to one run at a time, never below.
+        for _ in 0..20 {
+            let _slot = Conflicts::admit(inner, "o", false).unwrap();
+            inner.conflicts.record("o", RunEnd::Lost);
+        }
+        let one = Conflicts::admit(inner, "o", false).unwrap();
+        assert!(Conflicts::admit(inner, "o", false).is_none());
+        drop(one);
+        // Commits widen it again: from 1 to 2 after three (1.5, 1.83, 2.11).
+        for _ in 0..3 {
+            let _slot = Conflicts::admit(inner, "o", false).unwrap();
+            inner.conflicts.record("o", RunEnd::Committed);
+        }
+        let two: Vec<Slot<'_>> = (0..2).map(|_| Conflicts::admit(inner, "o", false).unwrap()).collect();
+        assert!(Conflicts::admit(inner, "o", false).is_none());
+        // Other observers have windows of their own.
+        assert!(Conflicts::admit(inner, "other", false).is_some());
+        drop(two);
     }
 
     #[test]

@@ -95,17 +95,20 @@ pub trait Observer: Send + Sync + 'static {
 pub(crate) struct FailState {
     attempts: u32,
     retry_at: Instant,
-    /// Runs lost to conflicts in a row, and when the first of them lost (the backoff ends
-    /// once that is `conflicts::CONFLICT_AGING` ago).
+    /// Runs lost to conflicts in a row.
     losses: u32,
-    first_loss: Option<Instant>,
+    /// When the notification first lost a run or was held back by its observer's window:
+    /// once that is `conflicts::CONFLICT_AGING` ago it backs off no more and may take a slot
+    /// beyond the window.
+    waiting_since: Option<Instant>,
 }
 
-/// When the soonest conflict backoff ends (a scanner that found nothing to do sleeps no
-/// longer than that, so a backoff is not stretched to its idle wait).
+/// When the soonest conflict backoff still running ends (a scanner that found nothing to do
+/// sleeps no longer than that, so a backoff is not stretched to its idle wait).
 pub(crate) fn next_conflict_retry(inner: &Inner) -> Option<Instant> {
+    let now = Instant::now();
     let failures = inner.failures.lock().unwrap_or_else(PoisonError::into_inner);
-    failures.values().filter(|f| f.losses > 0).map(|f| f.retry_at).min()
+    failures.values().filter(|f| f.losses > 0 && f.retry_at > now).map(|f| f.retry_at).min()
 }
 
 /// A notification whose observer failed `attempts` times.
@@ -502,16 +505,28 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
             continue;
         };
         let key = (position.clone(), b.spec.name.clone());
-        let attempts = {
+        let (attempts, waiting_since) = {
             let failures = inner.failures.lock().map_err(|_| Error::Closed)?;
             match failures.get(&key) {
                 Some(f) if f.retry_at > Instant::now() => {
                     settled = false;
                     continue;
                 }
-                Some(f) => f.attempts,
-                None => 0,
+                Some(f) => (f.attempts, f.waiting_since),
+                None => (0, None),
             }
+        };
+        let aged = waiting_since.is_some_and(|t| t.elapsed() >= conflicts::CONFLICT_AGING);
+        let Some(_slot) = conflicts::Conflicts::admit(inner, &b.spec.name, aged) else {
+            // The observer's runs conflict with each other: as many are in flight as its
+            // window allows. Held back, not run (and so not lost).
+            let now = Instant::now();
+            let mut failures = inner.failures.lock().map_err(|_| Error::Closed)?;
+            let f =
+                failures.entry(key).or_insert(FailState { attempts, retry_at: now, losses: 0, waiting_since: None });
+            f.waiting_since.get_or_insert(now);
+            settled = false;
+            continue;
         };
         if t0.is_none() {
             t0 = Some(inner.oracle.next()?);
@@ -526,10 +541,14 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                 // backoff with jitter, which ends as the notification ages (no starving).
                 let now = Instant::now();
                 let mut failures = inner.failures.lock().map_err(|_| Error::Closed)?;
-                let f =
-                    failures.entry(key).or_insert(FailState { attempts, retry_at: now, losses: 0, first_loss: None });
+                let f = failures.entry(key).or_insert(FailState {
+                    attempts,
+                    retry_at: now,
+                    losses: 0,
+                    waiting_since: None,
+                });
                 f.losses = f.losses.saturating_add(1);
-                let first = *f.first_loss.get_or_insert(now);
+                let first = *f.waiting_since.get_or_insert(now);
                 f.retry_at = now + conflicts::conflict_backoff(f.losses, now - first);
                 settled = false;
             }
@@ -559,7 +578,7 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                     );
                     inner.failures.lock().map_err(|_| Error::Closed)?.insert(
                         key,
-                        FailState { attempts, retry_at: Instant::now() + backoff, losses: 0, first_loss: None },
+                        FailState { attempts, retry_at: Instant::now() + backoff, losses: 0, waiting_since: None },
                     );
                     settled = false;
                 }
@@ -569,9 +588,9 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     if !settled {
         return Ok(CellOutcome::Pending);
     }
-    // Clear only if every write and lock the runs could have missed is absent.
     // Every observer ran (or there is none): `t0` was taken.
     let t0 = t0.unwrap_or(entry.ts);
+    // Clear only if every write and lock the runs could have missed is absent.
     let op = RowMutation {
         table: cell.table.clone(),
         row: cell.row.clone(),
