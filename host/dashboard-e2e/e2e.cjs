@@ -196,7 +196,27 @@ async function main() {
     check(/^\d/.test(await page.locator('#v-oracle').textContent()), 'the oracle rate');
     const hosts = await page.locator('#hosts-body tr').allTextContents();
     check(hosts.length === 1 && /this host/.test(hosts[0]) && /1 of 1/.test(hosts[0]), `one host with every bucket (${hosts})`);
-    await sleep(1500);
+    // Hot rows: the card lists what /v1/hot-rows answers (the crawl's hub rows may conflict, or
+    // nothing did), and a binding's runs are its committed (OK), lost and failed ones.
+    const hotApi = await (await fetch(`${URL_}/v1/hot-rows`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ minutes: 5, limit: 10 }),
+    })).json();
+    await sleep(1200);
+    const hotRows = await page.locator('#hot-body tr').count();
+    const hotEmpty = await page.locator('#hot-empty').isVisible();
+    check(
+      hotApi.rows.length === 0 ? hotEmpty && hotRows === 0 : !hotEmpty && hotRows > 0,
+      `the hot-rows card matches the API (${hotRows} rows shown, ${hotApi.rows.length} answered)`,
+    );
+    const dp = await page.locator('#bindings-body tr[data-binding="document-processor"] td').allTextContents();
+    const num = (t) => Number(t.replace(/,/g, ''));
+    check(
+      num(dp[3]) === num(dp[4]) + num(dp[5]) + num(dp[6]) && num(dp[4]) > 0,
+      `document-processor: runs = OK (committed) + lost + failed (${dp.slice(3, 7)})`,
+    );
+    await sleep(300);
     await shot(page, '03-drained');
 
     // A failing binding: its dead letter appears with its reason.

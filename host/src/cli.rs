@@ -137,7 +137,8 @@ pub(crate) enum Command {
     },
     /// Load a JSONL or CSV file into a table (checked whole first; resumable; idempotent).
     Load(LoadArgs),
-    /// The pipeline's state: bindings, runs, failures, backlog, throughput, dead letters.
+    /// The pipeline's state: bindings, runs (committed, lost to a conflict, failed), backlog,
+    /// throughput, dead letters.
     Status {
         /// Print JSON.
         #[arg(long)]
@@ -151,6 +152,19 @@ pub(crate) enum Command {
         /// `retry`.
         #[command(subcommand)]
         action: Option<DeadLetterAction>,
+    },
+    /// The cells this host's observer runs lost the most conflicts on over the last minutes
+    /// (the contended cell, and the bindings whose runs lost on it).
+    HotRows {
+        /// The most cells to list.
+        #[arg(long, default_value_t = DEFAULT_HOT_ROWS_LIMIT, value_parser = hot_rows_limit)]
+        limit: u32,
+        /// The window: the last this many minutes (the current one counts; at most 10).
+        #[arg(long, default_value_t = DEFAULT_HOT_ROWS_MINUTES, value_parser = hot_rows_minutes)]
+        minutes: u32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Notify a column's observers of the rows that already have a value (a binding added
     /// later is notified only of new writes; this runs it on the old data too).
@@ -396,6 +410,14 @@ fn whole_number(s: &str, min: u64, max: u64) -> Result<u64, String> {
 
 fn at_least_one(s: &str) -> Result<u64, String> {
     whole_number(s, 1, u64::MAX)
+}
+
+fn hot_rows_limit(s: &str) -> Result<u32, String> {
+    whole_number(s, 1, u64::from(MAX_HOT_ROWS_LIMIT)).map(|n| n as u32)
+}
+
+fn hot_rows_minutes(s: &str) -> Result<u32, String> {
+    whole_number(s, 1, u64::from(MAX_HOT_ROWS_MINUTES)).map(|n| n as u32)
 }
 
 fn batch_size(s: &str) -> Result<u64, String> {
@@ -701,6 +723,14 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                     (_, Some(id)) => w(writeln!(out, "discarded {id}"))?,
                     (n, None) => w(writeln!(out, "discarded {}", plural(n, "dead letter", "dead letters")))?,
                 }
+            }
+        }
+        Command::HotRows { limit, minutes, json: as_json } => {
+            let r = route.call::<ep::HotRows>(HotRowsRequest { minutes: *minutes, limit: *limit })?;
+            if *as_json {
+                w(writeln!(out, "{}", json(&r)?))?;
+            } else {
+                w(out.write_all(render_hot_rows(&r).as_bytes()))?;
             }
         }
         Command::Notify { table, column, rows, rerun } => {
@@ -1224,6 +1254,26 @@ fn run_ms(ms: f64) -> String {
     }
 }
 
+/// `hot-rows` for people: a table of the cells, most conflicts first, or a line saying there
+/// are none.
+pub(crate) fn render_hot_rows(r: &HotRowsReport) -> String {
+    let window = plural(r.minutes, "minute", "minutes");
+    if r.rows.is_empty() {
+        return if r.host {
+            format!("no observer run lost to a conflict in the last {window}\n")
+        } else {
+            "no host is running: conflicts are counted by a host's observer runs (start one with `percolator up`)\n"
+                .to_owned()
+        };
+    }
+    let mut rows = vec![["CELL", "CONFLICTS", "BINDINGS", "LAST"].map(String::from).to_vec()];
+    for h in &r.rows {
+        let observers: Vec<String> = h.observers.iter().map(|o| format!("{} ({})", o.observer, o.conflicts)).collect();
+        rows.push(vec![escape(&h.cell), h.conflicts.to_string(), observers.join(", "), h.last_at.clone()]);
+    }
+    format!("observer runs lost to conflicts in the last {window}, by the cell they were on:\n{}", table(&rows))
+}
+
 /// `status` for people.
 pub(crate) fn render_status(s: &StatusReport) -> String {
     let mut out = String::new();
@@ -1285,9 +1335,22 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
             } else {
                 out.push_str("bindings:\n");
                 let mut rows = vec![
-                    ["NAME", "OBSERVES", "KIND", "WASM", "HASH", "LOADED", "RUNS", "FAILURES", "P50 / P99", "BACKLOG"]
-                        .map(String::from)
-                        .to_vec(),
+                    [
+                        "NAME",
+                        "OBSERVES",
+                        "KIND",
+                        "WASM",
+                        "HASH",
+                        "LOADED",
+                        "RUNS",
+                        "COMMITTED",
+                        "CONFLICTS",
+                        "FAILURES",
+                        "P50 / P99",
+                        "BACKLOG",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
                 ];
                 for b in &h.bindings {
                     let wasm = Path::new(&b.wasm).file_name().map(|f| f.to_string_lossy().into_owned());
@@ -1299,6 +1362,8 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                         b.source_hash.chars().take(12).collect(),
                         b.loaded_at.clone(),
                         b.runs.to_string(),
+                        b.committed.to_string(),
+                        b.lost_to_conflict.to_string(),
                         b.failures.to_string(),
                         match (b.p50_run_ms, b.p99_run_ms) {
                             (Some(p50), Some(p99)) => format!("{} / {}", run_ms(p50), run_ms(p99)),
@@ -1517,6 +1582,8 @@ mod tests {
             source_hash: "0".repeat(64),
             loaded_at: "2026-11-23T00:00:00Z".into(),
             runs: 0,
+            committed: 0,
+            lost_to_conflict: 0,
             successes: 0,
             failures: 0,
             mean_run_ms: None,

@@ -1679,3 +1679,76 @@ fn a_slow_start_serves_the_api_and_says_what_it_compiles() {
     assert!(log.contains("compiling 1 of 1: upper (") && log.contains("upper ready in "), "{log}");
     assert!(host.stop().unwrap().success());
 }
+
+/// `bank-transfer` on `transfers/req:amount`: every transfer moves money between two accounts.
+const BANK: &str = "\n[[binding]]\nname = \"bank\"\nwasm = \"bank_transfer.wasm\"\ntable = \"transfers\"\ncolumn = \"req:amount\"\nreads = [\"bank/bal:*\", \"transfers/req:*\"]\nwrites = [\"bank/bal:amount\", \"transfers/req:status\"]\n";
+
+/// Transfers that all move money from one account to another race on the two balances: `status`
+/// tells the runs that committed from those lost to a conflict (and counts only the committed
+/// ones as OK), and `hot-rows` names the balances.
+#[test]
+fn conflicts_show_in_status_and_hot_rows() {
+    const TRANSFERS: u64 = 200;
+    let sb = Sandbox::new("hotrows", "listen = \"127.0.0.1:0\"", BANK);
+    std::fs::copy(common::guest("bank-transfer"), sb.path("observers/bank_transfer.wasm")).unwrap();
+    let mut host = Host::start(&sb);
+    assert_eq!(sb.ok(&["hot-rows"]), "no observer run lost to a conflict in the last 5 minutes\n");
+    sb.write(
+        "accounts.jsonl",
+        "{\"row\": \"alice\", \"amount\": \"1000000\"}\n{\"row\": \"bob\", \"amount\": \"0\"}\n",
+    );
+    sb.ok(&["load", "bank", "accounts.jsonl", "--family", "bal"]);
+    let transfers: String = (0..TRANSFERS)
+        .map(|i| format!("{{\"row\": \"t{i:04}\", \"from\": \"alice\", \"to\": \"bob\", \"amount\": \"1\"}}\n"))
+        .collect();
+    sb.write("transfers.jsonl", &transfers);
+    sb.ok(&["load", "transfers", "transfers.jsonl", "--family", "req"]);
+    sb.wait();
+    assert_eq!(sb.ok(&["get", "bank", "bob", "bal:amount"]), format!("{TRANSFERS}\n"));
+
+    let status = json(&sb.ok(&["status", "--json"]));
+    let bank = binding(&status, "bank");
+    let (runs, committed, lost) = (
+        bank["runs"].as_u64().unwrap(),
+        bank["committed"].as_u64().unwrap(),
+        bank["lost_to_conflict"].as_u64().unwrap(),
+    );
+    assert_eq!(committed, TRANSFERS, "one committed run per transfer: {bank}");
+    assert_eq!(bank["successes"], committed, "OK is the committed runs: {bank}");
+    assert!(lost > 0, "200 transfers from one account race: {bank}");
+    assert_eq!(runs, committed + lost, "no run failed: {bank}");
+    let text = sb.ok(&["status"]);
+    assert!(text.contains("COMMITTED") && text.contains("CONFLICTS"), "{text}");
+
+    let hot = json(&sb.ok(&["hot-rows", "--json", "--limit", "1", "--minutes", "2"]));
+    assert_eq!((hot["minutes"].as_u64(), hot["host"].as_bool()), (Some(2), Some(true)), "{hot}");
+    let rows = hot["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{hot}");
+    assert_eq!((rows[0]["table"].as_str(), rows[0]["column"].as_str()), (Some("bank"), Some("bal:amount")), "{hot}");
+    assert!(["alice", "bob"].contains(&rows[0]["row"].as_str().unwrap()), "{hot}");
+    assert_eq!(rows[0]["observers"][0]["observer"], "bank", "{hot}");
+    let text = sb.ok(&["hot-rows"]);
+    assert!(text.contains("bank/alice/bal:amount") || text.contains("bank/bob/bal:amount"), "{text}");
+    for (arg, value) in [("--minutes", "11"), ("--limit", "0")] {
+        let out = sb.run(&["hot-rows", arg, value]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(value), "hot-rows {arg} {value}: {stderr}");
+    }
+
+    let metrics = Remote::new(&host.url, None).metrics().unwrap();
+    check_exposition(&metrics);
+    assert!(
+        metrics.contains(&format!("percolator_observer_committed_total{{observer=\"bank\"}} {TRANSFERS}\n")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("percolator_observer_conflicts_total{{observer=\"bank\"}} {lost}\n")),
+        "{metrics}"
+    );
+    assert!(host.stop().unwrap().success());
+
+    // Saved when the host stopped: the store file shows them; no host runs, so nothing is hot.
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert!(status["host"].is_null());
+    assert!(sb.ok(&["hot-rows"]).starts_with("no host is running"));
+}

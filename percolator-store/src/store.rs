@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::bigtable::{Bigtable, Op};
+use crate::conflicts::Conflicts;
 use crate::error::{Error, Result};
 use crate::freshness::Freshness;
 use crate::mem_backend::MemBigtable;
@@ -247,6 +248,8 @@ pub(crate) struct Inner {
     pub(crate) secondaries: Option<AsyncSecondaries>,
     /// Each observer's freshness histogram (this process's committed runs).
     pub(crate) freshness: Freshness,
+    /// Each observer's run outcomes and the cells of recent conflicts (this process's runs).
+    pub(crate) conflicts: Conflicts,
     /// The counters' saved totals (see `metrics.rs`).
     pub(crate) totals: Totals,
     /// Which transactions write values in their stored form (`values.rs`).
@@ -375,6 +378,7 @@ impl Store {
             counters: Counters::default(),
             secondaries: config_async.then(|| AsyncSecondaries::start(backend_for_secondaries)),
             freshness: Freshness::default(),
+            conflicts: Conflicts::default(),
             totals,
             values,
             gc_collected: Mutex::new(Timestamp::ZERO),

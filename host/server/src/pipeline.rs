@@ -5,7 +5,9 @@
 //! over every host that shares it: [`Pipeline::persist_counts`] adds what it counted since its
 //! last save to counters in the store's metadata under `observer/<binding name>`
 //! ([`Store::add_totals`]), every 10 s and at a clean stop of `up`, and a binding's first load
-//! continues from the totals. The run-time histogram is the process's own.
+//! continues from the totals. The run-time histogram is the process's own. The runs that
+//! committed and those lost to a conflict are counted by the store ([`Store::run_outcomes`],
+//! this process's) and saved and continued beside them ([`Settled`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use percolator_runtime::{RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
-use percolator_store::{NotifyKind, Observer, ObserverSpec, Store};
+use percolator_store::{NotifyKind, Observer, ObserverSpec, RunOutcomes, Store};
 
 use crate::config::{Binding, Config};
 use crate::sinks::Sinks;
@@ -44,6 +46,39 @@ pub struct BindingStatus {
     /// Its runs so far: the counts over the store's life (all versions of the binding, saved
     /// across restarts), the histogram since the host started.
     pub counts: RunCounts,
+    /// How its runs ended (committed, lost to a conflict), over the store's life like
+    /// `counts`.
+    pub settled: Settled,
+}
+
+/// How a binding's runs ended, as the store counts them ([`Store::run_outcomes`]), as totals
+/// over the store's life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Runs that committed.
+    pub committed: u64,
+    /// Runs lost to a conflict (run again by the store; not failures).
+    pub lost_to_conflict: u64,
+}
+
+impl Settled {
+    fn of(o: Option<&RunOutcomes>) -> Settled {
+        o.map(|o| Settled { committed: o.committed, lost_to_conflict: o.lost_to_conflict }).unwrap_or_default()
+    }
+
+    fn plus(self, o: Settled) -> Settled {
+        Settled {
+            committed: self.committed.saturating_add(o.committed),
+            lost_to_conflict: self.lost_to_conflict.saturating_add(o.lost_to_conflict),
+        }
+    }
+
+    fn minus(self, o: Settled) -> Settled {
+        Settled {
+            committed: self.committed.saturating_sub(o.committed),
+            lost_to_conflict: self.lost_to_conflict.saturating_sub(o.lost_to_conflict),
+        }
+    }
 }
 
 /// The pipeline's state, for `status`.
@@ -90,6 +125,11 @@ struct Counted {
     /// The totals as of the last save (or the read at load): the counts since are what the
     /// next save adds.
     saved: RunTotals,
+    /// The outcome totals as of the last save (or the read at load).
+    settled_saved: Settled,
+    /// The store's own count of them (this process's) at that save: the store's count now,
+    /// less this, is what the next save adds.
+    settled_seen: Settled,
 }
 
 /// Bindings of one configuration, running on a store.
@@ -158,6 +198,10 @@ const RUNS: &str = "runs";
 const FAILURES: &str = "failures";
 /// The saved time of the runs, nanoseconds.
 const RUN_NANOS: &str = "run_nanos";
+/// The saved count of runs that committed.
+const COMMITTED: &str = "committed";
+/// The saved count of runs lost to a conflict.
+const LOST_TO_CONFLICT: &str = "lost_to_conflict";
 
 impl Pipeline {
     /// A pipeline with nothing loaded yet.
@@ -452,8 +496,10 @@ impl Pipeline {
             failures: count(FAILURES),
             run_time: Duration::from_nanos(count(RUN_NANOS)),
         };
+        let settled_saved = Settled { committed: count(COMMITTED), lost_to_conflict: count(LOST_TO_CONFLICT) };
+        let settled_seen = Settled::of(self.store.run_outcomes().get(name));
         let stats = Arc::new(RunStats::continuing_from(saved));
-        counts.insert(name.to_owned(), Counted { stats: stats.clone(), saved });
+        counts.insert(name.to_owned(), Counted { stats: stats.clone(), saved, settled_saved, settled_seen });
         Ok(stats)
     }
 
@@ -464,9 +510,12 @@ impl Pipeline {
     pub fn persist_counts(&self) -> Result<(), String> {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failed = Vec::new();
+        let outcomes = self.store.run_outcomes();
         for (name, c) in counts.iter_mut() {
             let now = c.stats.totals();
-            if now == c.saved {
+            let seen = Settled::of(outcomes.get(name));
+            let settled = seen.minus(c.settled_seen);
+            if now == c.saved && settled == Settled::default() {
                 continue;
             }
             // Added, not written whole: hosts that share the store add to one total.
@@ -475,9 +524,15 @@ impl Pipeline {
                 (RUNS, now.runs.saturating_sub(c.saved.runs)),
                 (FAILURES, now.failures.saturating_sub(c.saved.failures)),
                 (RUN_NANOS, nanos(&now).saturating_sub(nanos(&c.saved))),
+                (COMMITTED, settled.committed),
+                (LOST_TO_CONFLICT, settled.lost_to_conflict),
             ];
             match self.store.add_totals(&counts_key(name), &added) {
-                Ok(()) => c.saved = now,
+                Ok(()) => {
+                    c.saved = now;
+                    c.settled_saved = c.settled_saved.plus(settled);
+                    c.settled_seen = seen;
+                }
                 Err(e) => failed.push(format!("binding {name}: {e}")),
             }
         }
@@ -493,6 +548,12 @@ impl Pipeline {
     /// What is loaded (with each binding's run counters as of now), and the last reload error.
     pub fn status(&self) -> Status {
         let state = self.lock();
+        let outcomes = self.store.run_outcomes();
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let settled = |name: &str| match counts.get(name) {
+            Some(c) => c.settled_saved.plus(Settled::of(outcomes.get(name)).minus(c.settled_seen)),
+            None => Settled::default(),
+        };
         let mut status = state.1.clone();
         status.compiling = self
             .compiling
@@ -521,6 +582,7 @@ impl Pipeline {
                 source_hash: l.observer.source_hash().to_owned(),
                 loaded_at: l.loaded_at,
                 counts: l.observer.stats().counts(),
+                settled: settled(&l.binding.name),
             })
             .collect();
         status

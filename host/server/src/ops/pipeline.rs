@@ -1,13 +1,15 @@
-//! The pipeline's state and upkeep: health, status, dead letters and their retry, gc, wait.
+//! The pipeline's state and upkeep: health, status, dead letters and their retry, hot rows, gc,
+//! wait.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, UNIX_EPOCH};
 
-use percolator_api::endpoint::{DeadLetters, Discard, Gc, Health, Retry, Status, Wait};
+use percolator_api::endpoint::{DeadLetters, Discard, Gc, Health, HotRows, Retry, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
     ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, DiscardRequest, DiscardResponse, Empty,
-    GcReport, HealthReport, Histogram, HostReport, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse,
+    GcReport, HealthReport, Histogram, HostReport, HotRowObserver, HotRowReport, HotRowsReport, HotRowsRequest,
+    MAX_HOT_ROWS_LIMIT, MAX_HOT_ROWS_MINUTES, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse,
     SinkDeadLetterReport, SinkReport, StatusReport, StoreReport, SubscriptionReport, WaitRequest, WaitResponse,
     WorkerReport,
 };
@@ -88,7 +90,9 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     source_hash: b.source_hash.clone(),
                     loaded_at: rfc3339(b.loaded_at),
                     runs: b.counts.runs,
-                    successes: b.counts.runs.saturating_sub(b.counts.failures),
+                    committed: b.settled.committed,
+                    lost_to_conflict: b.settled.lost_to_conflict,
+                    successes: b.settled.committed,
                     failures: b.counts.failures,
                     mean_run_ms: (b.counts.runs > 0)
                         .then(|| b.counts.run_time.as_secs_f64() * 1000.0 / b.counts.runs as f64),
@@ -255,6 +259,45 @@ fn dead_letters(store: &Store) -> ApiResult<Vec<DeadLetterReport>> {
             }
         })
         .collect())
+}
+
+/// The cells this host's observer runs lost the most conflicts on lately.
+impl Op for HotRows {
+    fn run(cx: &Context, r: HotRowsRequest) -> ApiResult<HotRowsReport> {
+        if !(1..=MAX_HOT_ROWS_MINUTES).contains(&r.minutes) {
+            return Err(ApiError::bad_input(format!(
+                "minutes {} is not from 1 to {MAX_HOT_ROWS_MINUTES} (a host keeps {MAX_HOT_ROWS_MINUTES} minutes of conflicts)",
+                r.minutes
+            )));
+        }
+        if !(1..=MAX_HOT_ROWS_LIMIT).contains(&r.limit) {
+            return Err(ApiError::bad_input(format!("limit {} is not from 1 to {MAX_HOT_ROWS_LIMIT}", r.limit)));
+        }
+        let window = Duration::from_secs(60 * u64::from(r.minutes));
+        let rows = cx
+            .store
+            .hot_rows(window, r.limit as usize)
+            .into_iter()
+            .map(|h| {
+                let row = String::from_utf8_lossy(&h.cell.row).into_owned();
+                HotRowReport {
+                    cell: h.cell.to_string(),
+                    row_hex: percolator_api::text::hex(&h.cell.row),
+                    table: h.cell.table,
+                    row,
+                    column: h.cell.column,
+                    conflicts: h.conflicts,
+                    observers: h
+                        .observers
+                        .into_iter()
+                        .map(|(observer, conflicts)| HotRowObserver { observer, conflicts })
+                        .collect(),
+                    last_at: rfc3339(UNIX_EPOCH + Duration::from_millis(h.last_ms)),
+                }
+            })
+            .collect();
+        Ok(HotRowsReport { minutes: r.minutes, host: cx.host.is_some(), rows })
+    }
 }
 
 /// Moves one dead letter (or all) back to pending.
