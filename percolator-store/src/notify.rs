@@ -713,7 +713,8 @@ fn run_observer_in_span(
     }
     let (folded, _) = ran?;
     if b.spec.name == crate::combine::FOLDER {
-        // A fold: counted as such, not as an observer run.
+        // A fold: counted as such, not as an observer run (its window widens as any run's).
+        inner.conflicts.record(&b.spec.name, RunEnd::Committed);
         if folded > 0 {
             inner.counters.combine_folds.fetch_add(1, Ordering::Relaxed);
             inner.counters.combine_deltas_folded.fetch_add(folded, Ordering::Relaxed);
