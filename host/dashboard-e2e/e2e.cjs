@@ -233,6 +233,19 @@ async function main() {
     await page.locator('#graph path.edge.failing[data-binding="alerts-upper"]').first().waitFor({ state: 'attached' });
     await shot(page, '04-dead-letter');
 
+    // A second one, discarded from the page (two clicks: the button asks once more).
+    log('a second dead letter, discarded from the page');
+    await percolator(['load', 'alerts', path.join(DIR, 'alerts2.jsonl')]);
+    const second = page.locator('#dead-body tr').nth(1);
+    await second.waitFor({ timeout: 30_000 });
+    check((await second.locator('td').first().textContent()) === 'alerts/a2/raw:text', 'the second dead letter is a2');
+    await second.locator('button.discard').click();
+    check((await second.locator('button.discard').textContent()) === 'Discard for good?', 'Discard asks once more');
+    await second.locator('button.discard').click();
+    await page.waitForFunction(() => document.querySelectorAll('#dead-body tr').length === 1, null, { timeout: 30_000 });
+    const left = JSON.parse(await percolator(['dead-letters', '--json']));
+    check(left.length === 1 && left[0].cell === 'alerts/a1/raw:text', `only a1's dead letter is left (${left.map((d) => d.cell)})`);
+
     // A broken configuration: rejected, and the page says why; generation 1 keeps serving.
     log('installing a broken configuration');
     installConfig('p-broken.toml');
@@ -285,6 +298,7 @@ async function main() {
     check(!requests.some((r) => r.url.includes(TOKEN)), 'the token is in no URL');
     check(requests.some((r) => r.auth === `Bearer ${TOKEN}`), 'the token is sent in the Authorization header');
     check(requests.some((r) => r.method === 'POST' && r.url.endsWith('/v1/dead-letters/retry')), 'Retry called the retry API');
+    check(requests.some((r) => r.method === 'POST' && r.url.endsWith('/v1/dead-letters/discard')), 'Discard called the discard API');
     log(`${requests.length} requests, all to ${origin}`);
   } finally {
     await browser.close();

@@ -855,6 +855,36 @@
     schedule(150);
   }
 
+  // Discard asks once more on the button itself (no dialog): the notification is gone for good.
+  async function discard(id, button) {
+    const err = $('dead-error');
+    if (button.dataset.armed !== 'yes') {
+      button.dataset.armed = 'yes';
+      button.textContent = 'Discard for good?';
+      setTimeout(() => {
+        if (button.dataset.armed === 'yes' && !button.disabled) {
+          button.dataset.armed = '';
+          button.textContent = 'Discard';
+        }
+      }, 4000);
+      return;
+    }
+    button.dataset.armed = '';
+    button.disabled = true;
+    button.textContent = 'Discarding…';
+    try {
+      await api('POST', '/v1/dead-letters/discard', { id });
+      err.hidden = true;
+    } catch (e) {
+      button.disabled = false;
+      button.textContent = 'Discard';
+      err.textContent = `Discard failed: ${e.message}`;
+      err.hidden = false;
+      if (e.status === 401) showLogin(e.message);
+    }
+    schedule(150);
+  }
+
   function renderDeadLetters(dead) {
     const body = $('dead-body');
     setText('dead-count', dead.length ? `(${fmtInt(dead.length)})` : '');
@@ -868,9 +898,11 @@
       if (!row) {
         const button = h('button', { type: 'button', className: 'retry', 'data-id': d.id }, 'Retry');
         button.addEventListener('click', () => retry({ id: d.id }, button));
+        const drop = h('button', { type: 'button', className: 'discard', 'data-id': d.id, title: 'Remove this dead letter: its notification is not run again' }, 'Discard');
+        drop.addEventListener('click', () => discard(d.id, drop));
         row = {
           tr: h('tr', { 'data-id': d.id }),
-          cells: [h('td', { className: 'mono' }), h('td'), h('td', { className: 'num' }), h('td', { className: 'err' }), h('td'), h('td', {}, button)],
+          cells: [h('td', { className: 'mono' }), h('td'), h('td', { className: 'num' }), h('td', { className: 'err' }), h('td'), h('td', { className: 'actions' }, button, drop)],
           button,
         };
         row.tr.append(...row.cells);
