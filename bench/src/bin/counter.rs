@@ -24,7 +24,8 @@
 //! everything doing the work, read from `/proc` (this process; for PostgreSQL its server
 //! processes and pgbench), and the ratios of combine (and rmw) over PostgreSQL and SQLite,
 //! all measured in the same run. For combine, the CPU includes the folder's catch-up after
-//! the writers stopped.
+//! the writers stopped. Before and after, the disk's median fsync latency (4 KiB write +
+//! `fdatasync`), which bounds every system here and moves on a shared machine.
 //!
 //! `cargo run --release -p percolator-bench --bin counter` (10 s per system, about a minute);
 //! `-- --quick` (1 s runs: a smoke test); `-- --secs S --clients C --systems
@@ -278,6 +279,30 @@ fn postgres_run(dir: &Path, clients: usize, secs: f64) -> Res<Run> {
 
 // ---------------------------------------------------------------------------------------------
 
+/// The disk's fsync latency at this moment: the median of 200 rounds of a 4 KiB write and
+/// `fdatasync`, in µs. Printed before and after the systems run: every figure above is bounded
+/// by it, and on a shared machine it moves.
+fn fsync_probe(dir: &Path) -> Res<f64> {
+    use std::io::Write;
+    let path = dir.join("fsync-probe");
+    let mut f = std::fs::File::create(&path)?;
+    let block = [7u8; 4096];
+    let mut us: Vec<f64> = (0..200)
+        .map(|_| {
+            let t = Instant::now();
+            f.write_all(&block)?;
+            f.sync_data()?;
+            Ok(t.elapsed().as_secs_f64() * 1e6)
+        })
+        .collect::<std::io::Result<_>>()?;
+    drop(f);
+    let _ = std::fs::remove_file(&path);
+    us.sort_by(f64::total_cmp);
+    Ok(us[us.len() / 2])
+}
+
+// ---------------------------------------------------------------------------------------------
+
 fn main() -> Res<()> {
     let plan = plan()?;
     let dir = TempDir::new("counter")?;
@@ -289,6 +314,7 @@ fn main() -> Res<()> {
         "# name value  (tps = committed increments/s; retries_per_commit = conflicted attempts per committed \
          increment; cpu_us = CPU µs per committed increment; cores = CPU time / wall time)"
     );
+    print("fsync_us_before", fsync_probe(&dir.0)?);
     let mut tps = Vec::new();
     for &system in &plan.systems {
         let run = match system {
@@ -300,6 +326,7 @@ fn main() -> Res<()> {
         run.print(&format!("{}_c{}", system.name(), plan.clients));
         tps.push((system, run.tps()));
     }
+    print("fsync_us_after", fsync_probe(&dir.0)?);
     for ours in [System::Combine, System::Rmw] {
         let Some(&(_, a)) = tps.iter().find(|(s, _)| *s == ours) else { continue };
         for theirs in [System::Postgres, System::Sqlite] {
