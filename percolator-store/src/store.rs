@@ -145,6 +145,9 @@ pub(crate) struct OnePcFence {
     row_cvs: Vec<Condvar>,
     /// Waiters for a range of rows: woken by every exit.
     range_cv: Condvar,
+    /// Called by a waiter before it first sleeps: the commits it waits for may sit in a group
+    /// commit that is gathering ([`Bigtable::hurry`]). Called under the fence's mutex.
+    hurry: Box<dyn Fn() + Send + Sync>,
 }
 
 /// What the fence's mutex guards.
@@ -167,8 +170,9 @@ fn fence_stripe(row_key: &[u8]) -> usize {
     (h % FENCE_STRIPES as u64) as usize
 }
 
-impl Default for OnePcFence {
-    fn default() -> OnePcFence {
+impl OnePcFence {
+    /// A fence whose waiters hurry `backend`'s group commit.
+    pub(crate) fn new(backend: Arc<dyn Bigtable>) -> OnePcFence {
         OnePcFence {
             count: AtomicUsize::new(0),
             entered: AtomicU64::new(0),
@@ -180,11 +184,10 @@ impl Default for OnePcFence {
             }),
             row_cvs: (0..FENCE_STRIPES).map(|_| Condvar::new()).collect(),
             range_cv: Condvar::new(),
+            hurry: Box::new(move || backend.hurry()),
         }
     }
-}
 
-impl OnePcFence {
     fn lock(&self) -> MutexGuard<'_, FenceState> {
         self.state.lock().expect("1PC fence poisoned")
     }
@@ -256,7 +259,11 @@ impl OnePcFence {
         }
         let stripe = fence_stripe(row_key);
         let mut state = self.lock();
+        let mut hurried = false;
         while state.rows.get(row_key).is_some_and(|n| n.iter().any(|n| *n <= upto)) {
+            if !std::mem::replace(&mut hurried, true) {
+                (self.hurry)();
+            }
             state.row_waiters[stripe] += 1;
             state = self.row_cvs[stripe].wait(state).expect("1PC fence poisoned");
             state.row_waiters[stripe] -= 1;
@@ -268,7 +275,11 @@ impl OnePcFence {
         use std::ops::Bound;
         let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
         let mut state = self.lock();
+        let mut hurried = false;
         while state.rows.range::<[u8], _>((Bound::Included(lo), upper)).any(|(_, n)| n.iter().any(|n| *n <= upto)) {
+            if !std::mem::replace(&mut hurried, true) {
+                (self.hurry)();
+            }
             state.range_waiters += 1;
             state = self.range_cv.wait(state).expect("1PC fence poisoned");
             state.range_waiters -= 1;
@@ -418,6 +429,7 @@ impl Store {
         let stop = Arc::new(Stop::default());
         let (lease, poll) = (config.worker_lease, config.registry_poll);
         let (config_async, backend_for_secondaries) = (config.async_secondaries, backend.clone());
+        let fence = OnePcFence::new(backend.clone());
         let inner = Arc::new(Inner {
             backend,
             oracle,
@@ -431,7 +443,7 @@ impl Store {
             lease_valid_until: AtomicU64::new(valid_until),
             lease_epoch: AtomicU64::new(0),
             signal: Signal::default(),
-            fence: OnePcFence::default(),
+            fence,
             row_locks: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             counters: Counters::default(),
