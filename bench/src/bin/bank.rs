@@ -21,10 +21,10 @@
 //!   mode, cached prepared statements.
 //!
 //! Reported per run: committed transfers/s, retries (attempts that conflicted) per committed
-//! transfer (pgbench's count for PostgreSQL; none for SQLite), and the CPU time per committed transfer of
-//! everything doing the work — this process for percolator-store and SQLite; the PostgreSQL
-//! server processes plus pgbench for PostgreSQL — read from `/proc` (so other jobs on the
-//! machine do not count). Ratios are percolator-store over each other system, measured in the
+//! transfer (pgbench's count for PostgreSQL; none for SQLite), and the CPU time per committed
+//! transfer of everything doing the work — this process for percolator-store and SQLite; the
+//! PostgreSQL server processes plus pgbench for PostgreSQL — read from `/proc` (so other jobs
+//! on the machine do not count). Ratios are percolator-store over each other system, measured in the
 //! same run. Every run ends by checking that the balances still sum to the initial total.
 //!
 //! `cargo run --release -p percolator-bench --bin bank` (about 5 minutes);
