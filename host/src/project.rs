@@ -437,10 +437,10 @@ fn std_built(target_dir: &Path, triple: &str) -> bool {
 /// Said before a build that compiles the standard library, which takes minutes.
 fn build_std_notice(target_dir: &Path) -> String {
     format!(
-        "percolator build: rustup has no wasm32-unknown-unknown standard library here, so this first build \
-         compiles it from source (Debian's rust-web-src, -Zbuild-std): several minutes (about 4 on 2 cores) \
-         and about 500 MB in {}, shared by every guest project built after it (seconds each). The fast path: \
-         `rustup target add wasm32-unknown-unknown`.",
+        "percolator build: rustup has no wasm32-unknown-unknown standard library here, so this first \
+         build compiles it from source (Debian's rust-web-src, -Zbuild-std): one to several minutes \
+         (1 to 4.5 on 2 cores) and 300 to 500 MB in {}, shared by every guest project built after it \
+         (seconds each). The fast path: `rustup target add wasm32-unknown-unknown`.",
         target_dir.display()
     )
 }
