@@ -1432,8 +1432,9 @@ fn rust_guest_projects_share_one_target_folder() {
 
 /// As `rust_guest_projects_share_one_target_folder`, from an empty cache: where rustup has no
 /// wasm32 target, the first project's build says up front that it compiles std (minutes) and
-/// does; the second compiles neither std nor wit-bindgen. About 4 minutes on 2 cores, so not
-/// in the default run: `cargo test -p percolator --test cli -- --ignored rust_guests_build_std_once`.
+/// does; the second compiles neither std nor wit-bindgen. 1 to 4.5 minutes on 2 cores (46 s on
+/// an idle one), so not in the default run:
+/// `cargo test -p percolator --test cli -- --ignored rust_guests_build_std_once`.
 #[test]
 #[ignore = "builds the wasm32 standard library from source: minutes"]
 fn rust_guests_build_std_once() {
