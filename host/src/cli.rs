@@ -484,9 +484,10 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, String> {
         }
         Command::Build { dir } => {
             let dir = dir.clone().unwrap_or_else(|| PathBuf::from("."));
-            let wasm = project::build(&dir)?;
-            let size = std::fs::metadata(&wasm).map(|m| m.len()).unwrap_or(0);
-            println!("built {} ({size} bytes)", wasm.display());
+            let built = project::build(&dir)?;
+            let size = std::fs::metadata(&built.wasm).map(|m| m.len()).unwrap_or(0);
+            let kept = if built.kept { "; its inputs are unchanged since it was built: kept, not rebuilt" } else { "" };
+            println!("built {} ({size} bytes{kept})", built.wasm.display());
             Ok(ExitCode::SUCCESS)
         }
         Command::Load(args) => {

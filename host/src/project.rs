@@ -8,10 +8,12 @@
 //! (Python: componentize-py), `component.js` (JavaScript: componentize-js); a Python or
 //! JavaScript project's name is in its `guest.toml`.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::ValueEnum;
+use sha2::{Digest, Sha256};
 
 /// The languages a project can be written in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -132,10 +134,28 @@ fn type_name(name: &str) -> String {
         .collect()
 }
 
-/// Builds the project in `dir` into `<dir>/<name>.wasm` and returns that path.
-pub(crate) fn build(dir: &Path) -> Result<PathBuf, String> {
+/// What `build` made.
+pub(crate) struct Built {
+    /// The component, `<dir>/<name>.wasm`.
+    pub(crate) wasm: PathBuf,
+    /// The toolchain was not run: a Python or JavaScript project's inputs are those of the
+    /// build that wrote `wasm`, which is unchanged since (see [`build`]).
+    pub(crate) kept: bool,
+}
+
+/// Builds the project in `dir` into `<dir>/<name>.wasm`.
+///
+/// componentize-py and componentize-js snapshot an interpreter's memory after running the
+/// program's top level, and that snapshot holds the build's random numbers and clock readings
+/// (docs/guest-toolchain.md, "Reproducible builds"): two builds of the same source differ, and
+/// the host's compiled-component cache, keyed by the component's bytes, would miss on every
+/// rebuild. So a Python or JavaScript build whose inputs (the project's files, the toolchain and
+/// its version, for Python the site-packages it adds) equal those of the build that wrote the
+/// current `<name>.wasm` keeps that file instead of running the toolchain again; the record of
+/// that build is in the user's cache folder ([`cache_dir`]), so the project holds no extra file.
+pub(crate) fn build(dir: &Path) -> Result<Built, String> {
     if dir.join("Cargo.toml").is_file() {
-        return build_rust(dir);
+        return build_rust(dir).map(|wasm| Built { wasm, kept: false });
     }
     let guest = dir.join("guest.toml");
     if guest.is_file() {
@@ -172,17 +192,134 @@ pub(crate) fn build(dir: &Path) -> Result<PathBuf, String> {
             }
             other => return Err(format!("{}: lang {other:?} is not one of \"python\", \"js\"", guest.display())),
         };
+        let out = std::path::absolute(&out).map_err(|e| format!("{}: {e}", out.display()))?;
+        let inputs = inputs_digest(dir, &c, lang == "python")?;
+        let record = cache_dir(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME"))
+            .map(|d| d.join("percolator/builds").join(hex(&Sha256::digest(out.as_os_str().as_encoded_bytes()))));
+        if let Some(record) = &record
+            && std::fs::read_to_string(record)
+                .ok()
+                .zip(file_digest(&out))
+                .is_some_and(|(r, o)| r == format!("{inputs} {o}"))
+        {
+            return Ok(Built { wasm: out, kept: true });
+        }
         let status = c.current_dir(dir).status().map_err(|e| format!("running {c:?}: {e}"))?;
         if !status.success() {
             return Err(format!("building {} failed ({status})", dir.display()));
         }
-        return std::path::absolute(&out).map_err(|e| format!("{}: {e}", out.display()));
+        // Best effort: without the record the next build runs the toolchain again.
+        if let (Some(record), Some(o)) = (&record, file_digest(&out)) {
+            let folder = record.parent().unwrap_or(record);
+            let _ = std::fs::create_dir_all(folder).and_then(|()| std::fs::write(record, format!("{inputs} {o}")));
+        }
+        return Ok(Built { wasm: out, kept: false });
     }
     Err(format!(
         "{} is not a percolator guest project: no Cargo.toml (Rust) or guest.toml (Python, JavaScript) in it; \
          `percolator new NAME --lang rust|python|js` makes one",
         dir.display()
     ))
+}
+
+/// The user's cache folder: `$XDG_CACHE_HOME`, else `$HOME/.cache` (relative values ignored,
+/// as the XDG base directory specification says).
+fn cache_dir(xdg_cache_home: Option<OsString>, home: Option<OsString>) -> Option<PathBuf> {
+    let absolute = |p: OsString| Some(PathBuf::from(p)).filter(|p| p.is_absolute());
+    xdg_cache_home.and_then(absolute).or_else(|| home.and_then(absolute).map(|h| h.join(".cache")))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The SHA-256 of a file's bytes, if it can be read.
+fn file_digest(path: &Path) -> Option<String> {
+    std::fs::read(path).ok().map(|b| hex(&Sha256::digest(b)))
+}
+
+/// What a Python or JavaScript build depends on, as one SHA-256: the command (tool and
+/// arguments), the tool's `--version`, every file of the project (but outputs, caches,
+/// `node_modules` — the toolchain, named by its version — and hidden entries such as `.git`
+/// or `.venv`), and for Python the site-packages folders componentize-py puts on the module
+/// path (their entries' names and modification times: installing, upgrading or removing a
+/// package changes them).
+fn inputs_digest(dir: &Path, c: &Command, python: bool) -> Result<String, String> {
+    let mut h = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    field(b"percolator build inputs 1");
+    field(c.get_program().as_encoded_bytes());
+    for arg in c.get_args() {
+        field(arg.as_encoded_bytes());
+    }
+    // A tool without `--version` still builds; its failure's text stands in.
+    field(output(Command::new(c.get_program()).arg("--version")).unwrap_or_else(|e| e).as_bytes());
+    let mut files = Vec::new();
+    project_files(dir, Path::new(""), &mut files)?;
+    files.sort();
+    for rel in files {
+        let path = dir.join(&rel);
+        field(rel.as_os_str().as_encoded_bytes());
+        field(&std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?);
+    }
+    if python {
+        field(std::env::var_os("VIRTUAL_ENV").unwrap_or_default().as_encoded_bytes());
+        for site in site_packages() {
+            field(site.as_os_str().as_encoded_bytes());
+            let mut entries: Vec<(OsString, Option<std::time::SystemTime>)> = std::fs::read_dir(&site)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| (e.file_name(), e.metadata().and_then(|m| m.modified()).ok()))
+                .collect();
+            entries.sort();
+            for (name, modified) in entries {
+                field(name.as_encoded_bytes());
+                field(format!("{modified:?}").as_bytes());
+            }
+        }
+    }
+    Ok(hex(&h.finalize()))
+}
+
+/// The project's files below `rel`, relative to `dir`; see [`inputs_digest`].
+fn project_files(dir: &Path, rel: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
+    let here = dir.join(rel);
+    for entry in std::fs::read_dir(&here).map_err(|e| format!("{}: {e}", here.display()))? {
+        let entry = entry.map_err(|e| format!("{}: {e}", here.display()))?;
+        let name = entry.file_name();
+        let text = name.to_string_lossy();
+        if text.starts_with('.') || ["node_modules", "__pycache__", "target"].contains(&&*text) {
+            continue;
+        }
+        if entry.path().is_dir() {
+            project_files(dir, &rel.join(&name), files)?;
+        } else if !text.ends_with(".wasm") && !text.ends_with(".wasm.tmp") {
+            files.push(rel.join(&name));
+        }
+    }
+    Ok(())
+}
+
+/// The site-packages folders componentize-py adds to the module path: `$VIRTUAL_ENV`'s, else
+/// those `python3`'s `site` module names (it also asks `pipenv --venv`, not followed here).
+fn site_packages() -> Vec<PathBuf> {
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        return std::fs::read_dir(Path::new(&venv).join("lib"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path().join("site-packages"))
+            .filter(|p| p.is_dir())
+            .collect();
+    }
+    let script = "import site; print(';'.join([site.getusersitepackages()] + site.getsitepackages()))";
+    output(Command::new("python3").args(["-c", script]))
+        .map(|s| s.split(';').map(PathBuf::from).collect())
+        .unwrap_or_default()
 }
 
 /// A tool: the environment variable's path, else one of `candidates` that exists, else
@@ -208,7 +345,11 @@ fn build_rust(dir: &Path) -> Result<PathBuf, String> {
         .ok_or_else(|| format!("{}/Cargo.toml has no [package] name", dir.display()))?
         .to_owned();
     let triple = "wasm32-unknown-unknown";
-    let target_dir = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| dir.join("target"));
+    let target_dir = guest_target_dir(
+        dir,
+        std::env::var_os("CARGO_TARGET_DIR"),
+        cache_dir(std::env::var_os("XDG_CACHE_HOME"), std::env::var_os("HOME")),
+    );
     let sysroot = output(Command::new("rustc").args(["--print", "sysroot"]))?;
     let manifest_path = dir.join("Cargo.toml");
     let mut cargo;
@@ -238,6 +379,9 @@ fn build_rust(dir: &Path) -> Result<PathBuf, String> {
             .env("RUSTC_BOOTSTRAP", "1")
             .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", lld);
         build_std = Some("-Zbuild-std=std,panic_abort");
+        if !std_built(&target_dir, triple) {
+            eprintln!("{}", build_std_notice(&target_dir));
+        }
     }
     cargo
         .args(["build", "--release", "--target", triple, "--manifest-path"])
@@ -245,6 +389,19 @@ fn build_rust(dir: &Path) -> Result<PathBuf, String> {
         .arg("--target-dir")
         .arg(&target_dir)
         .args(build_std);
+    // Cargo locks the target folder during a build, not until the module is copied out: two
+    // projects of one name building at once could each copy the other's. This lock covers both.
+    std::fs::create_dir_all(&target_dir).map_err(|e| format!("creating {}: {e}", target_dir.display()))?;
+    let lock_path = target_dir.join("percolator-build.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(|e| format!("{}: {e}", lock_path.display()))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            eprintln!("percolator build: waiting for another guest build in {}", target_dir.display());
+            lock.lock().map_err(|e| format!("locking {}: {e}", lock_path.display()))?;
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(format!("locking {}: {e}", lock_path.display())),
+    }
     let status = cargo.status().map_err(|e| format!("running cargo: {e}"))?;
     if !status.success() {
         return Err(format!("cargo build of {} failed ({status})", dir.display()));
@@ -253,6 +410,39 @@ fn build_rust(dir: &Path) -> Result<PathBuf, String> {
     let out = dir.join(format!("{name}.wasm"));
     std::fs::copy(&built, &out).map_err(|e| format!("copying {} to {}: {e}", built.display(), out.display()))?;
     Ok(out)
+}
+
+/// Where a Rust guest builds: `CARGO_TARGET_DIR` if set (as cargo itself would), else one
+/// folder in the user's cache shared by every guest project — the wasm32 standard library
+/// (when built from source) and the crates all guests use (wit-bindgen) are compiled once, and
+/// each project's own crate beside the others' (cargo tells them apart by path) — else, with
+/// no cache folder, the project's `target/`.
+fn guest_target_dir(dir: &Path, cargo_target_dir: Option<OsString>, cache: Option<PathBuf>) -> PathBuf {
+    match (cargo_target_dir.filter(|d| !d.is_empty()), cache) {
+        (Some(d), _) => PathBuf::from(d),
+        (None, Some(cache)) => cache.join("percolator/guest-target"),
+        (None, None) => dir.join("target"),
+    }
+}
+
+/// Whether `target_dir` holds a `-Zbuild-std` standard library for `triple` (a release build's).
+fn std_built(target_dir: &Path, triple: &str) -> bool {
+    std::fs::read_dir(target_dir.join(triple).join("release/deps")).into_iter().flatten().flatten().any(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.starts_with("libstd-") && name.ends_with(".rlib")
+    })
+}
+
+/// Said before a build that compiles the standard library, which takes minutes.
+fn build_std_notice(target_dir: &Path) -> String {
+    format!(
+        "percolator build: rustup has no wasm32-unknown-unknown standard library here, so this first \
+         build compiles it from source (Debian's rust-web-src, -Zbuild-std): one to several minutes \
+         (1 to 4.5 on 2 cores) and 300 to 500 MB in {}, shared by every guest project built after it \
+         (seconds each). The fast path: `rustup target add wasm32-unknown-unknown`.",
+        target_dir.display()
+    )
 }
 
 /// A command's stdout, trimmed; its failure named.
@@ -276,5 +466,72 @@ mod tests {
         }
         assert_eq!(type_name("my-observer_two"), "MyObserverTwo");
         assert_eq!(type_name("x"), "X");
+    }
+
+    #[test]
+    fn build_inputs_are_the_project_files_and_the_tool() {
+        let dir = std::env::temp_dir().join(format!("percolator-inputs-{}", std::process::id()));
+        let write = |rel: &str, text: &str| {
+            let p = dir.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        write("app.py", "x = 1\n");
+        write("wit/observer.wit", "package a:b;\n");
+        let tool = || {
+            let mut c = Command::new("echo"); // `echo --version`: GNU's, or the word
+            c.args(["componentize", "app"]);
+            c
+        };
+        let digest = || inputs_digest(&dir, &tool(), false).unwrap();
+        let before = digest();
+        // Outputs, caches, dependencies and hidden folders are not inputs.
+        for rel in
+            ["app.wasm", "app.wasm.tmp", "__pycache__/app.pyc", "node_modules/x/y.js", ".git/HEAD", "sub/.venv/z"]
+        {
+            write(rel, "anything");
+        }
+        assert_eq!(digest(), before);
+        // Every other file is, in any folder, and so is the command.
+        write("wit/observer.wit", "package a:c;\n");
+        let changed = digest();
+        assert_ne!(changed, before);
+        write("lib/helper.py", "");
+        assert_ne!(digest(), changed);
+        let mut other = tool();
+        other.arg("-o");
+        assert_ne!(inputs_digest(&dir, &other, false).unwrap(), digest());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rust_guests_share_one_target_folder_in_the_cache() {
+        let os = |s: &str| Some(OsString::from(s));
+        assert_eq!(cache_dir(os("/xdg"), os("/home/u")), Some(PathBuf::from("/xdg")));
+        assert_eq!(cache_dir(None, os("/home/u")), Some(PathBuf::from("/home/u/.cache")));
+        assert_eq!(cache_dir(os("relative"), os("/home/u")), Some(PathBuf::from("/home/u/.cache")));
+        assert_eq!(cache_dir(None, None), None);
+        let dir = Path::new("/p/shout");
+        let cache = Some(PathBuf::from("/c"));
+        assert_eq!(guest_target_dir(dir, os("/t"), cache.clone()), PathBuf::from("/t"));
+        assert_eq!(guest_target_dir(dir, os(""), cache.clone()), PathBuf::from("/c/percolator/guest-target"));
+        assert_eq!(guest_target_dir(dir, None, cache), PathBuf::from("/c/percolator/guest-target"));
+        assert_eq!(guest_target_dir(dir, None, None), PathBuf::from("/p/shout/target"));
+    }
+
+    #[test]
+    fn a_target_folder_without_std_gets_the_notice() {
+        let target = std::env::temp_dir().join(format!("percolator-std-built-{}", std::process::id()));
+        let deps = target.join("wasm32-unknown-unknown/release/deps");
+        std::fs::create_dir_all(&deps).unwrap();
+        std::fs::write(deps.join("libcore-0123.rlib"), "").unwrap();
+        assert!(!std_built(&target, "wasm32-unknown-unknown"));
+        std::fs::write(deps.join("libstd-0123.rlib"), "").unwrap();
+        assert!(std_built(&target, "wasm32-unknown-unknown"));
+        assert!(!std_built(&target.join("nothing"), "wasm32-unknown-unknown"));
+        std::fs::remove_dir_all(&target).unwrap();
+        let notice = build_std_notice(Path::new("/c/percolator/guest-target"));
+        assert!(notice.contains("several minutes") && notice.contains("/c/percolator/guest-target"), "{notice}");
+        assert!(notice.contains("rustup target add wasm32-unknown-unknown"), "{notice}");
     }
 }
