@@ -3,7 +3,7 @@
 // One ES module, vendored into a project by `percolator new NAME --lang js`. An observer is a
 // function `observe(txn, notification)`; the component's entry module exports
 // `exportObserver(observe, { txn, config })`, where `txn` and `config` are the WIT imports
-// (`percolator:observer/txn@0.2.0`, `percolator:observer/config@0.2.0`). This module imports
+// (`percolator:observer/txn@0.3.0`, `percolator:observer/config@0.3.0`). This module imports
 // nothing, so the same observer runs natively under Node on `MemStore` (unit tests), with the
 // host's semantics: snapshot reads with the transaction's own writes, commit-time write-write
 // conflicts, declared writes, parameters. Integers are 8 bytes big-endian (as in the Rust SDK).

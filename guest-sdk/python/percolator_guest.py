@@ -2,7 +2,7 @@
 
 One file, vendored into a project by ``percolator new NAME --lang python``. An observer is a
 function ``observe(txn, notification)``; ``export(observe)`` makes the class componentize-py
-exports for the world ``percolator:observer@0.2.0``::
+exports for the world ``percolator:observer@0.3.0``::
 
     from percolator_guest import export
 
