@@ -2,7 +2,8 @@
 //! host: the uppercase observer end to end with parameters, and a hostile guest bound once per
 //! misbehaviour (its `mode` parameter) — a busy loop, a memory bomb, a file, a socket, the
 //! environment, the clock and randomness, an exception — each contained, with what it saw or
-//! why it failed, while the host keeps serving; and tag-count (config/tag-count.toml), which
+//! why it failed, while the host keeps serving; the SDK's combine (deltas of every kind, and
+//! refused ones) through the host; and tag-count (config/tag-count.toml), which
 //! combines ±1 per tag into a combined column, checked against a from-scratch count while
 //! documents change their tags concurrently.
 
@@ -17,6 +18,11 @@ const QUIET: Duration = Duration::from_secs(120);
 #[test]
 fn a_python_observer_runs_with_its_parameters() {
     common::uppercase_runs_with_its_parameters("python-upper", "uppercase_py");
+}
+
+#[test]
+fn python_combine_deltas_of_every_kind_reach_the_host() {
+    common::combine_deltas_of_every_kind_reach_the_host("py-combine", "hostile_py");
 }
 
 #[test]
