@@ -724,9 +724,11 @@ impl Txn for MemTxn {
             let from = Cell::new(table, start, "");
             let committed = s.versions.range(from.clone()..).map(|(c, _)| c);
             let deltas = s.deltas.range(from..).map(|(c, _)| c);
+            // Cells are ordered by (table, row, column): the range's are contiguous.
+            let before_end = |c: &&Cell| c.table == table && end.is_none_or(|e| c.row.as_slice() < e);
             let candidates: BTreeSet<Cell> = committed
-                .take_while(|c| c.table == table)
-                .chain(deltas.take_while(|c| c.table == table))
+                .take_while(before_end)
+                .chain(deltas.take_while(before_end))
                 .chain(self.writes.keys())
                 .chain(self.deltas.keys())
                 .filter(|c| in_range(c) && col_ok(&c.column))
