@@ -196,7 +196,27 @@ async function main() {
     check(/^\d/.test(await page.locator('#v-oracle').textContent()), 'the oracle rate');
     const hosts = await page.locator('#hosts-body tr').allTextContents();
     check(hosts.length === 1 && /this host/.test(hosts[0]) && /1 of 1/.test(hosts[0]), `one host with every bucket (${hosts})`);
-    await sleep(1500);
+    // Hot rows: the card lists what /v1/hot-rows answers (the crawl's hub rows may conflict, or
+    // nothing did), and a binding's runs are its committed (OK), lost and failed ones.
+    const hotApi = await (await fetch(`${URL_}/v1/hot-rows`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ minutes: 5, limit: 10 }),
+    })).json();
+    await sleep(1200);
+    const hotRows = await page.locator('#hot-body tr').count();
+    const hotEmpty = await page.locator('#hot-empty').isVisible();
+    check(
+      hotApi.rows.length === 0 ? hotEmpty && hotRows === 0 : !hotEmpty && hotRows > 0,
+      `the hot-rows card matches the API (${hotRows} rows shown, ${hotApi.rows.length} answered)`,
+    );
+    const dp = await page.locator('#bindings-body tr[data-binding="document-processor"] td').allTextContents();
+    const num = (t) => Number(t.replace(/,/g, ''));
+    check(
+      num(dp[3]) === num(dp[4]) + num(dp[5]) + num(dp[6]) && num(dp[4]) > 0,
+      `document-processor: runs = OK (committed) + lost + failed (${dp.slice(3, 7)})`,
+    );
+    await sleep(300);
     await shot(page, '03-drained');
 
     // A failing binding: its dead letter appears with its reason.
@@ -212,6 +232,19 @@ async function main() {
     check(/derived:upper/.test(cells[3]), `the reason names the column it may not write (${cells[3]})`);
     await page.locator('#graph path.edge.failing[data-binding="alerts-upper"]').first().waitFor({ state: 'attached' });
     await shot(page, '04-dead-letter');
+
+    // A second one, discarded from the page (two clicks: the button asks once more).
+    log('a second dead letter, discarded from the page');
+    await percolator(['load', 'alerts', path.join(DIR, 'alerts2.jsonl')]);
+    const second = page.locator('#dead-body tr').nth(1);
+    await second.waitFor({ timeout: 30_000 });
+    check((await second.locator('td').first().textContent()) === 'alerts/a2/raw:text', 'the second dead letter is a2');
+    await second.locator('button.discard').click();
+    check((await second.locator('button.discard').textContent()) === 'Discard for good?', 'Discard asks once more');
+    await second.locator('button.discard').click();
+    await page.waitForFunction(() => document.querySelectorAll('#dead-body tr').length === 1, null, { timeout: 30_000 });
+    const left = JSON.parse(await percolator(['dead-letters', '--json']));
+    check(left.length === 1 && left[0].cell === 'alerts/a1/raw:text', `only a1's dead letter is left (${left.map((d) => d.cell)})`);
 
     // A broken configuration: rejected, and the page says why; generation 1 keeps serving.
     log('installing a broken configuration');
@@ -265,6 +298,7 @@ async function main() {
     check(!requests.some((r) => r.url.includes(TOKEN)), 'the token is in no URL');
     check(requests.some((r) => r.auth === `Bearer ${TOKEN}`), 'the token is sent in the Authorization header');
     check(requests.some((r) => r.method === 'POST' && r.url.endsWith('/v1/dead-letters/retry')), 'Retry called the retry API');
+    check(requests.some((r) => r.method === 'POST' && r.url.endsWith('/v1/dead-letters/discard')), 'Discard called the discard API');
     log(`${requests.length} requests, all to ${origin}`);
   } finally {
     await browser.close();

@@ -95,16 +95,21 @@ pub(crate) enum Command {
         row: String,
         /// Column (family:qualifier).
         column: String,
-        /// Print the value as hex.
-        #[arg(long, conflicts_with = "json")]
+        /// Print the value as hex (`--format hex`).
+        #[arg(long, conflicts_with_all = ["json", "format"])]
         hex: bool,
         /// Read at this snapshot (a timestamp from `snapshot`, a pin or a scan) instead of the
         /// latest.
         #[arg(long, value_name = "TS", value_parser = timestamp)]
         at: Option<u64>,
-        /// Print a JSON object: table, row, column, value (text) or value_base64, commit_ts.
-        #[arg(long)]
+        /// Print a JSON object: table, row, column, value (text) or value_base64, commit_ts
+        /// (`--format json`).
+        #[arg(long, conflicts_with = "format")]
         json: bool,
+        /// How to print the value: text (control characters escaped), hex, json, or an 8-byte
+        /// big-endian number as u64, i64 or f64 (what the SDKs' `set_u64` writes).
+        #[arg(long, value_enum)]
+        format: Option<ValueFormat>,
     },
     /// Print cells of a table, one `row<TAB>column<TAB>value` line each (control characters
     /// escaped).
@@ -132,7 +137,8 @@ pub(crate) enum Command {
     },
     /// Load a JSONL or CSV file into a table (checked whole first; resumable; idempotent).
     Load(LoadArgs),
-    /// The pipeline's state: bindings, runs, failures, backlog, throughput, dead letters.
+    /// The pipeline's state: bindings, runs (committed, lost to a conflict, failed), backlog,
+    /// throughput, dead letters.
     Status {
         /// Print JSON.
         #[arg(long)]
@@ -146,6 +152,19 @@ pub(crate) enum Command {
         /// `retry`.
         #[command(subcommand)]
         action: Option<DeadLetterAction>,
+    },
+    /// The cells this host's observer runs lost the most conflicts on over the last minutes
+    /// (the contended cell, and the bindings whose runs lost on it).
+    HotRows {
+        /// The most cells to list.
+        #[arg(long, default_value_t = DEFAULT_HOT_ROWS_LIMIT, value_parser = hot_rows_limit)]
+        limit: u32,
+        /// The window: the last this many minutes (the current one counts; at most 10).
+        #[arg(long, default_value_t = DEFAULT_HOT_ROWS_MINUTES, value_parser = hot_rows_minutes)]
+        minutes: u32,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Notify a column's observers of the rows that already have a value (a binding added
     /// later is notified only of new writes; this runs it on the old data too).
@@ -246,9 +265,43 @@ pub(crate) struct ScanArgs {
     #[arg(long, value_name = "TS", value_parser = timestamp)]
     pub(crate) at: Option<u64>,
     /// Print one JSON object per cell and line: table, row, column, value (text) or
-    /// value_base64, commit_ts.
-    #[arg(long)]
+    /// value_base64, commit_ts (`--format json`).
+    #[arg(long, conflicts_with = "format")]
     pub(crate) json: bool,
+    /// How to print each value: text (the default; control characters escaped), hex, json
+    /// (one object per cell), or an 8-byte big-endian number as u64, i64 or f64 (a value of
+    /// another length is printed in hex, prefixed `0x`).
+    #[arg(long, value_enum)]
+    pub(crate) format: Option<ValueFormat>,
+}
+
+/// How `get` and `scan` print a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ValueFormat {
+    /// As text (invalid UTF-8 replaced, control characters escaped in `scan`).
+    Text,
+    /// As hex.
+    Hex,
+    /// A JSON object per cell.
+    Json,
+    /// An 8-byte big-endian unsigned integer.
+    U64,
+    /// An 8-byte big-endian signed integer.
+    I64,
+    /// An 8-byte big-endian IEEE 754 float.
+    F64,
+}
+
+/// `value` as an 8-byte big-endian number of `format` (u64, i64 or f64); `None` for another
+/// length or format.
+fn number(value: &[u8], format: ValueFormat) -> Option<String> {
+    let bytes: [u8; 8] = value.try_into().ok()?;
+    Some(match format {
+        ValueFormat::U64 => u64::from_be_bytes(bytes).to_string(),
+        ValueFormat::I64 => i64::from_be_bytes(bytes).to_string(),
+        ValueFormat::F64 => f64::from_be_bytes(bytes).to_string(),
+        _ => return None,
+    })
 }
 
 /// `snapshot` options.
@@ -323,6 +376,22 @@ pub(crate) enum DeadLetterAction {
         #[arg(long)]
         all: bool,
     },
+    /// Remove dead letters for good: their notifications are not run again (a strong
+    /// observer's change stays acknowledged; a later write still triggers it).
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["id", "binding", "unbound", "all"])))]
+    Discard {
+        /// The dead letter's id (from `percolator dead-letters`).
+        id: Option<String>,
+        /// Every dead letter of this binding.
+        #[arg(long, value_name = "NAME")]
+        binding: Option<String>,
+        /// Every dead letter of `(unbound)` (notifications whose binding was removed).
+        #[arg(long)]
+        unbound: bool,
+        /// Every dead letter.
+        #[arg(long)]
+        all: bool,
+    },
 }
 
 /// The most records per `load` batch (`--batch`).
@@ -341,6 +410,14 @@ fn whole_number(s: &str, min: u64, max: u64) -> Result<u64, String> {
 
 fn at_least_one(s: &str) -> Result<u64, String> {
     whole_number(s, 1, u64::MAX)
+}
+
+fn hot_rows_limit(s: &str) -> Result<u32, String> {
+    whole_number(s, 1, u64::from(MAX_HOT_ROWS_LIMIT)).map(|n| n as u32)
+}
+
+fn hot_rows_minutes(s: &str) -> Result<u32, String> {
+    whole_number(s, 1, u64::from(MAX_HOT_ROWS_MINUTES)).map(|n| n as u32)
 }
 
 fn batch_size(s: &str) -> Result<u64, String> {
@@ -465,19 +542,34 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
     let mut out = out.lock();
     let w = |r: std::io::Result<()>| r.map_err(|e| format!("writing the output: {e}"));
     match command {
-        Command::Get { table, row, column, hex, at, json: as_json } => {
+        Command::Get { table, row, column, hex, at, json: as_json, format } => {
             let v = route.call::<ep::Get>(GetRequest {
                 table: table.clone(),
                 row: row.clone(),
                 column: column.clone(),
                 at: *at,
             })?;
-            if *as_json {
-                let bytes = unhex(&v.value_hex).unwrap_or_default();
-                w(writeln!(out, "{}", cell_json(table, row.as_bytes(), column, &bytes, v.commit_ts)))?;
-            } else {
-                w(writeln!(out, "{}", if *hex { &v.value_hex } else { &v.value }))?;
-            }
+            let bytes = unhex(&v.value_hex).unwrap_or_default();
+            let format = match (format, hex, as_json) {
+                (Some(f), ..) => *f,
+                (None, true, _) => ValueFormat::Hex,
+                (None, _, true) => ValueFormat::Json,
+                _ => ValueFormat::Text,
+            };
+            let line = match format {
+                ValueFormat::Text => v.value.clone(),
+                ValueFormat::Hex => v.value_hex.clone(),
+                ValueFormat::Json => cell_json(table, row.as_bytes(), column, &bytes, v.commit_ts),
+                number_format => number(&bytes, number_format).ok_or_else(|| {
+                    format!(
+                        "{table}/{row}/{column}: the value is {}, not the 8 bytes of a big-endian {} (try --format \
+                         text or hex)",
+                        plural(bytes.len(), "byte", "bytes"),
+                        format!("{number_format:?}").to_lowercase()
+                    )
+                })?,
+            };
+            w(writeln!(out, "{line}"))?;
         }
         Command::Snapshot(a) => snapshot(route, a, &mut out)?,
         Command::Scan(a) => {
@@ -495,14 +587,25 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                     at: a.at,
                     after: after.take(),
                 })?;
+                let format = match (a.format, a.json) {
+                    (Some(f), _) => f,
+                    (None, true) => ValueFormat::Json,
+                    (None, false) => ValueFormat::Text,
+                };
                 for c in &r.cells {
-                    if a.json {
-                        let row = unhex(&c.row_hex).unwrap_or_default();
-                        let value = unhex(&c.value_hex).unwrap_or_default();
-                        w(writeln!(out, "{}", cell_json(&a.table, &row, &c.column, &value, c.commit_ts)))?;
-                    } else {
-                        w(writeln!(out, "{}\t{}\t{}", escape(&c.row), escape(&c.column), escape(&c.value)))?;
-                    }
+                    let value = unhex(&c.value_hex).unwrap_or_default();
+                    let shown = match format {
+                        ValueFormat::Json => {
+                            let row = unhex(&c.row_hex).unwrap_or_default();
+                            w(writeln!(out, "{}", cell_json(&a.table, &row, &c.column, &value, c.commit_ts)))?;
+                            continue;
+                        }
+                        ValueFormat::Text => escape(&c.value),
+                        ValueFormat::Hex => c.value_hex.clone(),
+                        // Another length than a number's: in hex, marked as such.
+                        number_format => number(&value, number_format).unwrap_or_else(|| format!("0x{}", c.value_hex)),
+                    };
+                    w(writeln!(out, "{}\t{}\t{shown}", escape(&c.row), escape(&c.column)))?;
                 }
                 left -= r.cells.len() as u64;
                 match r.next {
@@ -584,6 +687,16 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
         }
         Command::DeadLetters { json: as_json, action: Some(DeadLetterAction::Retry { id, all }) } => {
             let r = route.call::<ep::Retry>(RetryRequest { id: id.clone(), all: *all })?;
+            if r.reload_pending {
+                let what = match r.compiling.as_slice() {
+                    [] => String::new(),
+                    names => format!(" (compiling {})", names.join(", ")),
+                };
+                eprintln!(
+                    "percolator: note: a reload is under way{what}: the retried notifications may run on the \
+                     versions before it; `percolator wait` waits for the reload too"
+                );
+            }
             if *as_json {
                 w(writeln!(out, "{}", json(&r)?))?;
             } else {
@@ -591,6 +704,33 @@ fn verb(route: &Route, command: &Command) -> Result<ExitCode, String> {
                     (_, Some(id)) => w(writeln!(out, "retried {id}"))?,
                     (n, None) => w(writeln!(out, "retried {}", plural(n, "dead letter", "dead letters")))?,
                 }
+            }
+        }
+        Command::DeadLetters {
+            json: as_json,
+            action: Some(DeadLetterAction::Discard { id, binding, unbound, all }),
+        } => {
+            let r = route.call::<ep::Discard>(DiscardRequest {
+                id: id.clone(),
+                binding: binding.clone(),
+                unbound: *unbound,
+                all: *all,
+            })?;
+            if *as_json {
+                w(writeln!(out, "{}", json(&r)?))?;
+            } else {
+                match (r.discarded.len(), id) {
+                    (_, Some(id)) => w(writeln!(out, "discarded {id}"))?,
+                    (n, None) => w(writeln!(out, "discarded {}", plural(n, "dead letter", "dead letters")))?,
+                }
+            }
+        }
+        Command::HotRows { limit, minutes, json: as_json } => {
+            let r = route.call::<ep::HotRows>(HotRowsRequest { minutes: *minutes, limit: *limit })?;
+            if *as_json {
+                w(writeln!(out, "{}", json(&r)?))?;
+            } else {
+                w(out.write_all(render_hot_rows(&r).as_bytes()))?;
             }
         }
         Command::Notify { table, column, rows, rerun } => {
@@ -764,12 +904,15 @@ fn wait(route: &Route, timeout: f64, allow_dead_letters: bool) -> Result<ExitCod
     let started = Instant::now();
     let deadline = Duration::try_from_secs_f64(timeout).unwrap_or(Duration::ZERO);
     let progress = std::io::stderr().is_terminal() && route.url().is_some();
+    let mut reloading = false;
     let quiescent = loop {
         let left = deadline.saturating_sub(started.elapsed());
         let step = if progress { left.min(Duration::from_secs(1)) } else { left };
-        if route.call::<ep::Wait>(WaitRequest { timeout_secs: step.as_secs_f64() })?.quiescent {
+        let answer = route.call::<ep::Wait>(WaitRequest { timeout_secs: step.as_secs_f64() })?;
+        if answer.quiescent {
             break true;
         }
+        reloading = answer.reload_pending;
         if started.elapsed() >= deadline {
             break false;
         }
@@ -781,7 +924,8 @@ fn wait(route: &Route, timeout: f64, allow_dead_letters: bool) -> Result<ExitCod
         eprint!("\r\x1b[K");
     }
     if !quiescent {
-        eprintln!("percolator: the pipeline did not become quiescent within {timeout} s");
+        let why = if reloading { " (a reload is still compiling or about to start)" } else { "" };
+        eprintln!("percolator: the pipeline did not become quiescent within {timeout} s{why}");
         return Ok(ExitCode::FAILURE);
     }
     let dead = route.call::<ep::DeadLetters>(Empty {})?.len();
@@ -1110,6 +1254,26 @@ fn run_ms(ms: f64) -> String {
     }
 }
 
+/// `hot-rows` for people: a table of the cells, most conflicts first, or a line saying there
+/// are none.
+pub(crate) fn render_hot_rows(r: &HotRowsReport) -> String {
+    let window = plural(r.minutes, "minute", "minutes");
+    if r.rows.is_empty() {
+        return if r.host {
+            format!("no observer run lost to a conflict in the last {window}\n")
+        } else {
+            "no host is running: conflicts are counted by a host's observer runs (start one with `percolator up`)\n"
+                .to_owned()
+        };
+    }
+    let mut rows = vec![["CELL", "CONFLICTS", "BINDINGS", "LAST"].map(String::from).to_vec()];
+    for h in &r.rows {
+        let observers: Vec<String> = h.observers.iter().map(|o| format!("{} ({})", o.observer, o.conflicts)).collect();
+        rows.push(vec![escape(&h.cell), h.conflicts.to_string(), observers.join(", "), h.last_at.clone()]);
+    }
+    format!("observer runs lost to conflicts in the last {window}, by the cell they were on:\n{}", table(&rows))
+}
+
 /// `status` for people.
 pub(crate) fn render_status(s: &StatusReport) -> String {
     let mut out = String::new();
@@ -1147,21 +1311,46 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                 h.last_error.as_deref().map(escape).unwrap_or_else(|| "none".into())
             ));
             for c in &h.compiling {
-                out.push_str(&format!(
-                    "compiling: {} for binding {} ({:.1} s so far; the current version serves meanwhile)\n",
-                    c.wasm,
-                    c.binding,
-                    c.elapsed_ms as f64 / 1000.0
-                ));
+                if h.generation == 0 {
+                    // The first load: nothing serves yet.
+                    out.push_str(&format!(
+                        "starting: compiling {} of {} components: {} for binding {} ({:.1} s so far)\n",
+                        c.index,
+                        c.total,
+                        c.wasm,
+                        c.binding,
+                        c.elapsed_ms as f64 / 1000.0
+                    ));
+                } else {
+                    out.push_str(&format!(
+                        "compiling: {} for binding {} ({:.1} s so far; the current version serves meanwhile)\n",
+                        c.wasm,
+                        c.binding,
+                        c.elapsed_ms as f64 / 1000.0
+                    ));
+                }
             }
             if h.bindings.is_empty() {
                 out.push_str("bindings: none\n");
             } else {
                 out.push_str("bindings:\n");
                 let mut rows = vec![
-                    ["NAME", "OBSERVES", "KIND", "WASM", "HASH", "LOADED", "RUNS", "FAILURES", "P50 / P99", "BACKLOG"]
-                        .map(String::from)
-                        .to_vec(),
+                    [
+                        "NAME",
+                        "OBSERVES",
+                        "KIND",
+                        "WASM",
+                        "HASH",
+                        "LOADED",
+                        "RUNS",
+                        "COMMITTED",
+                        "CONFLICTS",
+                        "FAILURES",
+                        "P50 / P99",
+                        "BACKLOG",
+                    ]
+                    .map(String::from)
+                    .to_vec(),
                 ];
                 for b in &h.bindings {
                     let wasm = Path::new(&b.wasm).file_name().map(|f| f.to_string_lossy().into_owned());
@@ -1173,6 +1362,8 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                         b.source_hash.chars().take(12).collect(),
                         b.loaded_at.clone(),
                         b.runs.to_string(),
+                        b.committed.to_string(),
+                        b.lost_to_conflict.to_string(),
                         b.failures.to_string(),
                         match (b.p50_run_ms, b.p99_run_ms) {
                             (Some(p50), Some(p99)) => format!("{} / {}", run_ms(p50), run_ms(p99)),
@@ -1239,6 +1430,14 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
     }
     if !st.logged_columns.is_empty() {
         out.push_str(&format!("change log: {} (kept above {})\n", st.logged_columns.join(", "), st.changes_trimmed_to));
+    }
+    if !st.combined_columns.is_empty() {
+        out.push_str(&format!(
+            "combined: {} ({} of {} folded)\n",
+            st.combined_columns.join(", "),
+            plural(st.combine_folds, "fold", "folds"),
+            plural(st.combine_deltas_folded, "delta", "deltas")
+        ));
     }
     for s in &st.subscriptions {
         let at = s.position.map_or("nothing delivered yet".to_owned(), |p| format!("at {p}"));
@@ -1383,6 +1582,8 @@ mod tests {
             source_hash: "0".repeat(64),
             loaded_at: "2026-11-23T00:00:00Z".into(),
             runs: 0,
+            committed: 0,
+            lost_to_conflict: 0,
             successes: 0,
             failures: 0,
             mean_run_ms: None,
@@ -1431,6 +1632,9 @@ mod tests {
                 logged_columns: Vec::new(),
                 changes_trimmed_to: 0,
                 subscriptions: Vec::new(),
+                combined_columns: Vec::new(),
+                combine_folds: 0,
+                combine_deltas_folded: 0,
             },
             config_error: None,
         };
@@ -1467,6 +1671,9 @@ mod tests {
                 logged_columns: Vec::new(),
                 changes_trimmed_to: 0,
                 subscriptions: Vec::new(),
+                combined_columns: Vec::new(),
+                combine_folds: 0,
+                combine_deltas_folded: 0,
             },
             config_error: Some("p.toml:3: observers.dir: nowhere is not a directory".into()),
         };

@@ -143,7 +143,37 @@ impl Host {
         Host::start_with(sb, &[])
     }
 
+    /// Starts a host and waits until it serves the loaded pipeline.
     fn start_with(sb: &Sandbox, env: &[(&str, &str)]) -> Host {
+        let mut host = Host::spawn(sb, env);
+        // The host's token, if it has one (its token file, or the environment given to it).
+        let token = env
+            .iter()
+            .find(|(k, _)| *k == "PERCOLATOR_TOKEN")
+            .map(|(_, v)| (*v).to_owned())
+            .or_else(|| std::fs::read_to_string(sb.path("token")).ok().map(|t| t.trim().to_owned()));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let remote = Remote::new(&host.url, token.clone());
+            let status = remote.call::<percolator_api::endpoint::Status>(&percolator_api::Empty {});
+            if status.is_ok_and(|s| s.host.is_some_and(|h| h.generation >= 1)) {
+                return host;
+            }
+            if let Some(status) = host.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
+                panic!("the host exited ({status}): {}", std::fs::read_to_string(&host.log).unwrap_or_default());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the host did not load: {}",
+                std::fs::read_to_string(&host.log).unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Starts a host and returns once its endpoint file is there (its API answers; the
+    /// pipeline may still be loading).
+    fn spawn(sb: &Sandbox, env: &[(&str, &str)]) -> Host {
         let endpoint = sb.path("store.redb.endpoint");
         let log = sb.path("host.log");
         let mut c = sb.command();
@@ -293,6 +323,36 @@ fn every_verb_against_a_running_host() {
     sb.wait();
     assert_eq!(sb.ok(&["get", "docs", "b1", "raw:bin", "--hex"]), "ff0061\n");
     assert_eq!(sb.ok(&["get", "docs", "b1", "raw:note"]), "/wBh\n");
+    // Numbers as the SDKs write them (8 bytes, big-endian): --format u64, i64, f64, hex, json.
+    sb.write(
+        "numbers.jsonl",
+        "{\"row\": \"n1\", \"u\": \"AAAAAAAAACo=\", \"i\": \"//////////8=\", \"f\": \"P/gAAAAAAAA=\"}\n",
+    );
+    sb.ok(&["load", "docs", "numbers.jsonl", "--base64", "u,i,f"]);
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:u", "--format", "u64"]), "42\n");
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:i", "--format", "i64"]), "-1\n");
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:i", "--format", "u64"]), "18446744073709551615\n");
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:f", "--format", "f64"]), "1.5\n");
+    assert_eq!(sb.ok(&["get", "docs", "n1", "raw:u", "--format", "hex"]), "000000000000002a\n");
+    assert!(sb.ok(&["get", "docs", "n1", "raw:u", "--format", "json"]).contains("\"row\":\"n1\""));
+    let e = sb.fails(&["get", "docs", "b1", "raw:bin", "--format", "u64"]);
+    assert_eq!(
+        e,
+        "percolator: docs/b1/raw:bin: the value is 3 bytes, not the 8 bytes of a big-endian u64 (try --format text or hex)\n"
+    );
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--prefix", "n1", "--format", "i64"]),
+        "n1\traw:f\t4609434218613702656\nn1\traw:i\t-1\nn1\traw:u\t42\n"
+    );
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--prefix", "b1", "--columns", "raw:bin", "--format", "u64"]),
+        "b1\traw:bin\t0xff0061\n"
+    );
+    assert_eq!(
+        sb.ok(&["scan", "docs", "--prefix", "n1", "--format", "json"]),
+        sb.ok(&["scan", "docs", "--prefix", "n1", "--json"]),
+        "--format json is --json"
+    );
 
     // get
     assert_eq!(sb.ok(&["get", "docs", "r1", "derived:upper"]), "HELLO WORLD\n");
@@ -406,6 +466,16 @@ fn every_verb_against_a_running_host() {
     ] {
         assert!(metrics.contains(expected), "{expected:?} missing from\n{metrics}");
     }
+
+    // discard: a dead letter leaves for good, and `wait` no longer reports it.
+    let e = sb.fails(&["dead-letters", "discard", "no-such-id"]);
+    assert!(e.contains("no dead letter \"no-such-id\""), "{e}");
+    assert_eq!(sb.ok(&["dead-letters", "discard", "--unbound"]), "discarded 0 dead letters\n");
+    assert_eq!(sb.ok(&["dead-letters", "discard", "--binding", "denied"]), "discarded 1 dead letter\n");
+    assert_eq!(json(&sb.ok(&["dead-letters", "--json"])), serde_json::json!([]));
+    assert!(sb.run(&["wait", "--timeout", "120"]).status.success(), "nothing left for wait to report");
+    let usage = sb.run(&["dead-letters", "discard"]);
+    assert_eq!(usage.status.code(), Some(2), "a usage error: one of id, --binding, --unbound, --all");
 
     // A clean stop removes the endpoint file and keeps everything (even with durability
     // "none": the store is closed properly); the commands then read the store file.
@@ -680,6 +750,19 @@ fn a_non_loopback_listen_needs_a_token() {
     let a = Config::parse(&file, &format!("{head}[http]\nlisten = \"127.0.0.1:0\"\n")).unwrap();
     let b = Config::parse(&file, &format!("{head}[http]\nlisten = \"127.0.0.1:1\"\n")).unwrap();
     assert!(!a.same_host_settings(&b));
+    // A rejected reload names what changed.
+    assert_eq!(a.restart_changes(&b), vec!["http.listen (127.0.0.1:0 → 127.0.0.1:1)".to_owned()]);
+    let c = Config::parse(
+        &file,
+        &format!(
+            "{head}[scanner]
+threads = 7
+[http]
+listen = \"127.0.0.1:0\"\n"
+        ),
+    )
+    .unwrap();
+    assert_eq!(a.restart_changes(&c), vec!["scanner.threads (2 → 7)".to_owned()]);
     assert_eq!(Config::parse(&file, head).unwrap().http.listen.to_string(), "127.0.0.1:7878");
     let e = Config::parse(&file, &format!("{head}[http]\nlisten = \"nowhere\"\n")).unwrap_err().to_string();
     assert!(e.contains(":6: http.listen: \"nowhere\" is not an address and port"), "{e}");
@@ -1549,4 +1632,123 @@ fn snapshots_are_read_pinned_and_refused_on_both_routes() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {e}");
         assert!(e.contains(says), "{args:?}: {e}");
     }
+}
+
+/// `wait` also waits for a reload: a configuration saved just before it is compiled and
+/// applied when it returns (work retried after a fix then runs on the fix).
+#[test]
+fn wait_waits_for_a_pending_reload() {
+    let sb = Sandbox::new("wait-reload", "listen = \"127.0.0.1:0\"", UPPER);
+    let mut host = Host::start(&sb);
+    sb.wait();
+    let generation = |sb: &Sandbox| json(&sb.ok(&["status", "--json"]))["host"]["generation"].as_u64().unwrap();
+    assert_eq!(generation(&sb), 1);
+    let toml = std::fs::read_to_string(sb.path("p.toml")).unwrap();
+    for round in 2..=4u64 {
+        // A changed binding (another parameter): applied after the watcher's debounce.
+        sb.write("p.toml", &format!("{toml}[binding.params]\nround = {round}\n"));
+        if round == 3 {
+            // A retry meanwhile says the reload is coming.
+            let out = sb.run(&["dead-letters", "retry", "--all"]);
+            let e = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success() && e.contains("a reload is under way"), "{e}");
+        }
+        sb.ok(&["wait", "--timeout", "60"]);
+        assert_eq!(generation(&sb), round, "wait returned before the reload it was given was applied");
+    }
+    assert!(host.stop().unwrap().success());
+}
+
+/// A host compiling a slow component serves its API (and endpoint file) first: `status` says
+/// it is starting and what it compiles, the store is reachable, `wait` waits for the load.
+#[test]
+fn a_slow_start_serves_the_api_and_says_what_it_compiles() {
+    let sb = Sandbox::new("slow-start", "listen = \"127.0.0.1:0\"", UPPER);
+    let mut host = Host::spawn(&sb, &[(percolator_server::pipeline::COMPILE_DELAY_ENV, "4000")]);
+    let status = sb.ok(&["status"]);
+    assert!(
+        status.contains("starting: compiling 1 of 1 components: ") && status.contains("for binding upper"),
+        "{status}"
+    );
+    // Not "the store is in use by another process": the host answers.
+    assert!(sb.fails(&["get", "docs", "r1", "raw:text"]).starts_with("percolator: docs/r1/raw:text: no value"));
+    sb.ok(&["wait", "--timeout", "60"]);
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert_eq!(status["host"]["generation"], 1, "wait returned once the pipeline was loaded");
+    let log = std::fs::read_to_string(&host.log).unwrap();
+    assert!(log.contains("compiling 1 of 1: upper (") && log.contains("upper ready in "), "{log}");
+    assert!(host.stop().unwrap().success());
+}
+
+/// `bank-transfer` on `transfers/req:amount`: every transfer moves money between two accounts.
+const BANK: &str = "\n[[binding]]\nname = \"bank\"\nwasm = \"bank_transfer.wasm\"\ntable = \"transfers\"\ncolumn = \"req:amount\"\nreads = [\"bank/bal:*\", \"transfers/req:*\"]\nwrites = [\"bank/bal:amount\", \"transfers/req:status\"]\n";
+
+/// Transfers that all move money from one account to another race on the two balances: `status`
+/// tells the runs that committed from those lost to a conflict (and counts only the committed
+/// ones as OK), and `hot-rows` names the balances.
+#[test]
+fn conflicts_show_in_status_and_hot_rows() {
+    const TRANSFERS: u64 = 200;
+    let sb = Sandbox::new("hotrows", "listen = \"127.0.0.1:0\"", BANK);
+    std::fs::copy(common::guest("bank-transfer"), sb.path("observers/bank_transfer.wasm")).unwrap();
+    let mut host = Host::start(&sb);
+    assert_eq!(sb.ok(&["hot-rows"]), "no observer run lost to a conflict in the last 5 minutes\n");
+    sb.write(
+        "accounts.jsonl",
+        "{\"row\": \"alice\", \"amount\": \"1000000\"}\n{\"row\": \"bob\", \"amount\": \"0\"}\n",
+    );
+    sb.ok(&["load", "bank", "accounts.jsonl", "--family", "bal"]);
+    let transfers: String = (0..TRANSFERS)
+        .map(|i| format!("{{\"row\": \"t{i:04}\", \"from\": \"alice\", \"to\": \"bob\", \"amount\": \"1\"}}\n"))
+        .collect();
+    sb.write("transfers.jsonl", &transfers);
+    sb.ok(&["load", "transfers", "transfers.jsonl", "--family", "req"]);
+    sb.wait();
+    assert_eq!(sb.ok(&["get", "bank", "bob", "bal:amount"]), format!("{TRANSFERS}\n"));
+
+    let status = json(&sb.ok(&["status", "--json"]));
+    let bank = binding(&status, "bank");
+    let (runs, committed, lost) = (
+        bank["runs"].as_u64().unwrap(),
+        bank["committed"].as_u64().unwrap(),
+        bank["lost_to_conflict"].as_u64().unwrap(),
+    );
+    assert_eq!(committed, TRANSFERS, "one committed run per transfer: {bank}");
+    assert_eq!(bank["successes"], committed, "OK is the committed runs: {bank}");
+    assert!(lost > 0, "200 transfers from one account race: {bank}");
+    assert_eq!(runs, committed + lost, "no run failed: {bank}");
+    let text = sb.ok(&["status"]);
+    assert!(text.contains("COMMITTED") && text.contains("CONFLICTS"), "{text}");
+
+    let hot = json(&sb.ok(&["hot-rows", "--json", "--limit", "1", "--minutes", "2"]));
+    assert_eq!((hot["minutes"].as_u64(), hot["host"].as_bool()), (Some(2), Some(true)), "{hot}");
+    let rows = hot["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{hot}");
+    assert_eq!((rows[0]["table"].as_str(), rows[0]["column"].as_str()), (Some("bank"), Some("bal:amount")), "{hot}");
+    assert!(["alice", "bob"].contains(&rows[0]["row"].as_str().unwrap()), "{hot}");
+    assert_eq!(rows[0]["observers"][0]["observer"], "bank", "{hot}");
+    let text = sb.ok(&["hot-rows"]);
+    assert!(text.contains("bank/alice/bal:amount") || text.contains("bank/bob/bal:amount"), "{text}");
+    for (arg, value) in [("--minutes", "11"), ("--limit", "0")] {
+        let out = sb.run(&["hot-rows", arg, value]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(value), "hot-rows {arg} {value}: {stderr}");
+    }
+
+    let metrics = Remote::new(&host.url, None).metrics().unwrap();
+    check_exposition(&metrics);
+    assert!(
+        metrics.contains(&format!("percolator_observer_committed_total{{observer=\"bank\"}} {TRANSFERS}\n")),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(&format!("percolator_observer_conflicts_total{{observer=\"bank\"}} {lost}\n")),
+        "{metrics}"
+    );
+    assert!(host.stop().unwrap().success());
+
+    // Saved when the host stopped: the store file shows them; no host runs, so nothing is hot.
+    let status = json(&sb.ok(&["status", "--json"]));
+    assert!(status["host"].is_null());
+    assert!(sb.ok(&["hot-rows"]).starts_with("no host is running"));
 }

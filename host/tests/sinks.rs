@@ -128,6 +128,20 @@ impl Host {
             assert!(Instant::now() < deadline, "the host did not start: {}", std::fs::read_to_string(&log).unwrap());
             std::thread::sleep(Duration::from_millis(20));
         }
+        // The API answers first; the pipeline (and its sinks) once the first load is done.
+        loop {
+            let out = sb.command().args(["status", "--json"]).output().unwrap();
+            let loaded = serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|s| s["host"]["generation"].as_u64().is_some_and(|g| g >= 1));
+            if loaded {
+                break;
+            }
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("the host exited ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default());
+            }
+            assert!(Instant::now() < deadline, "the host did not load: {}", std::fs::read_to_string(&log).unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+        }
         Host { child: Some(child) }
     }
 

@@ -532,6 +532,11 @@ pub trait Bigtable: Send + Sync + 'static {
         Ok(())
     }
 
+    /// A reader of this process is about to wait for writes it submitted (one-phase commits
+    /// in the 1PC fence): a backend that gathers callers into shared commits should commit
+    /// what it has gathered now. A hint, and must not block; the default does nothing.
+    fn hurry(&self) {}
+
     /// Tells the scanners of other processes that notify cells of these rows (`row_key`s) were
     /// set. Best effort and must not block: a lost wakeup only delays work until a scanner's
     /// next look. The default does nothing (no other process uses an exclusive backend).

@@ -388,6 +388,30 @@ fn collect_folded(txn: &Transaction, spec: &CombineSpec, row: &[u8]) -> Result<(
     Ok(())
 }
 
+/// Fails if `txn` writes a delta of a column `registry` does not combine (its declaration was
+/// removed while the transaction ran): such a delta would never be read or folded.
+pub(crate) fn check_deltas(txn: &Transaction, registry: &crate::registry::Registry) -> Result<()> {
+    let marker = format!("{}delta:", key::RESERVED_COLUMN_PREFIX);
+    for (c, v) in &txn.writes {
+        let Some(rest) = c.column.strip_prefix(&marker) else { continue };
+        if v.is_none() {
+            continue; // a fold's or a reset's delete
+        }
+        // `<n>:<column>:<start_ts>`
+        let column = rest.split_once(':').and_then(|(n, tail)| tail.get(..n.parse::<usize>().ok()?));
+        if column.is_none_or(|column| registry.combined(&c.table, column).is_none()) {
+            return Err(Error::InvalidArgument(format!(
+                "combine into {}/{} of row {}: the column is no longer declared combined (the configuration changed \
+                 while the transaction ran)",
+                c.table,
+                column.unwrap_or("?"),
+                row_text(&c.row)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The deltas a fold's transaction deletes (counted once it committed).
 pub(crate) fn deltas_deleted(txn: &Transaction) -> u64 {
     let prefix = format!("{}delta:", key::RESERVED_COLUMN_PREFIX);

@@ -201,6 +201,9 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
     if txn.writes.is_empty() && txn.weak.is_empty() {
         return Ok(txn.start_ts);
     }
+    // A delta of a column that stopped being combined since `combine` buffered it would never
+    // be read or folded: refused (the declaration changed under the transaction).
+    crate::combine::check_deltas(txn, &registry)?;
     // The change log: one more cell of this very transaction (`changes.rs`).
     crate::changes::log_writes(txn, &registry);
     let rows = group_rows(txn);

@@ -43,6 +43,8 @@ pub enum Error {
         kind: ConflictKind,
         /// The cell, as `table/row/column`.
         cell: String,
+        /// The same cell, as parts (a row or names may hold `/`, which makes `cell` ambiguous).
+        at: Box<crate::CellRef>,
     },
     /// A caller passed something unusable: an empty or over-long name, a write to a
     /// reserved or weak-only column, an unknown observer.
@@ -111,7 +113,16 @@ impl Error {
     }
 
     pub(crate) fn conflict(kind: ConflictKind, table: &str, row: &[u8], column: &str) -> Error {
-        Error::Conflict { kind, cell: format!("{table}/{}/{column}", String::from_utf8_lossy(row)) }
+        let at = crate::CellRef::new(table, row, column);
+        Error::Conflict { kind, cell: at.to_string(), at: Box::new(at) }
+    }
+
+    /// The cell a conflict was met on; `None` for every other error.
+    pub fn conflict_cell(&self) -> Option<&crate::CellRef> {
+        match self {
+            Error::Conflict { at, .. } => Some(at),
+            _ => None,
+        }
     }
 }
 

@@ -46,11 +46,22 @@ struct Queue<W, O> {
     expected: usize,
     /// How long the last underlying commit took: the most a leader waits to gather.
     last_commit: Duration,
+    /// A leader is gathering (waiting for more callers before it commits).
+    gathering: bool,
+    /// Set by [`GroupCommit::hurry`]: the gathering leader commits what it has.
+    hurry: bool,
 }
 
 impl<W, O> Default for Queue<W, O> {
     fn default() -> Queue<W, O> {
-        Queue { pending: VecDeque::new(), leader_active: false, expected: 0, last_commit: Duration::ZERO }
+        Queue {
+            pending: VecDeque::new(),
+            leader_active: false,
+            expected: 0,
+            last_commit: Duration::ZERO,
+            gathering: false,
+            hurry: false,
+        }
     }
 }
 
@@ -98,13 +109,16 @@ impl<W: Work, O> GroupCommit<W, O> {
         let _leader = LeaderGuard(self);
         loop {
             let deadline = Instant::now() + q.last_commit.min(MAX_GATHER);
-            while q.pending.len() < q.expected {
+            q.gathering = true;
+            q.hurry = false;
+            while q.pending.len() < q.expected && !q.hurry {
                 let now = Instant::now();
                 if now >= deadline {
                     break;
                 }
                 q = self.arrived.wait_timeout(q, deadline - now).map_err(|_| Error::Closed)?.0;
             }
+            q.gathering = false;
             let mut batch = Vec::new();
             let mut n = 0;
             while !q.pending.is_empty() && (n == 0 || n + q.pending[0].work.weight() <= MAX_BATCH_OPS) {
@@ -146,6 +160,21 @@ impl<W: Work, O> GroupCommit<W, O> {
                 drop(q);
                 return r;
             }
+        }
+    }
+}
+
+impl<W, O> GroupCommit<W, O> {
+    /// Makes a leader that is gathering commit what it has now: someone waits for work that is
+    /// queued (a reader at the 1PC fence), so waiting for more callers would only delay it. A
+    /// hint: nothing happens if no leader is gathering (`docs/design.md`, "Group commit").
+    pub(crate) fn hurry(&self) {
+        if let Ok(mut q) = self.queue.lock()
+            && q.gathering
+            && !q.hurry
+        {
+            q.hurry = true;
+            self.arrived.notify_one();
         }
     }
 }

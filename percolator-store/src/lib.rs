@@ -37,6 +37,7 @@ mod changes;
 mod clock;
 mod combine;
 mod commit;
+mod conflicts;
 mod error;
 mod etcd;
 mod freshness;
@@ -84,6 +85,9 @@ pub mod backends {
 pub use bigtable::CellRef;
 pub use changes::{Change, ChangePage, ChangeToken, MAX_CHANGES_PER_PAGE, Subscription};
 pub use combine::{CombineOp, CombineSpec, CombineType, Delta, FOLDER};
+pub use conflicts::{
+    CONFLICT_AGING, CONFLICT_BACKOFF, CONFLICT_BACKOFF_MAX, HOT_CELLS_PER_MINUTE, HOT_ROWS_MINUTES, HotRow, RunOutcomes,
+};
 pub use error::{ConflictKind, Error, Result};
 pub use freshness::{FRESHNESS_BUCKETS, FreshnessCounts, histogram_quantile};
 pub use gc::{Compaction, GcRunner, GcStats};

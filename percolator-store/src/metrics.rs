@@ -132,6 +132,7 @@ counters! {
         observer_runs: "Observer runs that committed.",
         observer_skips: "Notifications an observer skipped because its ack was already newer.",
         observer_failures: "Observer runs that failed (trap, error), conflicts not included.",
+        observer_conflicts: "Observer runs lost to a conflict (in their reads or at their commit), run again after a backoff.",
         dead_letters: "Notifications moved to dead letters.",
         notifications_cleared: "Notify cells cleared.",
         teleports: "Scanner teleports (a scanner met a row another scanner held).",
@@ -345,7 +346,7 @@ mod tests {
     fn counters_list_every_field_once_with_its_name() {
         let m = Metrics { commits: 1, teleports: 2, backend_ops: 3, oracle_timestamps: 4, ..Metrics::default() };
         let list: Vec<Counter> = m.counters().collect();
-        assert_eq!(list.len(), 21);
+        assert_eq!(list.len(), 22);
         let names: std::collections::BTreeSet<&str> = list.iter().map(|c| c.name).collect();
         assert_eq!(names.len(), list.len(), "names are unique");
         let value = |name: &str| list.iter().find(|c| c.name == name).unwrap().value;

@@ -16,6 +16,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bigtable::*;
+use crate::conflicts::{self, RunEnd};
 use crate::error::{Error, Result};
 use crate::key;
 use crate::lock::{self, Force, TxnStatus};
@@ -90,10 +91,24 @@ pub trait Observer: Send + Sync + 'static {
     fn observe(&self, txn: &mut Transaction, notification: &Notification) -> Result<(), ObserveError>;
 }
 
-/// Failure bookkeeping of one (notification, observer) pair.
+/// Failure and conflict bookkeeping of one (notification, observer) pair.
 pub(crate) struct FailState {
     attempts: u32,
     retry_at: Instant,
+    /// Runs lost to conflicts in a row.
+    losses: u32,
+    /// When the notification first lost a run or was held back by its observer's window:
+    /// once that is `conflicts::CONFLICT_AGING` ago it backs off no more and may take a slot
+    /// beyond the window.
+    waiting_since: Option<Instant>,
+}
+
+/// When the soonest conflict backoff still running ends (a scanner that found nothing to do
+/// sleeps no longer than that, so a backoff is not stretched to its idle wait).
+pub(crate) fn next_conflict_retry(inner: &Inner) -> Option<Instant> {
+    let now = Instant::now();
+    let failures = inner.failures.lock().unwrap_or_else(PoisonError::into_inner);
+    failures.values().filter(|f| f.losses > 0 && f.retry_at > now).map(|f| f.retry_at).min()
 }
 
 /// A notification whose observer failed `attempts` times.
@@ -325,6 +340,24 @@ impl Store {
         Ok(())
     }
 
+    /// Removes a dead letter for good: its notification is not run again. A strong observer's
+    /// change was acknowledged when it was dead-lettered (a later write still triggers it); an
+    /// [`UNBOUND`] one's notification was cleared then. What GC kept for a retry (a Delete
+    /// record) becomes collectable. An `id` that [`Store::dead_letters`] does not list is
+    /// [`Error::NotFound`].
+    pub fn discard_dead_letter(&self, id: &str) -> Result<()> {
+        let not_found = || Error::NotFound(format!("dead letter {id:?}"));
+        if !id.starts_with(DEAD_PREFIX) {
+            return Err(not_found());
+        }
+        let raw = self.inner.backend.meta_get(id)?.ok_or_else(not_found)?;
+        let dead = decode_dead(id.to_owned(), &raw)?;
+        self.inner.backend.apply(vec![Op::MetaDelete { key: id.to_owned() }])?;
+        let mut failures = self.inner.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        failures.remove(&(notify_position(&dead.cell), dead.observer.clone()));
+        Ok(())
+    }
+
     /// Sets the notify cell of `table/column` in every row of `[start, end)` (`end = None`: to
     /// the end of the table) where the column has a value now, so that its observers run on
     /// data written before they were bound: a binding is notified only of the writes made while
@@ -478,7 +511,8 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
         // it as a dead letter, which `retry_dead_letter` turns back into a notification.
         unbound_dead_letter(inner, cell)?;
     }
-    let t0 = if observers.is_empty() { entry.ts } else { inner.oracle.next()? };
+    // Taken before the first run (none while every observer backs off: no timestamp per look).
+    let mut t0 = observers.is_empty().then_some(entry.ts);
     let mut settled = true;
     let position = notify_position(cell);
     for b in &observers {
@@ -489,23 +523,53 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
             continue;
         };
         let key = (position.clone(), b.spec.name.clone());
-        let attempts = {
+        let (attempts, waiting_since) = {
             let failures = inner.failures.lock().map_err(|_| Error::Closed)?;
             match failures.get(&key) {
                 Some(f) if f.retry_at > Instant::now() => {
                     settled = false;
                     continue;
                 }
-                Some(f) => f.attempts,
-                None => 0,
+                Some(f) => (f.attempts, f.waiting_since),
+                None => (0, None),
             }
         };
+        let aged = waiting_since.is_some_and(|t| t.elapsed() >= conflicts::CONFLICT_AGING);
+        let Some(_slot) = conflicts::Conflicts::admit(inner, &b.spec.name, aged) else {
+            // The observer's runs conflict with each other: as many are in flight as its
+            // window allows. Held back, not run (and so not lost).
+            let now = Instant::now();
+            let mut failures = inner.failures.lock().map_err(|_| Error::Closed)?;
+            let f =
+                failures.entry(key).or_insert(FailState { attempts, retry_at: now, losses: 0, waiting_since: None });
+            f.waiting_since.get_or_insert(now);
+            settled = false;
+            continue;
+        };
+        if t0.is_none() {
+            t0 = Some(inner.oracle.next()?);
+        }
         let mut run_ts = None;
         match run_observer(inner, b, observer.as_ref(), entry, attempts + 1, &mut run_ts) {
             Ok(()) => {
                 inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
             }
-            Err(ObserveError::Store(e)) if e.is_retryable() => settled = false,
+            Err(ObserveError::Store(e)) if e.is_retryable() => {
+                // Lost to a conflict: not a failure, never a dead letter; runs again after a
+                // backoff with jitter, which ends as the notification ages (no starving).
+                let now = Instant::now();
+                let mut failures = inner.failures.lock().map_err(|_| Error::Closed)?;
+                let f = failures.entry(key).or_insert(FailState {
+                    attempts,
+                    retry_at: now,
+                    losses: 0,
+                    waiting_since: None,
+                });
+                f.losses = f.losses.saturating_add(1);
+                let first = *f.waiting_since.get_or_insert(now);
+                f.retry_at = now + conflicts::conflict_backoff(f.losses, now - first);
+                settled = false;
+            }
             Err(e) => {
                 inner.counters.observer_failures.fetch_add(1, Ordering::Relaxed);
                 let attempts = attempts + 1;
@@ -530,11 +594,10 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                         error = %e,
                         "observer run failed; it runs again after a backoff"
                     );
-                    inner
-                        .failures
-                        .lock()
-                        .map_err(|_| Error::Closed)?
-                        .insert(key, FailState { attempts, retry_at: Instant::now() + backoff });
+                    inner.failures.lock().map_err(|_| Error::Closed)?.insert(
+                        key,
+                        FailState { attempts, retry_at: Instant::now() + backoff, losses: 0, waiting_since: None },
+                    );
                     settled = false;
                 }
             }
@@ -543,6 +606,8 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     if !settled {
         return Ok(CellOutcome::Pending);
     }
+    // Every observer ran (or there is none): `t0` was taken.
+    let t0 = t0.unwrap_or(entry.ts);
     // Clear only if every write and lock the runs could have missed is absent.
     let op = RowMutation {
         table: cell.table.clone(),
@@ -623,6 +688,7 @@ fn run_observer_in_span(
         // The last run (at `ack`) saw every write committed before it.
         if latest.is_none_or(|c| c < ack) {
             inner.counters.observer_skips.fetch_add(1, Ordering::Relaxed);
+            inner.conflicts.record(&b.spec.name, RunEnd::Skipped);
             return Ok(());
         }
         commit_ts = latest;
@@ -630,19 +696,33 @@ fn run_observer_in_span(
         txn.set_reserved(ack_cell, Some(txn.start_ts().raw().to_be_bytes().to_vec()));
     }
     let n = Notification { cell: cell.clone(), kind: b.spec.kind, commit_ts, attempt };
-    observer.observe(&mut txn, &n)?;
+    let ran = observer.observe(&mut txn, &n).and_then(|()| {
+        // A fold counts its deltas before the commit, and itself as a fold once it committed.
+        let folded = if b.spec.name == crate::combine::FOLDER { crate::combine::deltas_deleted(&txn) } else { 0 };
+        Ok((folded, txn.commit()?))
+    });
+    if let Err(e) = &ran {
+        // A run (the observer was called) that did not commit.
+        match e {
+            ObserveError::Store(e) if e.is_retryable() => {
+                inner.counters.observer_conflicts.fetch_add(1, Ordering::Relaxed);
+                inner.conflicts.lost(&b.spec.name, e.conflict_cell().unwrap_or(cell));
+            }
+            _ => inner.conflicts.record(&b.spec.name, RunEnd::Failed),
+        }
+    }
+    let (folded, _) = ran?;
     if b.spec.name == crate::combine::FOLDER {
-        // A fold: counted as such once it committed, not as an observer run.
-        let folded = crate::combine::deltas_deleted(&txn);
-        txn.commit()?;
+        // A fold: counted as such, not as an observer run (its window widens as any run's).
+        inner.conflicts.record(&b.spec.name, RunEnd::Committed);
         if folded > 0 {
             inner.counters.combine_folds.fetch_add(1, Ordering::Relaxed);
             inner.counters.combine_deltas_folded.fetch_add(folded, Ordering::Relaxed);
         }
         return Ok(());
     }
-    txn.commit()?;
     inner.counters.observer_runs.fetch_add(1, Ordering::Relaxed);
+    inner.conflicts.record(&b.spec.name, RunEnd::Committed);
     // Freshness: from the change the run consumed (the newest write it saw; for a weak
     // observer, the notification) to now.
     let changed = commit_ts.unwrap_or(entry.ts);

@@ -389,6 +389,10 @@ impl Bigtable for RedbBigtable {
         true
     }
 
+    fn hurry(&self) {
+        self.group.hurry();
+    }
+
     fn stats(&self) -> BackendStats {
         BackendStats { commits: self.commits.load(Ordering::Relaxed), ops: self.ops.load(Ordering::Relaxed) }
     }

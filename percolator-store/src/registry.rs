@@ -307,6 +307,7 @@ pub(crate) fn save(
         let before = saved.specs.clone();
         change(&mut saved.specs)?;
         check_kinds(&saved.specs)?;
+        check_combined(&saved.specs, &saved.combined)?;
         if saved.specs == before {
             return Ok((saved, true));
         }

@@ -31,6 +31,7 @@ use crate::error::{Error, Result};
 use crate::key;
 use crate::notify::CellOutcome;
 use crate::store::{Inner, Store};
+use crate::timestamp::Timestamp;
 use crate::worker;
 
 /// How often a scanner thread recomputes its share of the notify partitions.
@@ -176,10 +177,10 @@ fn work_loop(store: &Store, runs: &Runs) {
     }
 }
 
-/// Processes a row's notify cells; returns how many it cleared.
+/// Processes a row's notify cells, the oldest notification first; returns how many it cleared.
 fn run_row(store: &Store, entries: &[NotifyEntry]) -> u64 {
     let mut cleared = 0;
-    for entry in entries {
+    for entry in oldest_first(entries) {
         match store.process_notification(entry) {
             Ok(CellOutcome::Cleared) => cleared += 1,
             Ok(CellOutcome::Pending) => {}
@@ -187,6 +188,20 @@ fn run_row(store: &Store, entries: &[NotifyEntry]) -> u64 {
         }
     }
     cleared
+}
+
+/// A row's notify cells by the age of their notification (the timestamp of the write that set
+/// it; a cell pending only through named writers, by its oldest writer's start), not by column:
+/// within a row, a notification that keeps losing a race to newer ones' runs goes first, so
+/// they cannot starve it. Ties keep column order.
+fn oldest_first(entries: &[NotifyEntry]) -> Vec<&NotifyEntry> {
+    let age = |e: &NotifyEntry| match e.writers.first() {
+        Some(w) if e.ts == Timestamp::ZERO => w.start_ts,
+        _ => e.ts,
+    };
+    let mut sorted: Vec<&NotifyEntry> = entries.iter().collect();
+    sorted.sort_by_key(|e| age(e));
+    sorted
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
@@ -586,7 +601,10 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig, runs: Opt
         }
         let now = inner.signal.generation();
         if !progressed && now == generation {
-            let wait = if busy { config.idle_wait.min(Duration::from_millis(10)) } else { config.idle_wait };
+            let mut wait = if busy { config.idle_wait.min(Duration::from_millis(10)) } else { config.idle_wait };
+            if let Some(at) = crate::notify::next_conflict_retry(inner) {
+                wait = wait.min(at.saturating_duration_since(Instant::now()));
+            }
             inner.signal.wait_change(generation, wait);
         }
         generation = inner.signal.generation();
@@ -647,5 +665,21 @@ mod tests {
         assert_eq!(share_of(4, vec![10], 5), (vec![0, 2], 2));
         // More workers than partitions: some get none.
         assert_eq!(share_of(2, vec![1, 2, 3], 3), (vec![], 3));
+    }
+
+    #[test]
+    fn a_rows_notifications_run_oldest_first() {
+        use crate::bigtable::Writer;
+        let entry = |column: &str, ts: u64, writer: Option<u64>| NotifyEntry {
+            cell: CellRef::new("t", "r", column),
+            ts: Timestamp::from_raw(ts),
+            writers: writer
+                .map(|s| Writer { start_ts: Timestamp::from_raw(s), primary: CellRef::new("t", "p", "c") })
+                .into_iter()
+                .collect(),
+        };
+        let row = [entry("a", 30, None), entry("b", 10, None), entry("c", 0, Some(20)), entry("d", 10, None)];
+        let order: Vec<&str> = oldest_first(&row).iter().map(|e| e.cell.column.as_str()).collect();
+        assert_eq!(order, ["b", "d", "c", "a"]);
     }
 }

@@ -8,6 +8,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
 use crate::bigtable::{Bigtable, Op};
+use crate::conflicts::Conflicts;
 use crate::error::{Error, Result};
 use crate::freshness::Freshness;
 use crate::mem_backend::MemBigtable;
@@ -128,7 +129,11 @@ impl Signal {
 /// timestamp. A later entry takes its commit timestamp after that, so above the reader's start:
 /// the reader must not see it, and a hot row's stream of commits cannot starve it
 /// (`docs/design.md`, "Combine columns", the 1PC fence).
-#[derive(Default)]
+///
+/// Waiters sleep on the condition variable of their row's stripe (or, for a range, on the
+/// range one), and an exit wakes only the stripes of the rows it held, and only where someone
+/// sleeps: with many commits of a few hot rows in flight, one notification for every waiter
+/// at every exit made most of the store's CPU time scheduler work.
 pub(crate) struct OnePcFence {
     count: AtomicUsize,
     /// Entries so far (the number of the newest).
@@ -136,39 +141,99 @@ pub(crate) struct OnePcFence {
     /// One-phase commits finished so far: a read view opened before a 1PC finished may miss
     /// its write, so views are reopened when this changes.
     exits: AtomicU64,
+    state: Mutex<FenceState>,
+    /// Waiters for one row, by [`fence_stripe`] of its key.
+    row_cvs: Vec<Condvar>,
+    /// Waiters for a range of rows: woken by every exit.
+    range_cv: Condvar,
+    /// Called by a waiter before it first sleeps: the commits it waits for may sit in a group
+    /// commit that is gathering ([`Bigtable::hurry`]). Called under the fence's mutex.
+    hurry: Box<dyn Fn() + Send + Sync>,
+}
+
+/// What the fence's mutex guards.
+struct FenceState {
     /// Fenced row keys (`key::row_prefix`), each with the numbers of the entries holding it;
     /// ordered, so a scan's range is one range lookup.
-    rows: Mutex<BTreeMap<Vec<u8>, Vec<u64>>>,
-    cv: Condvar,
+    rows: BTreeMap<Vec<u8>, Vec<u64>>,
+    /// Threads asleep on each of `row_cvs`, and on `range_cv`: an exit notifies only where
+    /// someone sleeps.
+    row_waiters: Vec<u32>,
+    range_waiters: u32,
+}
+
+/// Condition variables of the fence's row waiters.
+const FENCE_STRIPES: usize = 64;
+
+/// The stripe of a row key's waiters (FNV-1a).
+fn fence_stripe(row_key: &[u8]) -> usize {
+    let h = row_key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
+    (h % FENCE_STRIPES as u64) as usize
 }
 
 impl OnePcFence {
+    /// A fence whose waiters hurry `backend`'s group commit.
+    pub(crate) fn new(backend: Arc<dyn Bigtable>) -> OnePcFence {
+        OnePcFence {
+            count: AtomicUsize::new(0),
+            entered: AtomicU64::new(0),
+            exits: AtomicU64::new(0),
+            state: Mutex::new(FenceState {
+                rows: BTreeMap::new(),
+                row_waiters: vec![0; FENCE_STRIPES],
+                range_waiters: 0,
+            }),
+            row_cvs: (0..FENCE_STRIPES).map(|_| Condvar::new()).collect(),
+            range_cv: Condvar::new(),
+            hurry: Box::new(move || backend.hurry()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, FenceState> {
+        self.state.lock().expect("1PC fence poisoned")
+    }
+
     /// Fences `row_keys`; returns the entry's number, for [`OnePcFence::exit`].
     pub(crate) fn enter(&self, row_keys: &[Vec<u8>]) -> u64 {
-        let mut rows = self.rows.lock().expect("1PC fence poisoned");
+        let mut state = self.lock();
         let number = self.entered.fetch_add(1, Ordering::SeqCst) + 1;
         for k in row_keys {
-            rows.entry(k.clone()).or_default().push(number);
+            state.rows.entry(k.clone()).or_default().push(number);
         }
         self.count.fetch_add(1, Ordering::SeqCst);
         number
     }
+
     pub(crate) fn exit(&self, row_keys: &[Vec<u8>], number: u64) {
-        let mut rows = self.rows.lock().expect("1PC fence poisoned");
+        let mut state = self.lock();
         for k in row_keys {
-            if let Some(numbers) = rows.get_mut(k) {
+            if let Some(numbers) = state.rows.get_mut(k) {
                 if let Some(i) = numbers.iter().position(|n| *n == number) {
                     numbers.swap_remove(i);
                 }
                 if numbers.is_empty() {
-                    rows.remove(k);
+                    state.rows.remove(k);
                 }
             }
         }
         self.exits.fetch_add(1, Ordering::SeqCst);
         self.count.fetch_sub(1, Ordering::SeqCst);
-        self.cv.notify_all();
+        // Every sleeper counted here is inside `wait` (it counted itself and slept under the
+        // mutex), so notifying after the mutex is released loses no wakeup.
+        let mut stripes: Vec<usize> =
+            row_keys.iter().map(|k| fence_stripe(k)).filter(|s| state.row_waiters[*s] > 0).collect();
+        let ranges = state.range_waiters > 0;
+        drop(state);
+        stripes.sort_unstable();
+        stripes.dedup();
+        for s in stripes {
+            self.row_cvs[s].notify_all();
+        }
+        if ranges {
+            self.range_cv.notify_all();
+        }
     }
+
     pub(crate) fn exits(&self) -> u64 {
         self.exits.load(Ordering::SeqCst)
     }
@@ -193,24 +258,33 @@ impl OnePcFence {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let rows = self.rows.lock().expect("1PC fence poisoned");
-        let _unused = self
-            .cv
-            .wait_while(rows, |rows| rows.get(row_key).is_some_and(|n| n.iter().any(|n| *n <= upto)))
-            .expect("1PC fence poisoned");
+        let stripe = fence_stripe(row_key);
+        let mut state = self.lock();
+        let mut hurried = false;
+        while state.rows.get(row_key).is_some_and(|n| n.iter().any(|n| *n <= upto)) {
+            if !std::mem::replace(&mut hurried, true) {
+                (self.hurry)();
+            }
+            state.row_waiters[stripe] += 1;
+            state = self.row_cvs[stripe].wait(state).expect("1PC fence poisoned");
+            state.row_waiters[stripe] -= 1;
+        }
     }
 
     #[cold]
     fn wait_slow(&self, lo: &[u8], hi: Option<&[u8]>, upto: u64) {
         use std::ops::Bound;
         let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
-        let rows = self.rows.lock().expect("1PC fence poisoned");
-        let _unused = self
-            .cv
-            .wait_while(rows, |rows| {
-                rows.range::<[u8], _>((Bound::Included(lo), upper)).any(|(_, n)| n.iter().any(|n| *n <= upto))
-            })
-            .expect("1PC fence poisoned");
+        let mut state = self.lock();
+        let mut hurried = false;
+        while state.rows.range::<[u8], _>((Bound::Included(lo), upper)).any(|(_, n)| n.iter().any(|n| *n <= upto)) {
+            if !std::mem::replace(&mut hurried, true) {
+                (self.hurry)();
+            }
+            state.range_waiters += 1;
+            state = self.range_cv.wait(state).expect("1PC fence poisoned");
+            state.range_waiters -= 1;
+        }
     }
 }
 
@@ -247,6 +321,8 @@ pub(crate) struct Inner {
     pub(crate) secondaries: Option<AsyncSecondaries>,
     /// Each observer's freshness histogram (this process's committed runs).
     pub(crate) freshness: Freshness,
+    /// Each observer's run outcomes and the cells of recent conflicts (this process's runs).
+    pub(crate) conflicts: Conflicts,
     /// The counters' saved totals (see `metrics.rs`).
     pub(crate) totals: Totals,
     /// Which transactions write values in their stored form (`values.rs`).
@@ -356,6 +432,7 @@ impl Store {
         let stop = Arc::new(Stop::default());
         let (lease, poll) = (config.worker_lease, config.registry_poll);
         let (config_async, backend_for_secondaries) = (config.async_secondaries, backend.clone());
+        let fence = OnePcFence::new(backend.clone());
         let inner = Arc::new(Inner {
             backend,
             oracle,
@@ -369,12 +446,13 @@ impl Store {
             lease_valid_until: AtomicU64::new(valid_until),
             lease_epoch: AtomicU64::new(0),
             signal: Signal::default(),
-            fence: OnePcFence::default(),
+            fence,
             row_locks: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             secondaries: config_async.then(|| AsyncSecondaries::start(backend_for_secondaries)),
             freshness: Freshness::default(),
+            conflicts: Conflicts::default(),
             totals,
             values,
             gc_collected: Mutex::new(Timestamp::ZERO),

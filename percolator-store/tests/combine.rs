@@ -9,7 +9,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -116,32 +116,30 @@ fn expected(events: &[Event], at: u64) -> Option<i64> {
     acc
 }
 
-/// Combiners, resetters and readers on two hot rows while the folder runs; every read checked.
-fn check_history(store: &TestStore) {
-    store.set_combined(vec![sum("h", "n")]).unwrap();
-    let scanner = store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() });
-    let rows = ["a", "b"];
-    let events: Vec<Mutex<Vec<Event>>> = rows.iter().map(|_| Mutex::new(Vec::new())).collect();
-    let stop = AtomicBool::new(false);
+const ROWS: [&str; 2] = ["a", "b"];
+
+/// Combiners (and a resetter, if `resets`) and readers on two hot rows until `deadline`,
+/// while the folder runs; the events of each row, recorded.
+fn run_workload(store: &Store, deadline: Instant, seed: u64, resets: bool) -> Vec<Vec<Event>> {
+    let events: Vec<Mutex<Vec<Event>>> = ROWS.iter().map(|_| Mutex::new(Vec::new())).collect();
     let combine_conflicts = AtomicU64::new(0);
-    let deadline = Instant::now() + Duration::from_secs(4);
     std::thread::scope(|s| {
         for w in 0..4u64 {
-            let (store, events, combine_conflicts) = (&store, &events, &combine_conflicts);
+            let (events, combine_conflicts) = (&events, &combine_conflicts);
             s.spawn(move || {
-                let mut n = w + 7;
+                let mut n = w + seed;
                 while Instant::now() < deadline {
                     n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                     let r = ((n >> 33) % 2) as usize;
                     let delta = ((n >> 40) % 21) as i64 - 5;
-                    let (commit, c) = combine_once(store, "h", rows[r], "n", Delta::Int(delta));
+                    let (commit, c) = combine_once(store, "h", ROWS[r], "n", Delta::Int(delta));
                     combine_conflicts.fetch_add(c, Ordering::Relaxed);
                     events[r].lock().unwrap().push(Event::Delta { commit: commit.raw(), delta });
                 }
             });
         }
-        {
-            let (store, events) = (&store, &events);
+        if resets {
+            let events = &events;
             s.spawn(move || {
                 let mut i = 0u64;
                 while Instant::now() < deadline {
@@ -153,8 +151,8 @@ fn check_history(store: &TestStore) {
                         let mut t = store.begin().unwrap();
                         let start = t.start_ts().raw();
                         match value {
-                            Some(v) => t.set("h", rows[r], "n", v.to_string()).unwrap(),
-                            None => t.delete("h", rows[r], "n").unwrap(),
+                            Some(v) => t.set("h", ROWS[r], "n", v.to_string()).unwrap(),
+                            None => t.delete("h", ROWS[r], "n").unwrap(),
                         }
                         match t.commit() {
                             Ok(c) => {
@@ -169,11 +167,11 @@ fn check_history(store: &TestStore) {
             });
         }
         for _ in 0..2 {
-            let (store, events, stop) = (&store, &events, &stop);
+            let events = &events;
             s.spawn(move || {
-                while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                while Instant::now() < deadline {
                     let t = store.begin().unwrap();
-                    for (r, row) in rows.iter().enumerate() {
+                    for (r, row) in ROWS.iter().enumerate() {
                         let value = t.get("h", row, "n").unwrap().map(|v| {
                             String::from_utf8(v).unwrap().parse::<i64>().expect("a combined i64 reads as decimal")
                         });
@@ -183,21 +181,27 @@ fn check_history(store: &TestStore) {
             });
         }
     });
-    stop.store(true, Ordering::Relaxed);
-    quiet(store);
     assert_eq!(combine_conflicts.load(Ordering::Relaxed), 0, "a combine conflicted");
+    events.into_iter().map(|e| e.into_inner().unwrap()).collect()
+}
+
+/// Checks every read of `events` (per row of [`ROWS`]) and the final, folded value.
+fn verify(store: &Store, events: &[Vec<Event>], min_resets: usize) {
     let mut reads = 0;
-    for (r, row) in rows.iter().enumerate() {
-        let events = events[r].lock().unwrap().clone();
+    for (r, row) in ROWS.iter().enumerate() {
+        let events = &events[r];
         let deltas = events.iter().filter(|e| matches!(e, Event::Delta { .. })).count();
         let resets = events.iter().filter(|e| matches!(e, Event::Reset { .. })).count();
-        assert!(deltas > 20 && resets > 2, "row {row}: too little happened ({deltas} deltas, {resets} resets)");
-        for e in &events {
+        assert!(
+            deltas > 20 && resets >= min_resets,
+            "row {row}: too little happened ({deltas} deltas, {resets} resets)"
+        );
+        for e in events {
             if let Event::Read { at, value } = e {
                 reads += 1;
                 assert_eq!(
                     *value,
-                    expected(&events, *at),
+                    expected(events, *at),
                     "row {row}: the read at {at} is not the fold at its snapshot"
                 );
             }
@@ -205,9 +209,18 @@ fn check_history(store: &TestStore) {
         // The final value, after the folder finished.
         let t = store.begin().unwrap();
         let last = t.get("h", row, "n").unwrap().map(|v| String::from_utf8(v).unwrap().parse::<i64>().unwrap());
-        assert_eq!(last, expected(&events, t.start_ts().raw()), "row {row}: the folded total");
+        assert_eq!(last, expected(events, t.start_ts().raw()), "row {row}: the folded total");
     }
     assert!(reads > 50, "only {reads} reads");
+}
+
+/// Combiners, resetters and readers on two hot rows while the folder runs; every read checked.
+fn check_history(store: &TestStore) {
+    store.set_combined(vec![sum("h", "n")]).unwrap();
+    let scanner = store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() });
+    let events = run_workload(store, Instant::now() + Duration::from_secs(4), 7, true);
+    quiet(store);
+    verify(store, &events, 3);
     assert!(store.metrics().combine_folds > 0, "the folder never folded");
     drop(scanner);
 }
@@ -444,7 +457,12 @@ fn bad_input_is_refused_with_the_cell_named() {
     assert!(e.contains("b/n") && e.contains("1 row") && e.contains("unfolded"), "{e}");
     let scanner = store.start_scanner(ScannerConfig::default());
     quiet(&store);
+    // A combine buffered before its declaration went is refused at commit (it would never be read).
+    let mut t = store.begin().unwrap();
+    t.combine("b", "r", "n", Delta::Int(1)).unwrap();
     store.set_combined(vec![]).unwrap();
+    let e = t.commit().unwrap_err().to_string();
+    assert!(e.contains("b/n") && e.contains("no longer declared combined"), "{e}");
     drop(scanner);
 }
 
@@ -548,5 +566,128 @@ fn later_folds_collect_the_deltas_earlier_folds_deleted() {
     quiet(&store);
     assert!(delta_cells(&store) <= 1, "{} delta cells left after a later fold", delta_cells(&store));
     assert_eq!(get_text(&store, "g", "r", "n").as_deref(), Some("51"));
+    drop(scanner);
+}
+
+// ---- three hosts on Redis ------------------------------------------------------------------
+
+const HOST_ENV: &str = "PERCOLATOR_COMBINE_HOST";
+
+/// The child: host `h` of the namespace in `PERCOLATOR_COMBINE_HOST` (`<namespace> <h> <ms>`):
+/// its folder running, combiners and readers (and, on host 1, a resetter) for that long, then
+/// its events, one line each (`E <row> D <commit> <delta>`, `E <row> R <start> <commit>
+/// <value|->`, `E <row> Q <at> <value|->`) and `DONE`.
+#[test]
+#[ignore = "run by three_hosts_combining_on_redis as a child process"]
+fn combine_host_child() {
+    let Ok(arg) = std::env::var(HOST_ENV) else { return };
+    let args: Vec<&str> = arg.split(' ').collect();
+    let [namespace, host, run_ms] = args[..] else { panic!("{HOST_ENV}={arg:?}") };
+    let host: u64 = host.parse().unwrap();
+    let store = shared_store(namespace, StoreConfig { lock_ttl: Duration::from_millis(500), ..StoreConfig::default() });
+    let scanner = store.start_scanner(ScannerConfig { threads: 2, ..ScannerConfig::default() });
+    let deadline = Instant::now() + Duration::from_millis(run_ms.parse().unwrap());
+    let events = run_workload(&store, deadline, host * 1000, host == 1);
+    drop(scanner);
+    let mut out = std::io::stdout().lock();
+    let opt = |v: &Option<i64>| v.map_or("-".to_owned(), |v| v.to_string());
+    for (r, events) in events.iter().enumerate() {
+        for e in events {
+            let line = match e {
+                Event::Delta { commit, delta } => format!("D {commit} {delta}"),
+                Event::Reset { start, commit, value } => format!("R {start} {commit} {}", opt(value)),
+                Event::Read { at, value } => format!("Q {at} {}", opt(value)),
+            };
+            writeln!(out, "\nE {r} {line}").unwrap();
+        }
+    }
+    writeln!(out, "\nDONE").unwrap();
+    out.flush().unwrap();
+}
+
+fn parse_event(line: &str) -> (usize, Event) {
+    let f: Vec<&str> = line.split(' ').collect();
+    let n = |i: usize| f[i].parse::<u64>().unwrap();
+    let v = |i: usize| (f[i] != "-").then(|| f[i].parse::<i64>().unwrap());
+    let event = match f[1] {
+        "D" => Event::Delta { commit: n(2), delta: f[3].parse().unwrap() },
+        "R" => Event::Reset { start: n(2), commit: n(3), value: v(4) },
+        "Q" => Event::Read { at: n(2), value: v(3) },
+        other => panic!("unknown event {other:?}"),
+    };
+    (f[0].parse().unwrap(), event)
+}
+
+#[test]
+fn three_hosts_combining_on_redis() {
+    if redis_nodes().is_none() || etcd_endpoints().is_none() {
+        return;
+    }
+    let namespace = unique_namespace();
+    let store = shared_store(&namespace, StoreConfig::default());
+    store.set_combined(vec![sum("h", "n")]).unwrap();
+    let run = Duration::from_secs(5);
+    let hosts: Vec<_> = (1..=3u64)
+        .map(|h| spawn_child_test("combine_host_child", HOST_ENV, &format!("{namespace} {h} {}", run.as_millis())))
+        .collect();
+    let deadline = Instant::now() + run + Duration::from_secs(60);
+    let mut events: Vec<Vec<Event>> = ROWS.iter().map(|_| Vec::new()).collect();
+    for (h, (mut child, lines)) in (1..).zip(hosts) {
+        let mut done = false;
+        while let Ok(line) = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            if let Some(rest) = line.strip_prefix("E ") {
+                let (r, e) = parse_event(rest);
+                events[r].push(e);
+            } else if line == "DONE" {
+                done = true;
+            }
+        }
+        if !done {
+            let _ = child.kill();
+        }
+        let status = child.wait().unwrap();
+        assert!(status.success() && done, "host {h} did not finish ({status}); run it alone to see why");
+    }
+    // This store's folder finishes what the hosts left.
+    let scanner = store.start_scanner(ScannerConfig::default());
+    quiet(&store);
+    verify(&store, &events, 3);
+    drop(scanner);
+}
+
+#[test]
+fn the_change_feed_of_a_combined_column_carries_totals_not_deltas() {
+    let store = test_store(StoreConfig::default());
+    store
+        .set_combined(vec![sum("f", "c:n"), CombineSpec::new("f", "c:max", CombineOp::Max, CombineType::I64).unwrap()])
+        .unwrap();
+    store.set_change_log([("f".to_owned(), "c:n".to_owned()), ("f".to_owned(), "c:max".to_owned())].into()).unwrap();
+    for i in 0..20 {
+        store
+            .run(|t| {
+                t.combine("f", "r", "c:n", Delta::Int(1))?;
+                t.combine("f", "r", "c:max", Delta::Int(-i))
+            })
+            .unwrap();
+    }
+    let page = store.changes("f", None, &percolator_store::ChangeToken::origin(), 1000).unwrap();
+    assert!(page.changes.is_empty(), "deltas are not changes of the column: {:?}", page.changes);
+    let scanner = store.start_scanner(ScannerConfig::default());
+    quiet(&store);
+    // A few more below the maximum: folded quietly, logged nowhere.
+    for _ in 0..5 {
+        combine_once(&store, "f", "r", "c:max", Delta::Int(-100));
+    }
+    quiet(&store);
+    let page = store.changes("f", None, &percolator_store::ChangeToken::origin(), 1000).unwrap();
+    let totals: Vec<(String, String)> = page
+        .changes
+        .iter()
+        .map(|c| (c.cell.column.clone(), String::from_utf8(c.value.clone().unwrap()).unwrap()))
+        .collect();
+    assert!(!totals.is_empty() && totals.len() <= 2 * store.metrics().combine_folds as usize, "{totals:?}");
+    assert_eq!(totals.iter().rfind(|(c, _)| c == "c:n").map(|(_, v)| v.as_str()), Some("20"));
+    assert_eq!(totals.iter().rfind(|(c, _)| c == "c:max").map(|(_, v)| v.as_str()), Some("0"));
+    assert_eq!(totals.iter().filter(|(c, _)| c == "c:max").count(), 1, "an unchanged max is not logged again");
     drop(scanner);
 }

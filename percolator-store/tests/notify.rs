@@ -572,3 +572,68 @@ fn scanner_counts_the_errors_it_retries_and_carries_on() {
     let m = store.metrics();
     assert_eq!((m.observer_runs, m.observer_failures, m.notifications_cleared), (1, 0, 1));
 }
+
+/// The textbook counter: one observer run per event reads a shared count, adds one and writes
+/// it, so concurrent runs on different events conflict on the one counter cell. Every event is
+/// counted exactly once; the store tells committed runs from runs lost to a conflict (which are
+/// retried after a backoff, never failures), narrows the observer's window of runs in flight so
+/// that few runs are lost, and names the counter as the hot cell.
+#[test]
+fn a_hot_counter_counts_each_run_by_its_outcome_and_shows_as_a_hot_row() {
+    const EVENTS: u64 = 60;
+    let store = test_store(StoreConfig::default());
+    let obs = observer(|t, _| {
+        let n = get_u64(t, "stats", "license-1", "count:n")?;
+        // Widen the race: the other workers read the same count meanwhile.
+        std::thread::sleep(Duration::from_millis(2));
+        set_u64(t, "stats", "license-1", "count:n", n + 1)?;
+        Ok(())
+    });
+    store.register_observer(spec("count", "events", "in:license", NotifyKind::Strong), obs.clone()).unwrap();
+    let scanner = store.start_scanner(ScannerConfig { threads: 2, workers: 8, ..ScannerConfig::default() });
+    for i in 0..EVENTS {
+        store.run(|t| t.set("events", format!("e{i:03}"), "in:license", "license-1")).unwrap();
+    }
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    scanner.stop();
+    let t = store.begin().unwrap();
+    assert_eq!(get_u64(&t, "stats", "license-1", "count:n").unwrap(), EVENTS, "every event counted once");
+    drop(t);
+    let o = store.run_outcomes()["count"];
+    assert_eq!(o.committed, EVENTS, "{o:?}");
+    assert!(o.lost_to_conflict > 0, "eight workers on one counter conflict: {o:?}");
+    // The observer's window comes down to about one run at a time: without it, each commit
+    // lost about four runs (with the backoff alone) to six (without).
+    assert!(o.lost_to_conflict < 2 * EVENTS, "{o:?}");
+    assert_eq!(o.failed, 0, "a conflict is no failure: {o:?}");
+    assert_eq!(o.runs(), o.committed + o.lost_to_conflict + o.failed);
+    assert_eq!(o.runs(), obs.calls.load(Ordering::SeqCst), "every call of the observer is one outcome: {o:?}");
+    let m = store.metrics();
+    assert_eq!((m.observer_runs, m.observer_conflicts, m.observer_failures), (EVENTS, o.lost_to_conflict, 0));
+    assert!(store.dead_letters().unwrap().is_empty());
+    let hot = store.hot_rows(Duration::from_secs(300), 5);
+    assert!(!hot.is_empty());
+    assert_eq!(hot[0].cell, CellRef::new("stats", "license-1", "count:n"), "{hot:?}");
+    assert_eq!(hot.iter().map(|h| h.conflicts).sum::<u64>(), o.lost_to_conflict, "{hot:?}");
+    assert_eq!(hot[0].observers[0].0, "count");
+}
+
+/// A workload without conflicts has no hot rows, and its skips are no runs.
+#[test]
+fn without_conflicts_no_row_is_hot() {
+    let store = test_store(StoreConfig::default());
+    let obs = observer(|t, n| {
+        let row = n.cell.row.clone();
+        Ok(t.set(&n.cell.table, row, "out:v", "x")?)
+    });
+    store.register_observer(spec("copy", "t", "in:v", NotifyKind::Strong), obs.clone()).unwrap();
+    let scanner = store.start_scanner(ScannerConfig::default());
+    for i in 0..20 {
+        store.run(|t| t.set("t", format!("r{i}"), "in:v", "v")).unwrap();
+    }
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    scanner.stop();
+    let o = store.run_outcomes()["copy"];
+    assert_eq!((o.committed, o.lost_to_conflict, o.failed), (20, 0, 0), "{o:?}");
+    assert!(store.hot_rows(Duration::from_secs(600), 10).is_empty());
+}

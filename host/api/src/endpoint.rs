@@ -117,6 +117,12 @@ endpoints! {
     /// Retry dead letters.
     Retry: Post "/v1/dead-letters/retry", "retry", RetryRequest => RetryResponse,
         "Moves one dead letter (or all) back to pending: their observers run again.";
+    /// Discard dead letters.
+    Discard: Post "/v1/dead-letters/discard", "discard", DiscardRequest => DiscardResponse,
+        "Removes dead letters for good (one, a binding's, every (unbound) one, or all): their notifications are not run again.";
+    /// The cells observer runs lose conflicts on.
+    HotRows: Post "/v1/hot-rows", "hot_rows", HotRowsRequest => HotRowsReport,
+        "The cells observer runs on this host lost the most conflicts on over the last minutes, with the bindings that lost; empty without conflicts.";
     /// Garbage collection.
     Gc: Post "/v1/gc", "gc", Empty => GcReport,
         "Removes versions no reader can see.";

@@ -432,6 +432,15 @@ pub struct StoreReport {
     /// The change-feed subscriptions (one per sink): trimming never passes their positions.
     #[serde(default)]
     pub subscriptions: Vec<SubscriptionReport>,
+    /// The combined columns (`[[combine]]`) as `table/column (op type)`.
+    #[serde(default)]
+    pub combined_columns: Vec<String>,
+    /// Folds of combined cells that committed, over the store's life.
+    #[serde(default)]
+    pub combine_folds: u64,
+    /// Deltas those folds folded into their totals.
+    #[serde(default)]
+    pub combine_deltas_folded: u64,
 }
 
 /// A change-feed subscription in [`StoreReport`].
@@ -767,6 +776,12 @@ pub struct CompilingReport {
     pub wasm: String,
     /// Milliseconds it has been compiling.
     pub elapsed_ms: u64,
+    /// Which of the configuration's components it is (1-based).
+    #[serde(default)]
+    pub index: u32,
+    /// How many components the configuration has.
+    #[serde(default)]
+    pub total: u32,
 }
 
 /// One loaded binding.
@@ -792,13 +807,25 @@ pub struct BindingReport {
     /// When this version was loaded (RFC 3339, UTC).
     pub loaded_at: String,
     /// Runs of the binding (all its versions) over the store's life: every call of its
-    /// component, **failed ones included** (`runs = successes + failures`). A host saves the
-    /// counts every 10 s and when it stops, and the next host on the store continues them (a
-    /// host killed without a clean stop loses the last seconds' counts). `/metrics`:
-    /// `percolator_observer_runs_total`.
+    /// component, **lost and failed ones included** (`runs = committed + lost_to_conflict +
+    /// failures`, up to the runs under way while the counts were read, and a run lost to a
+    /// conflict before its component was called, which counts only in `lost_to_conflict`). A
+    /// host saves the counts every 10 s and when it stops, and the next host on the store
+    /// continues them (a host killed without a clean stop loses the last seconds' counts).
+    /// `/metrics`: `percolator_observer_runs_total`.
     pub runs: u64,
-    /// Runs that did not fail, over the store's life like `runs`: committed, or (rarely)
-    /// conflicted and ran again, which counts as another run. `/metrics`:
+    /// Runs that committed, over the store's life like `runs` (counted from the version that
+    /// added it on): the only successful runs. `/metrics`: `percolator_observer_committed_total`.
+    #[serde(default)]
+    pub committed: u64,
+    /// Runs lost to a conflict, over the store's life like `committed`: another transaction
+    /// wrote or locked a cell the run read or wrote, so nothing of the run is visible and the
+    /// notification runs again after a short backoff (never a failure, never a dead letter).
+    /// Which cells: `percolator hot-rows`. `/metrics`: `percolator_observer_conflicts_total`.
+    #[serde(default)]
+    pub lost_to_conflict: u64,
+    /// The same as `committed` (kept for readers of earlier versions, where it counted every
+    /// run that did not fail, runs lost to a conflict included). `/metrics`:
     /// `percolator_observer_successes_total`.
     #[serde(default)]
     pub successes: u64,
@@ -882,6 +909,86 @@ pub struct DeadLetterReport {
     pub time: String,
 }
 
+/// `POST /v1/hot-rows`: the cells observer runs lost the most conflicts on lately.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HotRowsRequest {
+    /// The window, in minutes up to now (the current minute counts as one; 1 to
+    /// [`MAX_HOT_ROWS_MINUTES`]; default [`DEFAULT_HOT_ROWS_MINUTES`]).
+    #[serde(default = "default_hot_rows_minutes")]
+    #[schemars(range(min = 1, max = 10))]
+    pub minutes: u32,
+    /// The most cells answered (1 to [`MAX_HOT_ROWS_LIMIT`]; default [`DEFAULT_HOT_ROWS_LIMIT`]).
+    #[serde(default = "default_hot_rows_limit")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub limit: u32,
+}
+
+impl Default for HotRowsRequest {
+    fn default() -> HotRowsRequest {
+        HotRowsRequest { minutes: DEFAULT_HOT_ROWS_MINUTES, limit: DEFAULT_HOT_ROWS_LIMIT }
+    }
+}
+
+/// The `minutes` of a [`HotRowsRequest`] that gives none.
+pub const DEFAULT_HOT_ROWS_MINUTES: u32 = 5;
+/// The longest window of a [`HotRowsRequest`]: what the host keeps.
+pub const MAX_HOT_ROWS_MINUTES: u32 = percolator_store::HOT_ROWS_MINUTES;
+/// The `limit` of a [`HotRowsRequest`] that gives none.
+pub const DEFAULT_HOT_ROWS_LIMIT: u32 = 20;
+/// The largest `limit` of a [`HotRowsRequest`].
+pub const MAX_HOT_ROWS_LIMIT: u32 = 1000;
+
+fn default_hot_rows_minutes() -> u32 {
+    DEFAULT_HOT_ROWS_MINUTES
+}
+
+fn default_hot_rows_limit() -> u32 {
+    DEFAULT_HOT_ROWS_LIMIT
+}
+
+/// The answer to [`HotRowsRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct HotRowsReport {
+    /// The window, in minutes.
+    pub minutes: u32,
+    /// False when no host runs observers on the store (the command line opened the file): only
+    /// a host's runs conflict, so the list is empty.
+    pub host: bool,
+    /// The cells, most conflicts first; empty when no run lost to a conflict in the window.
+    pub rows: Vec<HotRowReport>,
+}
+
+/// One cell observer runs lost conflicts on.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct HotRowReport {
+    /// The cell as `table/row/column`.
+    pub cell: String,
+    /// Table.
+    pub table: String,
+    /// Row (UTF-8, invalid sequences replaced).
+    pub row: String,
+    /// Row, hex (exact).
+    pub row_hex: String,
+    /// Column.
+    pub column: String,
+    /// Runs lost to a conflict on it in the window (this host's runs).
+    pub conflicts: u64,
+    /// The bindings whose runs lost, most first.
+    pub observers: Vec<HotRowObserver>,
+    /// When the last of them lost (RFC 3339, UTC).
+    pub last_at: String,
+}
+
+/// A binding's runs lost on one hot cell.
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct HotRowObserver {
+    /// The binding.
+    pub observer: String,
+    /// Its runs lost to a conflict on the cell in the window.
+    pub conflicts: u64,
+}
+
 /// `POST /v1/dead-letters/retry`: one id, or all.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -894,11 +1001,44 @@ pub struct RetryRequest {
     pub all: bool,
 }
 
+/// `POST /v1/dead-letters/discard`: which dead letters to remove for good (exactly one of
+/// the four).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiscardRequest {
+    /// The dead letter to discard.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Every dead letter of this binding (observer).
+    #[serde(default)]
+    pub binding: Option<String>,
+    /// Every dead letter of `(unbound)`: notifications whose binding was removed.
+    #[serde(default)]
+    pub unbound: bool,
+    /// Every dead letter.
+    #[serde(default)]
+    pub all: bool,
+}
+
+/// The answer to [`DiscardRequest`].
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct DiscardResponse {
+    /// The ids removed.
+    pub discarded: Vec<String>,
+}
+
 /// The answer to [`RetryRequest`].
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct RetryResponse {
     /// The ids moved back to pending.
     pub retried: Vec<String>,
+    /// True if a reload was under way or coming (a changed configuration or component not yet
+    /// applied): the retried notifications may run on the versions before it.
+    #[serde(default)]
+    pub reload_pending: bool,
+    /// The bindings whose new version was compiling.
+    #[serde(default)]
+    pub compiling: Vec<String>,
 }
 
 /// The answer to `POST /v1/gc`.
@@ -929,8 +1069,13 @@ pub struct WaitRequest {
 /// The answer to [`WaitRequest`].
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct WaitResponse {
-    /// True if the pipeline reached its fixed point (no notification pending, no run going).
+    /// True if the pipeline reached its fixed point (no notification pending, no run going,
+    /// no reload under way or coming).
     pub quiescent: bool,
+    /// True if it timed out while a reload was under way or coming (a changed configuration
+    /// file or component, not yet compiled and applied).
+    #[serde(default)]
+    pub reload_pending: bool,
 }
 
 /// The `limit` of a [`ChangesRequest`] that gives none.

@@ -182,7 +182,12 @@ impl Runtime {
     pub(crate) fn load(&self, bytes: &[u8]) -> Result<Loaded> {
         if bytes.len() < 8 || bytes[..4] != *b"\0asm" {
             // wasmparser would say so with a multi-line dump of the expected and actual bytes.
-            wasmtime::bail!("not a WebAssembly module (bad magic number: it does not start with \"\\0asm\")");
+            // Bytes in hex, no escapes: the message is shown quoted (JSON, logs) as often as not.
+            let first = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ");
+            wasmtime::bail!(
+                "not a WebAssembly module: {}, where a module starts with 00 61 73 6d",
+                if bytes.is_empty() { "the file is empty".to_owned() } else { format!("it starts with {first}") }
+            );
         }
         without_panics("parsing", || well_formed(bytes))?;
         let source_hash = hex(&Sha256::digest(bytes));
@@ -224,10 +229,16 @@ impl Runtime {
             .linker
             .instantiate_pre(component)
             .context("the component's imports do not match the percolator:observer world")?;
-        ObserverPre::new(pre).with_context(|| {
-            let exports: Vec<String> =
-                component.component_type().exports(&self.engine).map(|(name, _)| format!("`{name}`")).collect();
-            format!(
+        ObserverPre::new(pre).map_err(|e| {
+            if exports.iter().any(|name| name == "observe") {
+                // There is an `observe`, of another type: say so, with wasmtime's mismatch.
+                return wasmtime::format_err!(
+                    "the component's `observe` export does not have the type of the percolator:observer world's \
+                     (`observe: func(notification: notification) -> result<_, error>`): {e:#}"
+                );
+            }
+            let exports: Vec<String> = exports.iter().map(|name| format!("`{name}`")).collect();
+            wasmtime::format_err!(
                 "the component does not export `observe` of the percolator:observer world (it exports {})",
                 if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
             )

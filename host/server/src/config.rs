@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use percolator_store::backends::{RedisBigtable, RedisConfig};
 use percolator_store::{
-    Durability, NotifyKind, ObserverSpec, Oracle, OracleServiceConfig, RedbConfig, Store, StoreConfig,
+    CombineOp, CombineSpec, CombineType, Durability, NotifyKind, ObserverSpec, Oracle, OracleServiceConfig, RedbConfig,
+    Store, StoreConfig,
 };
 
 /// A configuration error, located.
@@ -66,6 +67,18 @@ mod raw {
         pub(super) sink: Vec<Spanned<Sink>>,
         #[serde(default)]
         pub(super) changes: Vec<Spanned<Changes>>,
+        #[serde(default)]
+        pub(super) combine: Vec<Spanned<Combine>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Combine {
+        pub(super) table: Spanned<String>,
+        pub(super) column: Spanned<String>,
+        pub(super) op: Spanned<String>,
+        #[serde(default, rename = "type")]
+        pub(super) value_type: Option<Spanned<String>>,
     }
 
     /// `[[sink]]`: every kind's fields, all optional here so that a missing one is reported
@@ -424,6 +437,9 @@ pub struct Config {
     pub sinks: Vec<Sink>,
     /// Logged columns (`[[changes]]`), in file order.
     pub changes: Vec<ChangeLog>,
+    /// Combined columns (`[[combine]]`), in file order: added to by `txn.combine`, folded by
+    /// the store (`percolator_store::Store::set_combined`).
+    pub combined: Vec<CombineSpec>,
 }
 
 struct Ctx<'a> {
@@ -442,21 +458,30 @@ impl Config {
     /// True if `self` and `other` agree on everything except the bindings (what a hot reload
     /// can apply).
     pub fn same_host_settings(&self, other: &Config) -> bool {
-        (
-            &self.store_path,
-            &self.backend,
-            (self.scanner_threads, self.observer_workers, self.gc_interval),
-            &self.observers_dir,
-            &self.cache_dir,
-            &self.http,
-        ) == (
-            &other.store_path,
-            &other.backend,
-            (other.scanner_threads, other.observer_workers, other.gc_interval),
-            &other.observers_dir,
-            &other.cache_dir,
-            &other.http,
-        )
+        self.restart_changes(other).is_empty()
+    }
+
+    /// The settings a hot reload cannot apply that differ between `self` (the running host's)
+    /// and `other`, each as `key (old → new)`: what the message of a rejected reload names.
+    pub fn restart_changes(&self, other: &Config) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut differs = |key: &str, a: String, b: String| {
+            if a != b {
+                out.push(format!("{key} ({a} → {b})"));
+            }
+        };
+        differs("store.path", self.store_path.display().to_string(), other.store_path.display().to_string());
+        differs("store.backend", format!("{:?}", self.backend), format!("{:?}", other.backend));
+        let gc = |g: Option<Duration>| g.map_or("off".to_owned(), |d| format!("{}s", d.as_secs()));
+        differs("store.gc_interval_s", gc(self.gc_interval), gc(other.gc_interval));
+        differs("scanner.threads", self.scanner_threads.to_string(), other.scanner_threads.to_string());
+        differs("scanner.workers", self.observer_workers.to_string(), other.observer_workers.to_string());
+        differs("observers.dir", self.observers_dir.display().to_string(), other.observers_dir.display().to_string());
+        differs("the cache folder", self.cache_dir.display().to_string(), other.cache_dir.display().to_string());
+        differs("http.listen", self.http.listen.to_string(), other.http.listen.to_string());
+        let token = |t: &Option<PathBuf>| t.as_ref().map_or("none".to_owned(), |p| p.display().to_string());
+        differs("http.token_file", token(&self.http.token_file), token(&other.http.token_file));
+        out
     }
 
     /// The file a running host writes its base URL to: the store path with `.endpoint`
@@ -693,6 +718,7 @@ impl Config {
         check_cycles(&cx, &bindings, &spans)?;
         let sinks = parse_sinks(&cx, &raw.sink, &rel, &observers_dir)?;
         let changes = parse_changes(&cx, &raw.changes)?;
+        let combined = parse_combined(&cx, &raw.combine, &bindings)?;
         Ok(Config {
             file: file.to_owned(),
             store_path,
@@ -706,6 +732,7 @@ impl Config {
             bindings,
             sinks,
             changes,
+            combined,
         })
     }
 
@@ -774,6 +801,84 @@ fn parse_changes(cx: &Ctx<'_>, raw: &[toml::Spanned<raw::Changes>]) -> Result<Ve
             }
         };
         out.push(ChangeLog { table: table.clone(), columns: c.columns.get_ref().clone(), keep });
+    }
+    Ok(out)
+}
+
+/// `[[combine]]`: a combined column — a table, a `family:qualifier` column, an op (`sum`, `min`,
+/// `max`, `set`) and a type (`i64` or `f64` for the numeric ops, the default `i64`; `set` for
+/// `set`, its default). Declared once; no weak binding may observe it (its total is written).
+fn parse_combined(
+    cx: &Ctx<'_>,
+    raw: &[toml::Spanned<raw::Combine>],
+    bindings: &[Binding],
+) -> Result<Vec<CombineSpec>, ConfigError> {
+    let mut out: Vec<CombineSpec> = Vec::new();
+    let mut seen: HashMap<(String, String), usize> = HashMap::new();
+    for (i, c) in raw.iter().enumerate() {
+        let span = c.span();
+        let c = c.get_ref();
+        let f = |name: &str| format!("combine[{i}].{name}");
+        let table = c.table.get_ref();
+        percolator_store::validate_table(table).map_err(|e| cx.err(Some(c.table.span()), f("table"), e.to_string()))?;
+        if table == LOADS_TABLE {
+            return Err(cx.err(
+                Some(c.table.span()),
+                f("table"),
+                format!("table {LOADS_TABLE:?} holds load checkpoints, not data"),
+            ));
+        }
+        let column = c.column.get_ref();
+        percolator_store::validate_column(column)
+            .map_err(|e| cx.err(Some(c.column.span()), f("column"), e.to_string()))?;
+        if !has_family(column) {
+            return Err(cx.err(
+                Some(c.column.span()),
+                f("column"),
+                format!("{column:?} is not a \"family:qualifier\" column"),
+            ));
+        }
+        let op = CombineOp::parse(c.op.get_ref()).ok_or_else(|| {
+            cx.err(Some(c.op.span()), f("op"), format!("{:?} is not one of sum, min, max, set", c.op.get_ref()))
+        })?;
+        let value_type = match &c.value_type {
+            Some(t) => CombineType::parse(t.get_ref()).ok_or_else(|| {
+                cx.err(Some(t.span()), f("type"), format!("{:?} is not one of i64, f64, set", t.get_ref()))
+            })?,
+            None if op == CombineOp::Set => CombineType::Set,
+            None => CombineType::I64,
+        };
+        let type_span = c.value_type.as_ref().map_or(c.op.span(), |t| t.span());
+        let spec = CombineSpec::new(table, column, op, value_type).map_err(|_| {
+            cx.err(
+                Some(type_span),
+                f("type"),
+                format!(
+                    "op {op} does not apply to type {value_type} (sum, min and max take i64 or f64; set takes set)"
+                ),
+            )
+        })?;
+        if let Some(j) = seen.insert((table.clone(), column.clone()), i) {
+            return Err(cx.err(
+                Some(span),
+                f("column"),
+                format!("{table}/{column} is already declared by combine[{j}]"),
+            ));
+        }
+        if let Some(b) =
+            bindings.iter().find(|b| b.table == *table && b.column == *column && b.kind == NotifyKind::Weak)
+        {
+            return Err(cx.err(
+                Some(span),
+                f("column"),
+                format!(
+                    "{table}/{column} is observed by the weak binding {:?}: a combined column's total is written, \
+                     so bind it with notify = \"strong\"",
+                    b.name
+                ),
+            ));
+        }
+        out.push(spec);
     }
     Ok(out)
 }

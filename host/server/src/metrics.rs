@@ -101,16 +101,28 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
         e.sample("percolator_observer_runs_total", &[("observer", &x.name)], x.counts.runs);
     }
     e.family(
-        "percolator_observer_successes_total",
+        "percolator_observer_committed_total",
         "counter",
-        "Runs of the observer that did not fail (runs = successes + failures), over the store's life.",
+        "Runs of the observer that committed (runs = committed + conflicts + failures), over the store's life.",
     );
     for x in b {
-        e.sample(
-            "percolator_observer_successes_total",
-            &[("observer", &x.name)],
-            x.counts.runs.saturating_sub(x.counts.failures),
-        );
+        e.sample("percolator_observer_committed_total", &[("observer", &x.name)], x.settled.committed);
+    }
+    e.family(
+        "percolator_observer_conflicts_total",
+        "counter",
+        "Runs of the observer lost to a conflict (run again after a backoff; not failures), over the store's life.",
+    );
+    for x in b {
+        e.sample("percolator_observer_conflicts_total", &[("observer", &x.name)], x.settled.lost_to_conflict);
+    }
+    e.family(
+        "percolator_observer_successes_total",
+        "counter",
+        "Runs of the observer that committed: the same as percolator_observer_committed_total (kept for old dashboards).",
+    );
+    for x in b {
+        e.sample("percolator_observer_successes_total", &[("observer", &x.name)], x.settled.committed);
     }
     e.family(
         "percolator_observer_failures_total",

@@ -5,15 +5,17 @@
 //! over every host that shares it: [`Pipeline::persist_counts`] adds what it counted since its
 //! last save to counters in the store's metadata under `observer/<binding name>`
 //! ([`Store::add_totals`]), every 10 s and at a clean stop of `up`, and a binding's first load
-//! continues from the totals. The run-time histogram is the process's own.
+//! continues from the totals. The run-time histogram is the process's own. The runs that
+//! committed and those lost to a conflict are counted by the store ([`Store::run_outcomes`],
+//! this process's) and saved and continued beside them ([`Settled`]).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use percolator_runtime::{RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
-use percolator_store::{NotifyKind, Observer, ObserverSpec, Store};
+use percolator_store::{NotifyKind, Observer, ObserverSpec, RunOutcomes, Store};
 
 use crate::config::{Binding, Config};
 use crate::sinks::Sinks;
@@ -44,6 +46,39 @@ pub struct BindingStatus {
     /// Its runs so far: the counts over the store's life (all versions of the binding, saved
     /// across restarts), the histogram since the host started.
     pub counts: RunCounts,
+    /// How its runs ended (committed, lost to a conflict), over the store's life like
+    /// `counts`.
+    pub settled: Settled,
+}
+
+/// How a binding's runs ended, as the store counts them ([`Store::run_outcomes`]), as totals
+/// over the store's life.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Settled {
+    /// Runs that committed.
+    pub committed: u64,
+    /// Runs lost to a conflict (run again by the store; not failures).
+    pub lost_to_conflict: u64,
+}
+
+impl Settled {
+    fn of(o: Option<&RunOutcomes>) -> Settled {
+        o.map(|o| Settled { committed: o.committed, lost_to_conflict: o.lost_to_conflict }).unwrap_or_default()
+    }
+
+    fn plus(self, o: Settled) -> Settled {
+        Settled {
+            committed: self.committed.saturating_add(o.committed),
+            lost_to_conflict: self.lost_to_conflict.saturating_add(o.lost_to_conflict),
+        }
+    }
+
+    fn minus(self, o: Settled) -> Settled {
+        Settled {
+            committed: self.committed.saturating_sub(o.committed),
+            lost_to_conflict: self.lost_to_conflict.saturating_sub(o.lost_to_conflict),
+        }
+    }
 }
 
 /// The pipeline's state, for `status`.
@@ -71,6 +106,10 @@ pub struct Compiling {
     pub wasm: PathBuf,
     /// How long it has been compiling.
     pub elapsed: Duration,
+    /// Which of the configuration's components it is (1-based), and how many there are.
+    pub index: usize,
+    /// The configuration's components.
+    pub total: usize,
 }
 
 #[derive(Clone)]
@@ -86,6 +125,11 @@ struct Counted {
     /// The totals as of the last save (or the read at load): the counts since are what the
     /// next save adds.
     saved: RunTotals,
+    /// The outcome totals as of the last save (or the read at load).
+    settled_saved: Settled,
+    /// The store's own count of them (this process's) at that save: the store's count now,
+    /// less this, is what the next save adds.
+    settled_seen: Settled,
 }
 
 /// Bindings of one configuration, running on a store.
@@ -101,15 +145,47 @@ pub struct Pipeline {
     /// Held by [`Pipeline::apply`] from start to end: one reload at a time. The state lock is
     /// not held while components compile, so `status` answers meanwhile.
     applying: Mutex<()>,
-    /// The component being compiled now, if any (for `status`).
-    compiling: Mutex<Option<(String, PathBuf, Instant)>>,
+    /// The component being compiled now, if any (for `status`): binding, file, since when,
+    /// its index (1-based) among how many.
+    compiling: Mutex<Option<CompilingNow>>,
     /// The host's sinks, when it runs them (`up` attaches them): [`Pipeline::apply`] applies
     /// the configuration's `[[sink]]`s with its bindings.
     sinks: OnceLock<Arc<Sinks>>,
     /// How long the change log keeps changes for readers without a subscription, from the
     /// configuration last applied (the trimmer reads it).
     changes_keep: Mutex<Duration>,
+    /// The reload's inputs (the configuration file, the observers folder) and what they were
+    /// when a reload last read them ([`Pipeline::note_inputs`]): while they differ, a reload is
+    /// coming ([`Pipeline::reload_pending`]).
+    inputs: Mutex<Option<(PathBuf, PathBuf, Inputs)>>,
 }
+
+/// The component being compiled: binding, file, since when, its index (1-based) among how
+/// many.
+type CompilingNow = (String, PathBuf, Instant, usize, usize);
+
+/// What a reload reads, as (file, modification time, length): the configuration file and
+/// each `.wasm` of the observers folder.
+type Inputs = Vec<(PathBuf, Option<std::time::SystemTime>, u64)>;
+
+fn inputs(config_file: &Path, observers_dir: &Path) -> Inputs {
+    let stat = |p: PathBuf| {
+        let m = std::fs::metadata(&p).ok();
+        let (modified, len) = m.map_or((None, 0), |m| (m.modified().ok(), m.len()));
+        (p, modified, len)
+    };
+    let mut out = vec![stat(config_file.to_owned())];
+    if let Ok(dir) = std::fs::read_dir(observers_dir) {
+        let mut wasm: Vec<PathBuf> =
+            dir.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "wasm")).collect();
+        wasm.sort();
+        out.extend(wasm.into_iter().map(stat));
+    }
+    out
+}
+
+/// Milliseconds every component's compile is made to take longer (tests of a slow start-up).
+pub const COMPILE_DELAY_ENV: &str = "PERCOLATOR_TEST_COMPILE_DELAY_MS";
 
 /// The metadata key (of [`Store::add_totals`]) of a binding's run counts.
 fn counts_key(binding: &str) -> String {
@@ -122,6 +198,10 @@ const RUNS: &str = "runs";
 const FAILURES: &str = "failures";
 /// The saved time of the runs, nanoseconds.
 const RUN_NANOS: &str = "run_nanos";
+/// The saved count of runs that committed.
+const COMMITTED: &str = "committed";
+/// The saved count of runs lost to a conflict.
+const LOST_TO_CONFLICT: &str = "lost_to_conflict";
 
 impl Pipeline {
     /// A pipeline with nothing loaded yet.
@@ -135,7 +215,33 @@ impl Pipeline {
             compiling: Mutex::new(None),
             sinks: OnceLock::new(),
             changes_keep: Mutex::new(crate::config::DEFAULT_CHANGES_KEEP),
+            inputs: Mutex::new(None),
         }
+    }
+
+    /// Records what the reload's inputs are now: called right before a reload (or the first
+    /// load) reads them.
+    pub fn note_inputs(&self, config_file: &Path, observers_dir: &Path) {
+        let now = inputs(config_file, observers_dir);
+        *self.inputs.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some((config_file.to_owned(), observers_dir.to_owned(), now));
+    }
+
+    /// True while a reload is under way (compiling, or being applied) or coming: the
+    /// configuration file or a component changed since a reload last read them (the watcher
+    /// waits for the writes to settle first). What `wait` waits for besides the notifications,
+    /// so that work retried after a fix runs on the fixed version.
+    pub fn reload_pending(&self) -> bool {
+        if self.applying.try_lock().is_err() {
+            return true;
+        }
+        let noted = self.inputs.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        noted.is_some_and(|(config_file, observers_dir, then)| inputs(&config_file, &observers_dir) != then)
+    }
+
+    /// The bindings whose new version is compiling now.
+    pub fn compiling_bindings(&self) -> Vec<String> {
+        self.compiling.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|(name, ..)| name.clone()).collect()
     }
 
     /// Runs `sinks` with the pipeline: every [`Pipeline::apply`] from now on applies the
@@ -215,6 +321,14 @@ impl Pipeline {
                 };
                 // The change log next: a failure here changes nothing else.
                 if let Err(e) = self.apply_change_log(config) {
+                    return Err(rejected(&mut state, format!("{}: {e}", config.file.display())));
+                }
+                // The combined columns, before the observers that combine into them run. A
+                // declaration whose column still has unfolded deltas cannot go yet: refused.
+                let combined: std::collections::BTreeSet<_> = config.combined.iter().cloned().collect();
+                if self.store.combined().into_iter().collect::<std::collections::BTreeSet<_>>() != combined
+                    && let Err(e) = self.store.set_combined(config.combined.clone())
+                {
                     return Err(rejected(&mut state, format!("{}: {e}", config.file.display())));
                 }
                 // Then the sinks, whose columns the change log now holds (`Config::logged_columns`).
@@ -313,12 +427,36 @@ impl Pipeline {
 
     fn prepare(&self, config: &Config, current: &BTreeMap<String, Loaded>) -> Result<BTreeMap<String, Loaded>, String> {
         let mut out = BTreeMap::new();
-        for b in &config.bindings {
+        // The first load says what it compiles, and when each is ready (a large component
+        // takes a while, and the host serves nothing else yet); a reload only what is slow.
+        let first = current.is_empty() && self.lock().1.loaded_at.is_none();
+        let total = config.bindings.len();
+        for (i, b) in config.bindings.iter().enumerate() {
+            let size = std::fs::metadata(&b.wasm).map(|m| m.len()).unwrap_or(0);
+            if first {
+                tracing::info!(
+                    binding = %b.name,
+                    wasm = %b.wasm.display(),
+                    "compiling {} of {total}: {} ({:.1} MB)",
+                    i + 1,
+                    b.name,
+                    size as f64 / 1e6
+                );
+            }
+            let started = Instant::now();
             *self.compiling.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some((b.name.clone(), b.wasm.clone(), Instant::now()));
+                Some((b.name.clone(), b.wasm.clone(), started, i + 1, total));
+            if let Some(ms) = std::env::var(COMPILE_DELAY_ENV).ok().and_then(|v| v.parse().ok()) {
+                // Tests: a compile as slow as a large component's.
+                std::thread::sleep(Duration::from_millis(ms));
+            }
             let compiled = self.runtime.compile_file(&b.wasm);
             *self.compiling.lock().unwrap_or_else(PoisonError::into_inner) = None;
             let compiled = compiled.map_err(|e| format!("binding {}: {e:#}", b.name))?;
+            let took = started.elapsed();
+            if first || took > Duration::from_secs(1) {
+                tracing::info!(binding = %b.name, "{} ready in {:.1} s", b.name, took.as_secs_f64());
+            }
             // Unchanged binding and component: keep the running observer (and its warm instances).
             let (observer, loaded_at) = match current.get(&b.name) {
                 Some(l) if l.binding == *b && l.observer.source_hash() == compiled.source_hash => {
@@ -358,8 +496,10 @@ impl Pipeline {
             failures: count(FAILURES),
             run_time: Duration::from_nanos(count(RUN_NANOS)),
         };
+        let settled_saved = Settled { committed: count(COMMITTED), lost_to_conflict: count(LOST_TO_CONFLICT) };
+        let settled_seen = Settled::of(self.store.run_outcomes().get(name));
         let stats = Arc::new(RunStats::continuing_from(saved));
-        counts.insert(name.to_owned(), Counted { stats: stats.clone(), saved });
+        counts.insert(name.to_owned(), Counted { stats: stats.clone(), saved, settled_saved, settled_seen });
         Ok(stats)
     }
 
@@ -370,9 +510,12 @@ impl Pipeline {
     pub fn persist_counts(&self) -> Result<(), String> {
         let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
         let mut failed = Vec::new();
+        let outcomes = self.store.run_outcomes();
         for (name, c) in counts.iter_mut() {
             let now = c.stats.totals();
-            if now == c.saved {
+            let seen = Settled::of(outcomes.get(name));
+            let settled = seen.minus(c.settled_seen);
+            if now == c.saved && settled == Settled::default() {
                 continue;
             }
             // Added, not written whole: hosts that share the store add to one total.
@@ -381,9 +524,15 @@ impl Pipeline {
                 (RUNS, now.runs.saturating_sub(c.saved.runs)),
                 (FAILURES, now.failures.saturating_sub(c.saved.failures)),
                 (RUN_NANOS, nanos(&now).saturating_sub(nanos(&c.saved))),
+                (COMMITTED, settled.committed),
+                (LOST_TO_CONFLICT, settled.lost_to_conflict),
             ];
             match self.store.add_totals(&counts_key(name), &added) {
-                Ok(()) => c.saved = now,
+                Ok(()) => {
+                    c.saved = now;
+                    c.settled_saved = c.settled_saved.plus(settled);
+                    c.settled_seen = seen;
+                }
                 Err(e) => failed.push(format!("binding {name}: {e}")),
             }
         }
@@ -399,16 +548,24 @@ impl Pipeline {
     /// What is loaded (with each binding's run counters as of now), and the last reload error.
     pub fn status(&self) -> Status {
         let state = self.lock();
+        let outcomes = self.store.run_outcomes();
+        let counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
+        let settled = |name: &str| match counts.get(name) {
+            Some(c) => c.settled_saved.plus(Settled::of(outcomes.get(name)).minus(c.settled_seen)),
+            None => Settled::default(),
+        };
         let mut status = state.1.clone();
         status.compiling = self
             .compiling
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
-            .map(|(binding, wasm, started)| Compiling {
+            .map(|(binding, wasm, started, index, total)| Compiling {
                 binding: binding.clone(),
                 wasm: wasm.clone(),
                 elapsed: started.elapsed(),
+                index: *index,
+                total: *total,
             })
             .collect();
         status.bindings = state
@@ -425,6 +582,7 @@ impl Pipeline {
                 source_hash: l.observer.source_hash().to_owned(),
                 loaded_at: l.loaded_at,
                 counts: l.observer.stats().counts(),
+                settled: settled(&l.binding.name),
             })
             .collect();
         status

@@ -114,11 +114,14 @@ pub fn watch(
 
 /// One reload: read the configuration, check what may not change, apply.
 fn reload(pipeline: &Pipeline, config_file: &Path, initial: &Config) {
+    pipeline.note_inputs(config_file, &initial.observers_dir);
     match Config::load(config_file) {
         Ok(config) if !config.same_host_settings(initial) => {
             let msg = format!(
-                "{}: [store], [scanner], [observers] and [http] changes need a restart; reload rejected, previous version keeps serving",
-                config_file.display()
+                "{}: a reload cannot change {}: restart the host to apply it; reload rejected, previous version keeps \
+                 serving",
+                config_file.display(),
+                initial.restart_changes(&config).join(", ")
             );
             tracing::error!("{msg}");
             pipeline.record_error(msg);

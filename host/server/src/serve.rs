@@ -63,10 +63,6 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
     // beside the store (`<store>.sinks/<sink>/`).
     let sinks = Arc::new(Sinks::new(Arc::new(store.clone()), config.sinks_dir()));
     pipeline.attach_sinks(sinks.clone());
-    if let Err(e) = pipeline.apply(&config) {
-        sinks.stop();
-        return Err(e);
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("percolator-http")
@@ -82,7 +78,8 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
     // acknowledged batch moved it.
     sinks.stop();
     // The scanner has stopped: no observer runs any more, so these are the final counts.
-    if let Err(e) = pipeline.persist_counts() {
+    // (Nothing ran if the first load failed.)
+    if let Err(e) = if result.is_ok() { pipeline.persist_counts() } else { Ok(()) } {
         tracing::warn!("stopping: {e} (counts since the last save are lost)");
     }
     // The last clones: closing the store commits durably (redb keeps non-durable commits only
@@ -137,6 +134,41 @@ async fn serve(
             .into_future(),
     );
 
+    // The API and the endpoint file first: while the first load compiles the components
+    // (a large one takes a while), clients reach the host, `status` says what it compiles
+    // and `wait` waits for it.
+    let endpoint = config.endpoint_file();
+    if let Err(e) = write_endpoint(&endpoint, &url) {
+        let _ = stop_serving.send(true);
+        return Err(e);
+    }
+    let stop_early = |e: Option<String>| {
+        if let Err(e) = std::fs::remove_file(&endpoint) {
+            tracing::warn!("removing {}: {e}", endpoint.display());
+        }
+        let _ = stop_serving.send(true);
+        e.map_or(Ok(()), Err)
+    };
+    let n = config.bindings.len();
+    tracing::info!(%url, "listening; loading the pipeline ({n} binding{})", if n == 1 { "" } else { "s" });
+    let load = {
+        let (pipeline, config) = (pipeline.clone(), config.clone());
+        tokio::task::spawn_blocking(move || pipeline.apply(&config))
+    };
+    tokio::select! {
+        loaded = load => match loaded {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return stop_early(Some(e)),
+            Err(e) => return stop_early(Some(format!("loading the pipeline: {e}"))),
+        },
+        _ = &mut on_signal => {
+            // The component being compiled finishes in the background (it cannot be cut off);
+            // nothing runs it.
+            tracing::info!("shutting down before the pipeline was loaded");
+            return stop_early(None);
+        }
+    }
+
     let scanner = store.start_scanner(ScannerConfig {
         threads: config.scanner_threads,
         workers: config.observer_workers,
@@ -144,6 +176,8 @@ async fn serve(
     });
     // Old versions are collected as the safepoint moves (redb reuses the pages they held).
     let gc = config.gc_interval.map(|every| store.start_gc(every));
+    // What the watcher compares with from now on (`wait` waits while they differ).
+    pipeline.note_inputs(&config.file, &config.observers_dir);
     let reloader = reload::watch(pipeline.clone(), &config.file, &config.observers_dir, Duration::from_millis(200))
         .map_err(|e| format!("watching for changes: {e}"))?;
     let sampling = {
@@ -205,12 +239,6 @@ async fn serve(
         })
     };
 
-    let endpoint = config.endpoint_file();
-    let written = write_endpoint(&endpoint, &url);
-    if let Err(e) = written {
-        let _ = stop_serving.send(true);
-        return Err(e);
-    }
     let n = config.bindings.len();
     println!(
         "percolator: serving {url} (store {}, {n} binding{})",

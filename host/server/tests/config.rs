@@ -321,3 +321,71 @@ fn logged_columns_are_parsed_and_bad_ones_located() {
         assert!(e.contains(want), "{body}: {e}");
     }
 }
+
+#[test]
+fn combined_columns_are_parsed_and_bad_ones_located() {
+    use percolator_store::{CombineOp, CombineSpec, CombineType};
+    let dir = Dir::new("combine");
+    let ok = format!(
+        "{HEAD}\n[[combine]]\ntable = \"tags\"\ncolumn = \"count:n\"\nop = \"sum\"\n\n[[combine]]\ntable = \"tags\"\n\
+         column = \"seen:last\"\nop = \"max\"\ntype = \"f64\"\n\n[[combine]]\ntable = \"docs\"\ncolumn = \"doc:tags\"\n\
+         op = \"set\"\n{}",
+        binding("follow", "a.wasm", "doc:tags", "")
+    );
+    let c = Config::load(&dir.config(&ok)).unwrap();
+    let spec = |t: &str, col: &str, op, ty| CombineSpec::new(t, col, op, ty).unwrap();
+    assert_eq!(
+        c.combined,
+        vec![
+            spec("tags", "count:n", CombineOp::Sum, CombineType::I64),
+            spec("tags", "seen:last", CombineOp::Max, CombineType::F64),
+            spec("docs", "doc:tags", CombineOp::Set, CombineType::Set),
+        ],
+        "types default to i64 (numeric ops) and set (set); a strong binding may observe one"
+    );
+    let combine = |fields: &str| format!("{HEAD}\n[[combine]]\n{fields}");
+    for (body, want) in [
+        (
+            combine("table = \"t\"\ncolumn = \"a:b\"\nop = \"avg\"\n"),
+            ":10: combine[0].op: \"avg\" is not one of sum, min, max, set",
+        ),
+        (
+            combine("table = \"t\"\ncolumn = \"a:b\"\nop = \"sum\"\ntype = \"u8\"\n"),
+            ":11: combine[0].type: \"u8\" is not one of i64, f64, set",
+        ),
+        (
+            combine("table = \"t\"\ncolumn = \"a:b\"\nop = \"sum\"\ntype = \"set\"\n"),
+            "combine[0].type: op sum does not apply to type set",
+        ),
+        (
+            combine("table = \"t\"\ncolumn = \"a:b\"\nop = \"set\"\ntype = \"i64\"\n"),
+            "combine[0].type: op set does not apply to type i64",
+        ),
+        (
+            combine("table = \"t\"\ncolumn = \"count\"\nop = \"sum\"\n"),
+            "combine[0].column: \"count\" is not a \"family:qualifier\"",
+        ),
+        (
+            combine("table = \"_loads\"\ncolumn = \"a:b\"\nop = \"sum\"\n"),
+            "combine[0].table: table \"_loads\" holds load",
+        ),
+        (combine("table = \"t\"\ncolumn = \"a:b\"\n"), "missing field `op`"),
+        (
+            combine(
+                "table = \"t\"\ncolumn = \"a:b\"\nop = \"sum\"\n[[combine]]\ntable = \"t\"\ncolumn = \"a:b\"\nop = \"max\"\n",
+            ),
+            "combine[1].column: t/a:b is already declared by combine[0]",
+        ),
+        (
+            format!(
+                "{}{}",
+                combine("table = \"docs\"\ncolumn = \"a:b\"\nop = \"sum\"\n"),
+                binding("w", "a.wasm", "a:b", "notify = \"weak\"\n")
+            ),
+            "combine[0].column: docs/a:b is observed by the weak binding \"w\"",
+        ),
+    ] {
+        let e = err(&dir, &body);
+        assert!(e.contains(want), "want {want:?} in: {e}");
+    }
+}

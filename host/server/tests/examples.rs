@@ -174,6 +174,29 @@ fn concurrent_bank_transfers_conserve_money_and_match_a_replay_of_the_done_ones(
     assert!(done > 0 && insufficient > 0, "both outcomes exercised: {done} done, {insufficient} insufficient");
     assert_eq!(h.store.metrics().observer_failures, 0);
     assert!(h.store.dead_letters().unwrap().is_empty());
+
+    // Every request was decided by exactly one committed run; the runs that raced on the hot
+    // accounts and lost are counted apart (not as successes, not as failures), and the hot
+    // accounts' balances are the cells they lost on.
+    h.pipeline.persist_counts().unwrap();
+    let status = h.pipeline.status();
+    let bank = status.bindings.iter().find(|b| b.name == "bank").unwrap();
+    assert_eq!(bank.settled.committed, REQUESTS as u64, "{bank:?}");
+    assert!(bank.settled.lost_to_conflict > 0, "transfers from three hot accounts race: {bank:?}");
+    assert_eq!(bank.counts.failures, 0);
+    assert_eq!(
+        bank.counts.runs,
+        bank.settled.committed + bank.settled.lost_to_conflict,
+        "every call of the component committed or lost: {bank:?}"
+    );
+    let hot = h.store.hot_rows(Duration::from_secs(600), 3);
+    assert!(!hot.is_empty());
+    assert_eq!((hot[0].cell.table.as_str(), hot[0].cell.column.as_str()), ("bank", "bal:amount"), "{hot:?}");
+    assert_eq!(hot[0].observers[0].0, "bank");
+    // Saved with the other counts: a restarted host continues them.
+    let saved = h.store.saved_totals("observer/bank").unwrap();
+    assert_eq!(saved.get("committed"), Some(&(REQUESTS as u64)), "{saved:?}");
+    assert_eq!(saved.get("lost_to_conflict"), Some(&bank.settled.lost_to_conflict), "{saved:?}");
 }
 
 const WORD_COUNT_BINDINGS: &str = r#"

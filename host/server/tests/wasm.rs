@@ -135,13 +135,16 @@ fn malformed_and_wrong_world_components_are_rejected_with_reasons() {
     assert_eq!(
         e,
         format!(
-            "loading observer {}: not a WebAssembly module (bad magic number: it does not start with \"\\0asm\")",
+            "loading observer {}: not a WebAssembly module: it starts with 6a 75 6e 6b, where a module starts with \
+             00 61 73 6d",
             junk.display()
         )
     );
     std::fs::write(&junk, b"").unwrap();
     let e = format!("{:#}", runtime.compile_file(&junk).err().expect("an empty file must be rejected"));
-    assert!(e.contains("not a WebAssembly module"), "{e}");
+    assert!(e.contains("not a WebAssembly module: the file is empty"), "{e}");
+    // Shown quoted (JSON, a log field) it must not grow backslashes.
+    assert!(!format!("{e:?}").contains('\\'), "{e:?}");
     let e = format!("{:#}", runtime.compile_file(&guest("wrong-world")).err().expect("wrong world must be rejected"));
     assert!(e.contains("percolator:observer"), "names the expected world: {e}");
     assert!(runtime.compile_file(&guest("uppercase")).is_ok());
@@ -387,12 +390,16 @@ fn run_counts_continue_across_a_restart_from_their_last_save() {
     };
     let counts =
         |h: &Host, name: &str| h.pipeline.status().bindings.into_iter().find(|b| b.name == name).unwrap().counts;
+    let committed = |h: &Host, name: &str| {
+        h.pipeline.status().bindings.into_iter().find(|b| b.name == name).unwrap().settled.committed
+    };
     for i in 0..5 {
         write(&h, "docs", &format!("d{i}"));
     }
     write(&h, "bad", "x"); // denied: the run fails
     let (upper, denied) = (counts(&h, "upper"), counts(&h, "denied"));
     assert_eq!((upper.runs, upper.failures, denied.runs, denied.failures), (5, 0, 1, 1));
+    assert_eq!((committed(&h, "upper"), committed(&h, "denied")), (5, 0), "a failed run is no success");
     assert!(upper.run_time > Duration::ZERO);
     h.pipeline.persist_counts().unwrap();
     // Counted after the last save: lost when the host stops without saving (killed).
@@ -402,6 +409,7 @@ fn run_counts_continue_across_a_restart_from_their_last_save() {
     let h = h.restart(2);
     let (again, denied_again) = (counts(&h, "upper"), counts(&h, "denied"));
     assert_eq!((again.runs, again.failures, again.run_time), (5, 0, upper.run_time), "as saved");
+    assert_eq!(committed(&h, "upper"), 5, "as saved");
     assert_eq!((denied_again.runs, denied_again.failures), (1, 1));
     assert_eq!((again.buckets.iter().sum::<u64>(), again.p50), (0, None), "a new histogram");
     // They go on from there, and a save with nothing new writes the same.
@@ -414,4 +422,5 @@ fn run_counts_continue_across_a_restart_from_their_last_save() {
     assert_eq!(upper.buckets.iter().sum::<u64>(), 1, "this process's run");
     let h = h.restart(1);
     assert_eq!((counts(&h, "upper").runs, counts(&h, "denied").failures), (6, 2));
+    assert_eq!(committed(&h, "upper"), 6);
 }

@@ -1,5 +1,5 @@
 // The dashboard's script. It polls the host's API every second (`GET /v1/status`,
-// `GET /v1/dead-letters`), keeps the last five minutes of samples in memory for the charts, and
+// `GET /v1/dead-letters`, `POST /v1/hot-rows`), keeps the last five minutes of samples in memory for the charts, and
 // draws everything with the DOM (text through `textContent`, never HTML: rows, errors and names
 // come from the store). The token, when the host wants one, is asked for in a form, kept in
 // this tab's sessionStorage and sent as `Authorization: Bearer`, never in a URL.
@@ -11,6 +11,9 @@
   const HISTORY_MS = 5 * 60 * 1000;
   /** Per-binding run rates are taken over this many seconds of samples. */
   const RATE_WINDOW_MS = 3000;
+  /** The hot-rows card: cells with the most conflicts over this many minutes, at most HOT_ROWS. */
+  const HOT_MINUTES = 5;
+  const HOT_ROWS = 10;
   /** A binding whose failures grew within this long is drawn as failing. */
   const FAILING_MS = 30000;
   const SVG_NS = 'http://www.w3.org/2000/svg';
@@ -244,7 +247,11 @@
   async function poll() {
     clearTimeout(state.timer);
     try {
-      const [status, dead] = await Promise.all([api('GET', '/v1/status'), api('GET', '/v1/dead-letters')]);
+      const [status, dead, hot] = await Promise.all([
+        api('GET', '/v1/status'),
+        api('GET', '/v1/dead-letters'),
+        api('POST', '/v1/hot-rows', { minutes: HOT_MINUTES, limit: HOT_ROWS }),
+      ]);
       if (state.version === null) {
         const health = await api('GET', '/v1/health');
         state.version = health.version;
@@ -253,6 +260,7 @@
       state.lastOk = Date.now();
       record(status);
       render(status, dead);
+      renderHotRows(hot);
       setLive(true, `live · ${clock(state.lastOk)}`);
     } catch (e) {
       if (e.status === 401) {
@@ -680,7 +688,8 @@
         `${b.name} (${b.kind}) observes ${b.table}/${b.column}\n` +
         `writes: ${(b.writes || []).join(', ') || 'nothing declared'}\n` +
         `component: ${b.wasm}, loaded ${ago(b.loaded_at)}\n` +
-        `${fmtInt(b.runs)} runs, ${fmtInt(b.failures)} failed, mean ${fmtMs(b.mean_run_ms)}, ` +
+        `${fmtInt(b.runs)} runs: ${fmtInt(b.committed)} committed, ${fmtInt(b.lost_to_conflict)} lost to a conflict, ` +
+        `${fmtInt(b.failures)} failed; mean ${fmtMs(b.mean_run_ms)}, ` +
         `p50 ${fmtMs(b.p50_run_ms)}, p90 ${fmtMs(b.p90_run_ms)}, p99 ${fmtMs(b.p99_run_ms)}`;
     }
     for (const n of g.nodes.values()) {
@@ -846,6 +855,36 @@
     schedule(150);
   }
 
+  // Discard asks once more on the button itself (no dialog): the notification is gone for good.
+  async function discard(id, button) {
+    const err = $('dead-error');
+    if (button.dataset.armed !== 'yes') {
+      button.dataset.armed = 'yes';
+      button.textContent = 'Discard for good?';
+      setTimeout(() => {
+        if (button.dataset.armed === 'yes' && !button.disabled) {
+          button.dataset.armed = '';
+          button.textContent = 'Discard';
+        }
+      }, 4000);
+      return;
+    }
+    button.dataset.armed = '';
+    button.disabled = true;
+    button.textContent = 'Discarding…';
+    try {
+      await api('POST', '/v1/dead-letters/discard', { id });
+      err.hidden = true;
+    } catch (e) {
+      button.disabled = false;
+      button.textContent = 'Discard';
+      err.textContent = `Discard failed: ${e.message}`;
+      err.hidden = false;
+      if (e.status === 401) showLogin(e.message);
+    }
+    schedule(150);
+  }
+
   function renderDeadLetters(dead) {
     const body = $('dead-body');
     setText('dead-count', dead.length ? `(${fmtInt(dead.length)})` : '');
@@ -859,9 +898,11 @@
       if (!row) {
         const button = h('button', { type: 'button', className: 'retry', 'data-id': d.id }, 'Retry');
         button.addEventListener('click', () => retry({ id: d.id }, button));
+        const drop = h('button', { type: 'button', className: 'discard', 'data-id': d.id, title: 'Remove this dead letter: its notification is not run again' }, 'Discard');
+        drop.addEventListener('click', () => discard(d.id, drop));
         row = {
           tr: h('tr', { 'data-id': d.id }),
-          cells: [h('td', { className: 'mono' }), h('td'), h('td', { className: 'num' }), h('td', { className: 'err' }), h('td'), h('td', {}, button)],
+          cells: [h('td', { className: 'mono' }), h('td'), h('td', { className: 'num' }), h('td', { className: 'err' }), h('td'), h('td', { className: 'actions' }, button, drop)],
           button,
         };
         row.tr.append(...row.cells);
@@ -939,13 +980,35 @@
           h('td', { className: 'mono', title: `writes: ${(b.writes || []).join(', ') || 'nothing declared'}` }, `${b.table}/${b.column}`),
           h('td', { className: 'num' }, `${fmtInt(b.backlog)}${b.backlog_capped ? '+' : ''}`),
           h('td', { className: 'num' }, fmtInt(b.runs)),
-          h('td', { className: 'num' }, fmtInt(b.successes)),
+          h('td', { className: 'num' }, fmtInt(b.committed)),
+          h('td', { className: `num${b.lost_to_conflict > 0 ? ' warn' : ''}` }, fmtInt(b.lost_to_conflict)),
           h('td', { className: `num${failing ? ' no' : ''}` }, fmtInt(b.failures)),
           h('td', { className: 'num' }, fmtMs(b.mean_run_ms)),
           h('td', { className: 'num' }, fmtMs(b.p50_run_ms)),
           h('td', { className: 'num' }, fmtMs(b.p99_run_ms)),
           h('td', { className: 'num', 'data-fresh': 'p50' }, fmtMs(b.freshness_p50_ms)),
           h('td', { className: 'num' }, fmtMs(b.freshness_p99_ms)),
+        ),
+      );
+    }
+  }
+
+  function renderHotRows(hot) {
+    const rows = (hot && hot.rows) || [];
+    const body = $('hot-body');
+    body.replaceChildren();
+    $('hot-empty').hidden = rows.length > 0;
+    $('hot-table').hidden = rows.length === 0;
+    for (const r of rows) {
+      const bindings = r.observers.map((o) => `${o.observer} (${fmtInt(o.conflicts)})`).join(', ');
+      body.append(
+        h(
+          'tr',
+          { 'data-cell': r.cell },
+          h('td', { className: 'mono', title: `row, hex: ${r.row_hex}` }, r.cell),
+          h('td', { className: 'num' }, fmtInt(r.conflicts)),
+          h('td', {}, bindings),
+          h('td', { title: r.last_at }, ago(r.last_at)),
         ),
       );
     }
@@ -1112,6 +1175,7 @@
     observer_runs: 'observer runs',
     observer_skips: 'observer skips',
     observer_failures: 'failed runs',
+    observer_conflicts: 'runs lost to a conflict',
     dead_letters: 'dead-lettered',
     notifications_cleared: 'notifications cleared',
     teleports: 'scanner teleports',

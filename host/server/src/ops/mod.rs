@@ -4,7 +4,7 @@
 //! same thing; which commands exist is listed once, in [`register`].
 //!
 //! One module per group of commands: [`cells`] (get, scan, notify), [`changes`] (the change
-//! feed), [`load`], [`pipeline`] (health, status, dead letters, retry, gc, wait), [`snapshot`]
+//! feed), [`load`], [`pipeline`] (health, status, dead letters, retry, hot rows, gc, wait), [`snapshot`]
 //! (the current timestamp, pins), [`sinks`] (a sink's parked batches).
 
 use std::future::Future;
@@ -105,6 +105,8 @@ pub fn register(r: &mut impl Registry) {
     r.op::<endpoint::Load>();
     r.op::<endpoint::DeadLetters>();
     r.op::<endpoint::Retry>();
+    r.op::<endpoint::Discard>();
+    r.op::<endpoint::HotRows>();
     r.op::<endpoint::Gc>();
     r.op::<endpoint::Wait>();
     r.op::<endpoint::Notify>();

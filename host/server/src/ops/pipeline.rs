@@ -1,14 +1,17 @@
-//! The pipeline's state and upkeep: health, status, dead letters and their retry, gc, wait.
+//! The pipeline's state and upkeep: health, status, dead letters and their retry, hot rows, gc,
+//! wait.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, UNIX_EPOCH};
 
-use percolator_api::endpoint::{DeadLetters, Gc, Health, Retry, Status, Wait};
+use percolator_api::endpoint::{DeadLetters, Discard, Gc, Health, HotRows, Retry, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
-    ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, Empty, GcReport, HealthReport, Histogram,
-    HostReport, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse, SinkDeadLetterReport, SinkReport,
-    StatusReport, StoreReport, SubscriptionReport, WaitRequest, WaitResponse, WorkerReport,
+    ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, DiscardRequest, DiscardResponse, Empty,
+    GcReport, HealthReport, Histogram, HostReport, HotRowObserver, HotRowReport, HotRowsReport, HotRowsRequest,
+    MAX_HOT_ROWS_LIMIT, MAX_HOT_ROWS_MINUTES, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse,
+    SinkDeadLetterReport, SinkReport, StatusReport, StoreReport, SubscriptionReport, WaitRequest, WaitResponse,
+    WorkerReport,
 };
 use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, Store, histogram_quantile};
 
@@ -87,7 +90,9 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     source_hash: b.source_hash.clone(),
                     loaded_at: rfc3339(b.loaded_at),
                     runs: b.counts.runs,
-                    successes: b.counts.runs.saturating_sub(b.counts.failures),
+                    committed: b.settled.committed,
+                    lost_to_conflict: b.settled.lost_to_conflict,
+                    successes: b.settled.committed,
                     failures: b.counts.failures,
                     mean_run_ms: (b.counts.runs > 0)
                         .then(|| b.counts.run_time.as_secs_f64() * 1000.0 / b.counts.runs as f64),
@@ -117,6 +122,8 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     binding: c.binding.clone(),
                     wasm: c.wasm.display().to_string(),
                     elapsed_ms: u64::try_from(c.elapsed.as_millis()).unwrap_or(u64::MAX),
+                    index: u32::try_from(c.index).unwrap_or(u32::MAX),
+                    total: u32::try_from(c.total).unwrap_or(u32::MAX),
                 })
                 .collect(),
             bindings,
@@ -162,6 +169,9 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     owner: s.owner,
                 })
                 .collect(),
+            combined_columns: store.combined().iter().map(ToString::to_string).collect(),
+            combine_folds: metrics.combine_folds,
+            combine_deltas_folded: metrics.combine_deltas_folded,
         },
         config_error: None,
     })
@@ -251,10 +261,54 @@ fn dead_letters(store: &Store) -> ApiResult<Vec<DeadLetterReport>> {
         .collect())
 }
 
+/// The cells this host's observer runs lost the most conflicts on lately.
+impl Op for HotRows {
+    fn run(cx: &Context, r: HotRowsRequest) -> ApiResult<HotRowsReport> {
+        if !(1..=MAX_HOT_ROWS_MINUTES).contains(&r.minutes) {
+            return Err(ApiError::bad_input(format!(
+                "minutes {} is not from 1 to {MAX_HOT_ROWS_MINUTES} (a host keeps {MAX_HOT_ROWS_MINUTES} minutes of conflicts)",
+                r.minutes
+            )));
+        }
+        if !(1..=MAX_HOT_ROWS_LIMIT).contains(&r.limit) {
+            return Err(ApiError::bad_input(format!("limit {} is not from 1 to {MAX_HOT_ROWS_LIMIT}", r.limit)));
+        }
+        let window = Duration::from_secs(60 * u64::from(r.minutes));
+        let rows = cx
+            .store
+            .hot_rows(window, r.limit as usize)
+            .into_iter()
+            .map(|h| {
+                let row = String::from_utf8_lossy(&h.cell.row).into_owned();
+                HotRowReport {
+                    cell: h.cell.to_string(),
+                    row_hex: percolator_api::text::hex(&h.cell.row),
+                    table: h.cell.table,
+                    row,
+                    column: h.cell.column,
+                    conflicts: h.conflicts,
+                    observers: h
+                        .observers
+                        .into_iter()
+                        .map(|(observer, conflicts)| HotRowObserver { observer, conflicts })
+                        .collect(),
+                    last_at: rfc3339(UNIX_EPOCH + Duration::from_millis(h.last_ms)),
+                }
+            })
+            .collect();
+        Ok(HotRowsReport { minutes: r.minutes, host: cx.host.is_some(), rows })
+    }
+}
+
 /// Moves one dead letter (or all) back to pending.
 impl Op for Retry {
     fn run(cx: &Context, r: RetryRequest) -> ApiResult<RetryResponse> {
-        retry_dead_letters(&cx.store, &r)
+        let mut answer = retry_dead_letters(&cx.store, &r)?;
+        if let Some(host) = &cx.host {
+            answer.reload_pending = host.pipeline.reload_pending();
+            answer.compiling = host.pipeline.compiling_bindings();
+        }
+        Ok(answer)
     }
 }
 
@@ -274,7 +328,43 @@ fn retry_dead_letters(store: &Store, r: &RetryRequest) -> ApiResult<RetryRespons
         })?;
         retried.push(id);
     }
-    Ok(RetryResponse { retried })
+    Ok(RetryResponse { retried, reload_pending: false, compiling: Vec::new() })
+}
+
+/// Removes dead letters for good.
+impl Op for Discard {
+    fn run(cx: &Context, r: DiscardRequest) -> ApiResult<DiscardResponse> {
+        let chosen = [r.id.is_some(), r.binding.is_some(), r.unbound, r.all].iter().filter(|c| **c).count();
+        if chosen != 1 {
+            return Err(ApiError::bad_input(
+                "give exactly one of: a dead letter id, binding, unbound = true, all = true",
+            ));
+        }
+        let ids: Vec<String> = match &r.id {
+            Some(id) => vec![id.clone()],
+            None => cx
+                .store
+                .dead_letters()?
+                .into_iter()
+                .filter(|d| match &r.binding {
+                    Some(b) => d.observer == *b,
+                    None => r.all || d.observer == percolator_store::UNBOUND,
+                })
+                .map(|d| d.id)
+                .collect(),
+        };
+        let mut discarded = Vec::new();
+        for id in ids {
+            cx.store.discard_dead_letter(&id).map_err(|e| match e {
+                percolator_store::Error::NotFound(_) => {
+                    ApiError::not_found(format!("no dead letter {id:?} (list them with `percolator dead-letters`)"))
+                }
+                e => ApiError::from(e),
+            })?;
+            discarded.push(id);
+        }
+        Ok(DiscardResponse { discarded })
+    }
 }
 
 /// Garbage-collects versions no reader can see.
@@ -326,7 +416,7 @@ fn wait_here(store: &Store, r: &WaitRequest) -> ApiResult<WaitResponse> {
             "{pending} pending and no host is running to process them (start one with `percolator up <config>`)"
         )));
     }
-    Ok(WaitResponse { quiescent: true })
+    Ok(WaitResponse { quiescent: true, reload_pending: false })
 }
 
 /// How often a host's `wait` looks at the pipeline.
@@ -353,16 +443,19 @@ impl Op for Wait {
             if *shutdown.borrow_and_update() {
                 return Err(shutting_down());
             }
+            // A reload under way or coming first: work retried after a fix runs on the fix.
+            let reload_pending = host.pipeline.reload_pending();
             let store = cx.store.clone();
-            let done = tokio::task::spawn_blocking(move || quiescent(&store))
-                .await
-                .map_err(|e| ApiError::store(format!("internal error: {e}")))??;
+            let done = !reload_pending
+                && tokio::task::spawn_blocking(move || quiescent(&store))
+                    .await
+                    .map_err(|e| ApiError::store(format!("internal error: {e}")))??;
             if done {
-                return Ok(WaitResponse { quiescent: true });
+                return Ok(WaitResponse { quiescent: true, reload_pending: false });
             }
             let now = tokio::time::Instant::now();
             if now >= deadline {
-                return Ok(WaitResponse { quiescent: false });
+                return Ok(WaitResponse { quiescent: false, reload_pending });
             }
             tokio::select! {
                 () = tokio::time::sleep(WAIT_POLL.min(deadline - now)) => {}
