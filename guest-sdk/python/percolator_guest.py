@@ -2,7 +2,7 @@
 
 One file, vendored into a project by ``percolator new NAME --lang python``. An observer is a
 function ``observe(txn, notification)``; ``export(observe)`` makes the class componentize-py
-exports for the world ``percolator:observer@0.2.0``::
+exports for the world ``percolator:observer@0.3.0``::
 
     from percolator_guest import export
 
@@ -19,7 +19,13 @@ exports for the world ``percolator:observer@0.2.0``::
 Inside the component ``txn`` is backed by the host's ``txn`` and ``config`` imports; natively
 (unit tests, plain CPython) use ``MemStore``, which has the host's semantics: snapshot reads
 with the transaction's own writes, commit-time write-write conflicts, declared writes, weak
-columns and parameters. Integers are 8 bytes big-endian, as in the Rust SDK.
+columns, combined columns and parameters. Integers are 8 bytes big-endian, as in the Rust SDK.
+
+Combined columns (a ``[[combine]]`` of the host's configuration; ``MemStore.combine_column``
+natively) are added to with ``txn.combine(table, row, column, delta)``: a Python ``int`` is an
+integer delta, a ``float`` a float one, a list, tuple, set or frozenset of ``str`` set members.
+Combines never conflict with each other; reads return the folded total as text (``"42"``,
+``"2.5"``, ``'["a","b"]'``); ``set``/``delete`` of the column reset it.
 
 Errors mirror the WIT ``error`` variant: ``Conflict`` (return it unchanged: the host retries
 the run with a new snapshot), ``NotFound``, ``Denied``, ``InvalidArgument``, ``Storage`` and
@@ -29,6 +35,9 @@ message (``ZeroDivisionError: division by zero``), so the dead letter says what 
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
@@ -117,6 +126,32 @@ def _b(row) -> bytes:
     return row.encode() if isinstance(row, str) else bytes(row)
 
 
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _delta(table: str, row, column: str, delta) -> Tuple[str, object]:
+    """The kind of a combine's ``delta`` and its value: ``("int", int)``, ``("float",
+    float)`` or ``("members", [str])``; anything else is InvalidArgument."""
+    where = f"combine into {table}/{column} of row {_b(row).decode('utf-8', 'replace')!r}"
+    if isinstance(delta, bool):
+        raise InvalidArgument(f"{where}: a bool is not a delta (use 1 or 0)")
+    if isinstance(delta, int):
+        if not _I64[0] <= delta <= _I64[1]:
+            raise InvalidArgument(f"{where}: the delta {delta} is outside the 64-bit signed range")
+        return "int", delta
+    if isinstance(delta, float):
+        return "float", delta
+    if isinstance(delta, (list, tuple, set, frozenset)):
+        members = list(delta)
+        bad = [m for m in members if not isinstance(m, str)]
+        if bad:
+            raise InvalidArgument(f"{where}: set members must be str, not {type(bad[0]).__name__} ({bad[0]!r})")
+        return "members", members
+    raise InvalidArgument(
+        f"{where}: a delta is an int, a float or a list/tuple/set of str, not {type(delta).__name__}"
+    )
+
+
 class Txn:
     """The running transaction. Subclasses provide the raw operations; the typed helpers are
     shared."""
@@ -137,6 +172,14 @@ class Txn:
         raise NotImplementedError
 
     def notify_weak(self, table: str, row, column: str) -> None:
+        raise NotImplementedError
+
+    def combine(self, table: str, row, column: str, delta) -> None:
+        """Adds ``delta`` to a combined column at commit: an ``int`` (i64 columns, and f64
+        ones), a finite ``float`` (f64 columns), or a list/tuple/set of ``str`` (set
+        columns). Never conflicts with other combines; reads of the column return the folded
+        total as text, this transaction's own deltas included. InvalidArgument for a column
+        that is not combined or a delta of the wrong kind."""
         raise NotImplementedError
 
     def start_ts(self) -> int:
@@ -238,6 +281,13 @@ class HostTxn(Txn):
     def notify_weak(self, table, row, column):
         self._call(self._txn.notify_weak, table, _b(row), column)
 
+    def combine(self, table, row, column, delta):
+        from wit_world.imports import types  # noqa: PLC0415 - loaded by `export` already
+
+        kind, value = _delta(table, row, column, delta)
+        wit = {"int": types.Delta_Int, "float": types.Delta_Float, "members": types.Delta_Members}[kind](value)
+        self._call(self._txn.combine, table, _b(row), column, wit)
+
     def start_ts(self):
         return self._txn.start_ts()
 
@@ -287,6 +337,91 @@ def log(level: str, message: str) -> None:
 _MAX_NAME = 255
 _MAX_ROW = 4096
 
+_OPS = ("sum", "min", "max", "set")
+_TYPES = ("i64", "f64", "set")
+_INT_TEXT = re.compile(r"[+-]?[0-9]+")
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]?(?:inf|infinity|nan)", re.IGNORECASE)
+
+
+def _format_f64(f: float) -> str:
+    """Rust's ``{:?}`` of an f64 (the store's text): Python's repr has the same digits and the
+    same switch to an exponent (below 1e-4, from 1e16), written ``1e16`` instead of ``1e+16``."""
+    text = repr(f)
+    if "e" in text:
+        mantissa, exp = text.split("e")
+        text = f"{mantissa}e{int(exp)}"
+    return text
+
+
+@dataclass(frozen=True)
+class _Combined:
+    """A combined column's op and type, with the store's parsing, text and folding."""
+
+    op: str
+    type: str
+
+    def delta(self, cell: Cell, kind: str, value):
+        if self.type == "i64" and kind == "int":
+            return value
+        if self.type == "f64" and kind == "int":
+            return float(value)
+        if self.type == "f64" and kind == "float":
+            if not math.isfinite(value):
+                raise self._wrong(cell, f"the delta {value} is not a finite number")
+            return value
+        if self.type == "set" and kind == "members":
+            return frozenset(value)
+        what = {"int": "an integer delta", "float": "a float delta", "members": "set members"}[kind]
+        raise self._wrong(cell, f"{what}, but the column holds {self.type} ({self.op})")
+
+    def _wrong(self, cell: Cell, what: str) -> InvalidArgument:
+        row = cell.row.decode("utf-8", "replace")
+        return InvalidArgument(f"combine into {cell.table}/{cell.column} of row {row!r}: {what}")
+
+    def parse(self, value: bytes):
+        """The stored text as a value of the type, or None if it is not one."""
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        if self.type == "i64":
+            if _INT_TEXT.fullmatch(text) and _I64[0] <= int(text) <= _I64[1]:
+                return int(text)
+            return None
+        if self.type == "f64":
+            if not _FLOAT_TEXT.fullmatch(text):
+                return None
+            f = float(text)
+            return f if math.isfinite(f) else None
+        try:
+            members = json.loads(text)
+        except ValueError:
+            return None
+        if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+            return None
+        return frozenset(members)
+
+    def encode(self, acc) -> bytes:
+        if self.type == "i64":
+            return str(acc).encode()
+        if self.type == "f64":
+            return _format_f64(acc).encode()
+        members = sorted(acc, key=lambda m: m.encode("utf-8", "surrogatepass"))
+        return json.dumps(members, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "surrogatepass")
+
+    def fold(self, acc, delta):
+        if acc is None:
+            return delta
+        if self.op == "sum":
+            if self.type == "i64":
+                return min(max(acc + delta, _I64[0]), _I64[1])  # saturates at each step
+            return acc + delta
+        if self.op == "min":
+            return min(acc, delta)
+        if self.op == "max":
+            return max(acc, delta)
+        return acc | delta
+
 
 def _check(table: str, row: bytes, column: str) -> None:
     if not table or len(table.encode()) > _MAX_NAME or not column or len(column.encode()) > _MAX_NAME:
@@ -307,6 +442,14 @@ class MemStore:
     declared_writes: Optional[set] = None
     weak_columns: set = field(default_factory=set)
     parameters: Dict[str, str] = field(default_factory=dict)
+    # Combined columns: (table, column) -> _Combined.
+    combined: Dict[Tuple[str, str], _Combined] = field(default_factory=dict)
+    # Deltas committed to combined cells: cell -> {commit ts: delta}. Apart from `versions`,
+    # which holds only their bases (resets), so that combines never conflict.
+    deltas: Dict[Cell, Dict[int, object]] = field(default_factory=dict)
+    # The start ts of each reset of a combined cell, by its commit ts: the reset discarded
+    # the deltas committed below its start; those above apply on top.
+    reset_starts: Dict[Cell, Dict[int, int]] = field(default_factory=dict)
 
     def _tick(self) -> int:
         self.clock += 1
@@ -316,11 +459,56 @@ class MemStore:
         older = [t for t in self.versions.get(cell, {}) if t < ts]
         return self.versions[cell][max(older)] if older else None
 
+    def _spec(self, cell: Cell) -> Optional[_Combined]:
+        return self.combined.get((cell.table, cell.column))
+
+    def _fold(self, spec: _Combined, cell: Cell, ts: int):
+        """A combined cell's total before ``ts``: the last reset's value folded, in commit
+        order, with every delta committed after that reset's start (None: nothing)."""
+        older = [t for t in self.versions.get(cell, {}) if t < ts]
+        acc, since = None, 0
+        if older:
+            commit = max(older)
+            since = self.reset_starts.get(cell, {}).get(commit, commit)
+            base = self.versions[cell][commit]
+            if base is not None:
+                acc = spec.parse(base)
+                if acc is None:
+                    raise Storage(f"{cell.table}/{cell.row!r}/{cell.column} holds {base!r}, not a {spec.type} value")
+        for t in sorted(self.deltas.get(cell, {})):
+            if since < t < ts:
+                acc = spec.fold(acc, self.deltas[cell][t])
+        return acc
+
+    def _value(self, cell: Cell, ts: int) -> Optional[bytes]:
+        spec = self._spec(cell)
+        if spec is None:
+            return self._read(cell, ts)
+        acc = self._fold(spec, cell, ts)
+        return None if acc is None else spec.encode(acc)
+
+    def combine_column(self, table: str, column: str, op: str, type: str) -> None:  # noqa: A002 - the TOML's key
+        """Declares a combined column, as the host's ``[[combine]] table, column, op, type``:
+        op ``sum``, ``min`` or ``max`` over type ``i64`` or ``f64``, or op ``set`` over type
+        ``set``."""
+        if op not in _OPS or type not in _TYPES or (op == "set") != (type == "set"):
+            raise InvalidArgument(
+                f"combined column {table}/{column}: op {op} does not apply to type {type} (sum, min and max take "
+                "i64 or f64; set takes set)"
+            )
+        _check(table, b"r", column)
+        self.combined[(table, column)] = _Combined(op, type)
+
     def put(self, table: str, row, column: str, value) -> int:
-        """Commits a write directly (as another client would)."""
-        ts = self._tick()
+        """Commits a write directly (as another client would); of a combined column, a reset
+        that discards every delta committed before it (the value must be of its type)."""
         value = value.encode() if isinstance(value, str) else bytes(value)
-        self.versions.setdefault(Cell(table, _b(row), column), {})[ts] = value
+        cell = Cell(table, _b(row), column)
+        spec = self._spec(cell)
+        if spec is not None and spec.parse(value) is None:
+            raise InvalidArgument(f"{table}/{column} is combined ({spec.op} {spec.type}): {value!r} is not of its type")
+        ts = self._tick()
+        self.versions.setdefault(cell, {})[ts] = value
         return ts
 
     def remove(self, table: str, row, column: str) -> int:
@@ -329,7 +517,13 @@ class MemStore:
         return ts
 
     def get(self, table: str, row, column: str) -> Optional[bytes]:
-        return self._read(Cell(table, _b(row), column), self.clock + 1)
+        """The newest committed value (of a combined column: its folded total, as text)."""
+        return self._value(Cell(table, _b(row), column), self.clock + 1)
+
+    def cells(self, table: str) -> List[Tuple[Cell, bytes]]:
+        """Every cell of ``table`` with its newest value (combined ones folded), in key order."""
+        cells = sorted({c for c in self.versions if c.table == table} | {c for c in self.deltas if c.table == table})
+        return [(c, v) for c in cells if (v := self._value(c, self.clock + 1)) is not None]
 
     def get_str(self, table: str, row, column: str) -> Optional[str]:
         v = self.get(table, row, column)
@@ -366,7 +560,10 @@ class MemTxn(Txn):
 
     def __init__(self, store: MemStore, start: int):
         self.store, self.start = store, start
+        # Writes and deletes; of a combined cell, resets (a combine after one folds into it).
         self.writes: Dict[Cell, Optional[bytes]] = {}
+        # This transaction's delta per combined cell it did not reset.
+        self.deltas: Dict[Cell, object] = {}
         self.weak: set = set()
 
     def get(self, table, row, column):
@@ -374,13 +571,24 @@ class MemTxn(Txn):
         _check(table, cell.row, column)
         if cell in self.writes:
             return self.writes[cell]
-        return self.store._read(cell, self.start)
+        spec = self.store._spec(cell)
+        if spec is None:
+            return self.store._read(cell, self.start)
+        acc = self.store._fold(spec, cell, self.start)
+        if cell in self.deltas:
+            acc = spec.fold(acc, self.deltas[cell])
+        return None if acc is None else spec.encode(acc)
+
+    def buffered_combines(self) -> Dict[Cell, bytes]:
+        """This transaction's delta per combined cell (its combines folded), as text."""
+        return {c: self.store._spec(c).encode(d) for c, d in self.deltas.items()}
 
     def scan(self, table, start=b"", end=None, columns=None, limit=1000):
         start, end = _b(start), None if end is None else _b(end)
         if columns is not None and not columns:
             raise InvalidArgument("an empty column filter")
         cells = {c for c in self.store.versions if c.table == table} | {c for c in self.writes if c.table == table}
+        cells |= {c for c in self.store.deltas if c.table == table} | {c for c in self.deltas if c.table == table}
         out = []
         for c in sorted(cells):
             if c.row < start or (end is not None and c.row >= end) or c.column.startswith("__"):
@@ -403,12 +611,43 @@ class MemTxn(Txn):
     def set(self, table, row, column, value):
         _check(table, _b(row), column)
         self._writable(table, column)
-        self.writes[Cell(table, _b(row), column)] = bytes(value)
+        cell = Cell(table, _b(row), column)
+        spec = self.store._spec(cell)
+        if spec is not None:
+            # A reset: the value must be of the column's type; own deltas go.
+            if spec.parse(bytes(value)) is None:
+                raise InvalidArgument(
+                    f"set of the combined column {table}/{column} of row {cell.row.decode('utf-8', 'replace')!r}: "
+                    f"{bytes(value)!r} is not a {spec.type} value (i64: decimal digits; f64: a finite number; "
+                    "set: a JSON array of strings)"
+                )
+            self.deltas.pop(cell, None)
+        self.writes[cell] = bytes(value)
 
     def delete(self, table, row, column):
         _check(table, _b(row), column)
         self._writable(table, column)
-        self.writes[Cell(table, _b(row), column)] = None
+        cell = Cell(table, _b(row), column)
+        self.deltas.pop(cell, None)
+        self.writes[cell] = None
+
+    def combine(self, table, row, column, delta):
+        kind, value = _delta(table, row, column, delta)
+        cell = Cell(table, _b(row), column)
+        _check(table, cell.row, column)
+        self._writable(table, column)
+        spec = self.store._spec(cell)
+        if spec is None:
+            raise InvalidArgument(
+                f"combine into {table}/{column} of row {cell.row.decode('utf-8', 'replace')!r}: the column is not "
+                "declared combined (a [[combine]] in the configuration)"
+            )
+        acc = spec.delta(cell, kind, value)
+        if cell in self.writes:  # after a reset in this transaction: folds into its value
+            base = self.writes[cell]
+            self.writes[cell] = spec.encode(spec.fold(None if base is None else spec.parse(base), acc))
+        else:
+            self.deltas[cell] = spec.fold(self.deltas.get(cell), acc)
 
     def notify_weak(self, table, row, column):
         _check(table, _b(row), column)
@@ -432,6 +671,10 @@ class MemTxn(Txn):
                 raise Conflict(f"{cell.table}/{cell.row!r}/{cell.column} was written at {newest}, after {self.start}")
         ts = self.store._tick()
         for cell, value in self.writes.items():
+            if self.store._spec(cell) is not None:
+                self.store.reset_starts.setdefault(cell, {})[ts] = self.start
             self.store.versions.setdefault(cell, {})[ts] = value
+        for cell, delta in self.deltas.items():
+            self.store.deltas.setdefault(cell, {})[ts] = delta
         self.store.weak_sent.extend(sorted(self.weak))
         return ts

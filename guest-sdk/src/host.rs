@@ -3,7 +3,7 @@
 
 use crate::bindings::percolator::observer::{txn as wit, types as wt};
 use crate::error::{Error, Result};
-use crate::txn::{Cell, Notification, ScanEntry, Txn};
+use crate::txn::{Cell, Delta, Notification, ScanEntry, Txn};
 
 /// The host's transaction, reached through the WIT `txn` imports.
 ///
@@ -51,6 +51,15 @@ impl Txn for HostTxn {
 
     fn notify_weak(&mut self, table: &str, row: &[u8], column: &str) -> Result<()> {
         wit::notify_weak(table, row, column).map_err(Error::from)
+    }
+
+    fn combine(&mut self, table: &str, row: &[u8], column: &str, delta: Delta) -> Result<()> {
+        let delta = match delta {
+            Delta::Int(i) => wt::Delta::Int(i),
+            Delta::Float(f) => wt::Delta::Float(f),
+            Delta::Members(m) => wt::Delta::Members(m),
+        };
+        wit::combine(table, row, column, &delta).map_err(Error::from)
     }
 
     fn start_ts(&self) -> u64 {

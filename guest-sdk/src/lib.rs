@@ -29,10 +29,12 @@
 //!
 //! Build the crate as a `cdylib` for `wasm32-unknown-unknown` (see `scripts/build-guests`): the
 //! result is a core module carrying wit-bindgen's component-type section, which the host turns
-//! into a component of the world `percolator:observer/observer@0.1.0` (`wit/observer.wit`).
+//! into a component of the world `percolator:observer/observer@0.3.0` (`wit/observer.wit`).
 //!
 //! - [`Txn`]: the running transaction (get, get_many, scan, set, delete, notify_weak,
-//!   start_ts, and typed helpers such as [`Txn::get_str`] and [`Txn::add_u64`]).
+//!   combine, start_ts, and typed helpers such as [`Txn::get_str`] and [`Txn::add_u64`]).
+//! - [`Delta`]: what [`Txn::combine`] adds to a combined column (an integer, a float, set
+//!   members).
 //! - [`Error`]: mirrors the WIT `error` variant; every operation returns it, so `?` works.
 //!   Return conflicts unchanged: the host retries the run.
 //! - [`mem`]: [`MemStore`](mem::MemStore) / [`MemTxn`](mem::MemTxn) for native unit tests.
@@ -46,7 +48,7 @@ mod txn;
 
 pub use error::{Error, Result};
 pub use host::HostTxn;
-pub use txn::{Cell, Notification, Observer, ScanEntry, Txn};
+pub use txn::{Cell, Delta, Notification, Observer, ScanEntry, Txn};
 
 /// The raw wit-bindgen output for the world `observer` (generated from `../wit`). The SDK's
 /// types wrap it; it is public for [`export_observer!`] and for anyone who needs the bare

@@ -84,6 +84,49 @@ pub struct ScanEntry {
     pub value: Vec<u8>,
 }
 
+/// What [`Txn::combine`] adds to a combined column; mirrors the WIT `delta` variant.
+///
+/// The kind must fit the column's declared type (the host's `[[combine]] type`): [`Int`] for
+/// `i64` (also taken for `f64`), [`Float`] (finite) for `f64`, [`Members`] for `set`.
+///
+/// [`Int`]: Delta::Int
+/// [`Float`]: Delta::Float
+/// [`Members`]: Delta::Members
+#[derive(Clone, Debug, PartialEq)]
+pub enum Delta {
+    /// An integer: for `i64` columns, and `f64` ones (converted).
+    Int(i64),
+    /// A float: for `f64` columns; must be finite.
+    Float(f64),
+    /// Strings to add to a `set` column.
+    Members(Vec<String>),
+}
+
+impl Delta {
+    /// [`Delta::Members`] of any strings.
+    pub fn members<S: Into<String>>(members: impl IntoIterator<Item = S>) -> Delta {
+        Delta::Members(members.into_iter().map(Into::into).collect())
+    }
+}
+
+impl From<i64> for Delta {
+    fn from(i: i64) -> Delta {
+        Delta::Int(i)
+    }
+}
+
+impl From<f64> for Delta {
+    fn from(f: f64) -> Delta {
+        Delta::Float(f)
+    }
+}
+
+impl From<Vec<String>> for Delta {
+    fn from(members: Vec<String>) -> Delta {
+        Delta::Members(members)
+    }
+}
+
 /// The running snapshot-isolation transaction of one observer run.
 ///
 /// Reads see the snapshot at [`start_ts`](Txn::start_ts) plus the transaction's own buffered
@@ -120,6 +163,23 @@ pub trait Txn {
 
     /// Sends a weak notification to a weak-notify column at commit.
     fn notify_weak(&mut self, table: &str, row: &[u8], column: &str) -> Result<()>;
+
+    /// Adds `delta` to a combined column (a `[[combine]]` of the host's configuration: `sum`,
+    /// `min` or `max` over `i64` or `f64`, or `set` of strings) at commit.
+    ///
+    /// Combines never conflict with each other: any number of concurrent transactions add to
+    /// one cell and all commit. Reads of the column return its folded total as text — `i64`
+    /// in decimal (`42`), `f64` in its shortest round-trip form (`2.5`, `3.0`), `set` as a JSON
+    /// array of distinct strings in byte order (`["a","b"]`) — the snapshot's total folded with
+    /// this transaction's own deltas. `i64` sums saturate. A [`set`](Txn::set) or
+    /// [`delete`](Txn::delete) of the column is a **reset**: it discards the deltas its
+    /// snapshot sees (deltas committed meanwhile apply on top), and later combines of the
+    /// transaction fold into the reset's value. Strong observers of the column run when its
+    /// folded total changes, not per delta.
+    ///
+    /// Fails with [`Error::InvalidArgument`] (naming table, column and row) on a column that
+    /// is not combined, or a delta of the wrong kind for its type (see [`Delta`]).
+    fn combine(&mut self, table: &str, row: &[u8], column: &str, delta: Delta) -> Result<()>;
 
     /// The snapshot timestamp.
     fn start_ts(&self) -> u64;
@@ -211,6 +271,9 @@ impl<T: Txn + ?Sized> Txn for &mut T {
     }
     fn notify_weak(&mut self, table: &str, row: &[u8], column: &str) -> Result<()> {
         (**self).notify_weak(table, row, column)
+    }
+    fn combine(&mut self, table: &str, row: &[u8], column: &str, delta: Delta) -> Result<()> {
+        (**self).combine(table, row, column, delta)
     }
     fn start_ts(&self) -> u64 {
         (**self).start_ts()

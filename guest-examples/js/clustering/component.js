@@ -1,6 +1,6 @@
 // The component's entry: the WIT imports handed to the SDK, `observe` exported.
-import * as txn from 'percolator:observer/txn@0.2.0';
-import * as config from 'percolator:observer/config@0.2.0';
+import * as txn from 'percolator:observer/txn@0.3.0';
+import * as config from 'percolator:observer/config@0.3.0';
 import { exportObserver } from './percolator-guest.js';
 import { observeClustering } from './app.js';
 

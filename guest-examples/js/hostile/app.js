@@ -4,7 +4,13 @@
 // - `spin`: loops forever (the deadline stops it);
 // - `bomb`: allocates without end (the memory limit stops it);
 // - `fetch`: calls fetch() (the build leaves out wasi:http: the runtime aborts, a trap);
-// - `throw`: reads a property of null (the TypeError's message reaches the dead letter).
+// - `throw`: reads a property of null (the TypeError's message reaches the dead letter);
+// - `combine`: combines deltas of every kind into `sum:i` (sum i64), `sum:f` (sum f64) and
+//   `set:s` (set), then three of the wrong kind (a float into `sum:i`, an integer into the
+//   uncombined `out:combine`, a string), each refused with invalid-argument; writes the total
+//   it reads and the kinds of the refusals.
+
+import { PercolatorError } from './percolator-guest.js';
 
 export function observeHostile(txn, n) {
   const mode = txn.param('mode');
@@ -20,6 +26,24 @@ export function observeHostile(txn, n) {
     console.error('about to fail');
     const nothing = null;
     txn.setStr(n.table, n.row, out, nothing.value);
+  } else if (mode === 'combine') {
+    txn.combine(n.table, n.row, 'sum:i', 2);
+    txn.combine(n.table, n.row, 'sum:i', 3n);
+    txn.combine(n.table, n.row, 'sum:f', 1.5);
+    txn.combine(n.table, n.row, 'sum:f', 1);
+    txn.combine(n.table, n.row, 'set:s', ['b', 'a']);
+    txn.combine(n.table, n.row, 'set:s', new Set(['c']));
+    const seen = [`read ${txn.getStr(n.table, n.row, 'sum:i')}`];
+    for (const [column, delta] of [['sum:i', 0.5], [out, 1], ['sum:i', 'seven']]) {
+      try {
+        txn.combine(n.table, n.row, column, delta);
+        seen.push('accepted');
+      } catch (e) {
+        if (!(e instanceof PercolatorError)) throw e;
+        seen.push(e.kind);
+      }
+    }
+    txn.setStr(n.table, n.row, out, seen.join('; '));
   } else {
     throw new Error(`unknown mode ${mode}`);
   }

@@ -7,7 +7,11 @@ for the host's sandbox tests. Every mode writes what it saw to `out:<mode>` when
 - `socket`: connects to 127.0.0.1 (sockets are refused);
 - `env`: writes the environment and the arguments it sees (both empty);
 - `clock`: writes the wall-clock time and 8 random bytes (fixed and seeded by the binding);
-- `raise`: divides by zero (the exception's message reaches the dead letter).
+- `raise`: divides by zero (the exception's message reaches the dead letter);
+- `combine`: combines deltas of every kind into `sum:i` (sum i64), `sum:f` (sum f64) and
+  `set:s` (set), then three of the wrong kind (a float into `sum:i`, an int into the
+  uncombined `out:combine`, a str), each refused with InvalidArgument; writes the total it
+  reads and the kinds of the refusals.
 """
 
 import json
@@ -15,7 +19,7 @@ import os
 import sys
 import time
 
-from percolator_guest import Notification, Txn, export
+from percolator_guest import Error, Notification, Txn, export
 
 
 def observe(txn: Txn, n: Notification) -> None:
@@ -43,6 +47,21 @@ def observe(txn: Txn, n: Notification) -> None:
     elif mode == "raise":
         print("about to divide", file=sys.stderr)
         txn.set_str(n.table, n.row, out, str(1 / 0))
+    elif mode == "combine":
+        txn.combine(n.table, n.row, "sum:i", 2)
+        txn.combine(n.table, n.row, "sum:i", 3)
+        txn.combine(n.table, n.row, "sum:f", 1.5)
+        txn.combine(n.table, n.row, "sum:f", 1)
+        txn.combine(n.table, n.row, "set:s", ["b", "a"])
+        txn.combine(n.table, n.row, "set:s", {"c"})
+        seen = [f"read {txn.get_str(n.table, n.row, 'sum:i')}"]
+        for column, delta in [("sum:i", 0.5), (out, 1), ("sum:i", "seven")]:
+            try:
+                txn.combine(n.table, n.row, column, delta)
+                seen.append("accepted")
+            except Error as e:
+                seen.append(e.kind)
+        txn.set_str(n.table, n.row, out, "; ".join(seen))
     else:
         raise ValueError(f"unknown mode {mode!r}")
 

@@ -50,7 +50,7 @@ pub enum ClockMode {
 }
 
 /// What one binding's guest sees besides the store: its parameters (`config` interface of
-/// `percolator:observer@0.2.0`), its clocks and its randomness.
+/// `percolator:observer@0.2.0` and later), its clocks and its randomness.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Environment {
     /// The binding's parameters (`[binding.params]`), as text.

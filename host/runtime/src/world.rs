@@ -56,7 +56,7 @@ const WASI_VERSION: &str = "0.2.0";
 pub(crate) struct Provided {
     /// The package (`percolator:observer`), for naming older versions.
     package: String,
-    /// Full interface name (`percolator:observer/txn@0.2.0`) and its function names, newest
+    /// Full interface name (`percolator:observer/txn@0.3.0`) and its function names, newest
     /// version first.
     interfaces: Vec<(String, Vec<String>)>,
 }

@@ -1,7 +1,8 @@
 //! Observers written in JavaScript (componentize-js, built by `scripts/build-guests-js`) in a
 //! host: the uppercase observer end to end with parameters, and a hostile guest bound once per
 //! misbehaviour (its `mode` parameter) — a busy loop, a memory bomb, fetch(), an exception —
-//! each contained with why it failed, while the host keeps serving.
+//! each contained with why it failed, while the host keeps serving; and the SDK's combine
+//! (deltas of every kind, and refused ones) through the host.
 
 use std::time::Duration;
 
@@ -13,6 +14,11 @@ const QUIET: Duration = Duration::from_secs(120);
 #[test]
 fn a_javascript_observer_runs_with_its_parameters() {
     common::uppercase_runs_with_its_parameters("js-upper", "uppercase_js");
+}
+
+#[test]
+fn javascript_combine_deltas_of_every_kind_reach_the_host() {
+    common::combine_deltas_of_every_kind_reach_the_host("js-combine", "hostile_js");
 }
 
 #[test]

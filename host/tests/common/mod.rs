@@ -197,3 +197,37 @@ pub fn uppercase_runs_with_its_parameters(name: &str, guest: &str) {
     assert_eq!(dead.len(), 2, "{dead:?}");
     assert!(dead.iter().all(|d| d.error.contains("docs/bad/raw:text is not UTF-8")), "{dead:?}");
 }
+
+/// The `[[combine]]` sections and the binding of a language's `hostile.wasm` in mode
+/// `combine`: `docs/sum:i` (sum i64), `docs/sum:f` (sum f64), `docs/set:s` (set).
+#[allow(dead_code)]
+pub fn combine_pipeline() -> String {
+    let mut toml = String::new();
+    for (column, op, ty) in [("sum:i", "sum", "i64"), ("sum:f", "sum", "f64"), ("set:s", "set", "set")] {
+        toml += &format!("[[combine]]\ntable = \"docs\"\ncolumn = \"{column}\"\nop = \"{op}\"\ntype = \"{ty}\"\n\n");
+    }
+    toml + &docs_binding(
+        "combine",
+        "hostile.wasm",
+        "in:combine",
+        "writes = [\"docs/out:combine\", \"docs/sum:i\", \"docs/sum:f\", \"docs/set:s\"]\nmax_attempts = 1\n\
+         [binding.params]\nmode = \"combine\"\n",
+    )
+}
+
+/// A language's hostile guest in mode `combine` ([`combine_pipeline`]): its SDK's deltas of
+/// every kind reach the host's `combine` (the totals read back as the store's text), and
+/// deltas of the wrong kind are refused with `invalid-argument`, by the host or the SDK.
+#[allow(dead_code)]
+pub fn combine_deltas_of_every_kind_reach_the_host(name: &str, guest: &str) {
+    let h = start_cached(name, &[("hostile.wasm", guest)], &combine_pipeline(), 2);
+    h.store.run(|t| t.set("docs", "r1", "in:combine", "go")).unwrap();
+    assert!(h.store.wait_quiescent(std::time::Duration::from_secs(120)).unwrap());
+    assert!(h.store.dead_letters().unwrap().is_empty(), "{:?}", h.store.dead_letters().unwrap());
+    let t = h.store.begin().unwrap();
+    let text = |col: &str| t.get("docs", "r1", col).unwrap().map(|v| String::from_utf8(v).unwrap());
+    assert_eq!(text("out:combine").as_deref(), Some("read 5; invalid-argument; invalid-argument; invalid-argument"));
+    assert_eq!(text("sum:i").as_deref(), Some("5"));
+    assert_eq!(text("sum:f").as_deref(), Some("2.5"));
+    assert_eq!(text("set:s").as_deref(), Some(r#"["a","b","c"]"#));
+}
