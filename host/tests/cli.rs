@@ -1743,7 +1743,12 @@ fn a_slow_start_serves_the_api_and_says_what_it_compiles() {
     );
     // Not "the store is in use by another process": the host answers.
     assert!(sb.fails(&["get", "docs", "r1", "raw:text"]).starts_with("percolator: docs/r1/raw:text: no value"));
+    // A write meanwhile waits for the load (before it the bindings may not be in the store
+    // yet, and nothing would observe the write).
+    sb.write("docs.jsonl", "{\"row\": \"r1\", \"text\": \"early\"}\n");
+    sb.ok(&["load", "docs", "docs.jsonl"]);
     sb.ok(&["wait", "--timeout", "60"]);
+    assert_eq!(sb.ok(&["get", "docs", "r1", "derived:upper"]), "EARLY\n", "the write made while starting was observed");
     let status = json(&sb.ok(&["status", "--json"]));
     assert_eq!(status["host"]["generation"], 1, "wait returned once the pipeline was loaded");
     let log = std::fs::read_to_string(&host.log).unwrap();

@@ -219,6 +219,11 @@ impl Pipeline {
         }
     }
 
+    /// True once a configuration was loaded (the host's first load is done).
+    pub fn has_loaded(&self) -> bool {
+        self.lock().1.loaded_at.is_some()
+    }
+
     /// Records what the reload's inputs are now: called right before a reload (or the first
     /// load) reads them.
     pub fn note_inputs(&self, config_file: &Path, observers_dir: &Path) {

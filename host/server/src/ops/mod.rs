@@ -78,9 +78,21 @@ pub trait Op: Endpoint {
     fn run(cx: &Context, request: Self::Request) -> ApiResult<Self::Response>;
 
     /// How a host serves it: [`Op::run`] on a blocking thread. `wait` overrides this to poll
-    /// without holding a thread.
+    /// without holding a thread. A write waits until the host's first load of the pipeline is
+    /// done: before it, the store's registry may lack the configuration's bindings, combined
+    /// and logged columns, and the write would notify, combine and log nothing.
     fn serve(cx: Context, request: Self::Request) -> impl Future<Output = ApiResult<Self::Response>> + Send {
         async move {
+            if Self::WRITES
+                && let Some(host) = &cx.host
+            {
+                while !host.pipeline.has_loaded() {
+                    if *host.shutdown.borrow() {
+                        return Err(ApiError::unavailable("the host is shutting down (its pipeline did not load)"));
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            }
             tokio::task::spawn_blocking(move || Self::run(&cx, request))
                 .await
                 .unwrap_or_else(|e| Err(ApiError::store(format!("internal error: {e}"))))
