@@ -1741,6 +1741,9 @@ fn a_slow_start_serves_the_api_and_says_what_it_compiles() {
         status.contains("starting: compiling 1 of 1 components: ") && status.contains("for binding upper"),
         "{status}"
     );
+    // An edit of the configuration meanwhile is applied after the first load (generation 2).
+    let toml = std::fs::read_to_string(sb.path("p.toml")).unwrap();
+    sb.write("p.toml", &format!("{toml}[binding.params]\nedited = true\n"));
     // Not "the store is in use by another process": the host answers.
     assert!(sb.fails(&["get", "docs", "r1", "raw:text"]).starts_with("percolator: docs/r1/raw:text: no value"));
     // A write meanwhile waits for the load (before it the bindings may not be in the store
@@ -1750,7 +1753,10 @@ fn a_slow_start_serves_the_api_and_says_what_it_compiles() {
     sb.ok(&["wait", "--timeout", "60"]);
     assert_eq!(sb.ok(&["get", "docs", "r1", "derived:upper"]), "EARLY\n", "the write made while starting was observed");
     let status = json(&sb.ok(&["status", "--json"]));
-    assert_eq!(status["host"]["generation"], 1, "wait returned once the pipeline was loaded");
+    assert_eq!(
+        status["host"]["generation"], 2,
+        "wait returned once the pipeline and the edit made meanwhile were loaded"
+    );
     let log = std::fs::read_to_string(&host.log).unwrap();
     assert!(log.contains("compiling 1 of 1: upper (") && log.contains("upper ready in "), "{log}");
     assert!(host.stop().unwrap().success());

@@ -88,6 +88,14 @@ pub fn watch(
                 }
                 changed.sort();
                 changed.dedup();
+                // An edit made during the host's first load is applied after it (never before:
+                // the older configuration would then win).
+                while !pipeline.has_loaded() {
+                    if !matches!(stopped.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)) {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
                 tracing::info!(?changed, "reloading");
                 // Whatever a reload runs into, the watcher lives on: a panic (the runtime
                 // already turns one in the toolchain into an error) is reported as the

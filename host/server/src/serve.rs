@@ -149,6 +149,15 @@ async fn serve(
         let _ = stop_serving.send(true);
         e.map_or(Ok(()), Err)
     };
+    // The watcher from before the first load: an edit made while it compiles is reloaded
+    // after it (reloads wait for the load). What it compares with: the inputs as the load
+    // read them (`wait` waits while they differ).
+    pipeline.note_inputs(&config.file, &config.observers_dir);
+    let reloader =
+        match reload::watch(pipeline.clone(), &config.file, &config.observers_dir, Duration::from_millis(200)) {
+            Ok(r) => r,
+            Err(e) => return stop_early(Some(format!("watching for changes: {e}"))),
+        };
     let n = config.bindings.len();
     tracing::info!(%url, "listening; loading the pipeline ({n} binding{})", if n == 1 { "" } else { "s" });
     let load = {
@@ -176,10 +185,6 @@ async fn serve(
     });
     // Old versions are collected as the safepoint moves (redb reuses the pages they held).
     let gc = config.gc_interval.map(|every| store.start_gc(every));
-    // What the watcher compares with from now on (`wait` waits while they differ).
-    pipeline.note_inputs(&config.file, &config.observers_dir);
-    let reloader = reload::watch(pipeline.clone(), &config.file, &config.observers_dir, Duration::from_millis(200))
-        .map_err(|e| format!("watching for changes: {e}"))?;
     let sampling = {
         let (store, sampler, pipeline) = (store.clone(), sampler.clone(), pipeline.clone());
         let trimmer = Arc::new(std::sync::Mutex::new(crate::trim::Trimmer::default()));
