@@ -287,7 +287,9 @@ impl Transaction {
         let (lo, hi) = (key::row_prefix(table, start), end.map(|e| key::row_prefix(table, e)));
         'pages: while merged.len() < fetch {
             self.inner.fence.wait(&lo, hi.as_deref().or(table_end.as_deref()), self.fenced_upto);
-            let want = fetch - merged.len();
+            // Delta cells do not count towards the limit: with combined columns, pages large
+            // enough that a row of many unfolded deltas is not read a cell per page.
+            let want = if combined.is_empty() { fetch - merged.len() } else { (fetch - merged.len()).max(256) };
             let page = self.scan_view(&ScanRange {
                 table,
                 start: &cursor.0,
