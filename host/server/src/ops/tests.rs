@@ -295,6 +295,9 @@ fn a_multi_page_scan_reads_one_snapshot_under_a_concurrent_writer() {
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
                 n += 1;
                 store.run(|t| t.set("t", format!("r{:03}", n % 40), "c:v", format!("bg{n}"))).unwrap();
+                // Paced: unpaced, on a fast machine it rewrites one of the 40 rows between any
+                // start and commit of `write`, which then loses every one of its attempts.
+                std::thread::sleep(std::time::Duration::from_micros(300));
             }
         })
     };
