@@ -317,7 +317,7 @@ impl Observer for Folder {
     fn observe(&self, txn: &mut Transaction, n: &Notification) -> Result<(), ObserveError> {
         let row = n.cell.row.clone();
         collect_folded(txn, &self.spec, &row)?;
-        let (base, deltas) = txn.read_combined_parts(&self.spec, &row)?;
+        let (base, deltas) = txn.read_parts_committed(&self.spec, &row)?;
         if deltas.is_empty() {
             return Ok(());
         }
@@ -479,7 +479,7 @@ impl Transaction {
         Ok(registry.combined(table, column))
     }
 
-    /// Whether `table` has combined columns.
+    /// The combined columns of `table` (none: reads and scans of it fold nothing).
     pub(crate) fn combined_in(&self, table: &str) -> Result<Vec<Arc<CombineSpec>>> {
         let registry = self.inner.registry.read().map_err(|_| Error::Closed)?;
         Ok(registry.combined_of_table(table))
@@ -527,13 +527,8 @@ impl Transaction {
         Ok((acc, newest))
     }
 
-    /// [`Transaction::read_parts_committed`], for the folder.
-    pub(crate) fn read_combined_parts(&self, spec: &CombineSpec, row: &[u8]) -> Result<Parts> {
-        self.read_parts_committed(spec, row)
-    }
-
     /// The snapshot's base and its visible deltas in commit order (ignoring own writes).
-    fn read_parts_committed(&self, spec: &CombineSpec, row: &[u8]) -> Result<Parts> {
+    pub(crate) fn read_parts_committed(&self, spec: &CombineSpec, row: &[u8]) -> Result<Parts> {
         let base_cell = CellRef::new(spec.table.clone(), row, spec.column.clone());
         let mut reads = self.read_row(&spec.table, row, &[&spec.column])?;
         let base = match reads.pop() {
