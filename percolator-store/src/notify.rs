@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::bigtable::*;
@@ -770,9 +770,18 @@ fn dead_letter(
 }
 
 /// Records a notification without observer as a dead letter of [`UNBOUND`]. Idempotent: the
-/// same cell found again (after a crash before its clear) rewrites the same record.
+/// same cell found again (after a crash before its clear, or by two scanner threads at once)
+/// keeps the one record and counts it once.
 fn unbound_dead_letter(inner: &Arc<Inner>, cell: &CellRef) -> Result<()> {
+    // Two scanner threads of this process can take the same cell in one pass; the check and
+    // the write are one step for them. (Hosts sharing a backend can still both count it: the
+    // counter is per process.)
+    static RECORDING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = RECORDING.lock().map_err(|_| Error::Closed)?;
     let id = format!("{DEAD_PREFIX}{}/{UNBOUND}", hex(&notify_position(cell)));
+    if inner.backend.meta_get(&id)?.is_some() {
+        return Ok(());
+    }
     let error = format!(
         "no observer is bound to {}/{}: this change was not processed (bind one, then retry)",
         cell.table, cell.column
