@@ -44,6 +44,9 @@ pub struct GcStats {
     /// True if a lock below the safepoint belonged to a live worker (non-exclusive backends
     /// only): removal was skipped this time.
     pub deferred: bool,
+    /// True if the pass read every row; false for an incremental pass, which read only the
+    /// rows written since a pass last looked at them ([`Store::gc_incremental`]).
+    pub full: bool,
 }
 
 /// What [`Store::compact`] did.
@@ -108,17 +111,46 @@ impl Store {
     }
 
     /// Removes versions that no running or future transaction and no unexpired pin
-    /// ([`Store::pin_snapshot`]) can read. Persists its safepoint before it changes anything
-    /// ([`Store::persisted_safepoint`]), so reads at an explicit snapshot below it fail
-    /// instead of missing versions.
+    /// ([`Store::pin_snapshot`]) can read: a full pass, which reads every row. Persists its
+    /// safepoint before it changes anything ([`Store::persisted_safepoint`]), so reads at an
+    /// explicit snapshot below it fail instead of missing versions.
     pub fn gc(&self) -> Result<GcStats> {
+        self.gc_pass(false)
+    }
+
+    /// Like [`Store::gc`], but on an exclusive backend (redb, memory) reads only the rows
+    /// written since a pass last looked at them, so its cost follows what changed, not the
+    /// store's size (`docs/design.md`, "GC"). It is a full pass when the store does not know
+    /// every written row: the first pass after opening, after more than `DIRTY_ROWS_MAX` rows
+    /// were written between passes, once an hour, and always on a shared backend. What
+    /// [`Store::start_gc`] runs.
+    pub fn gc_incremental(&self) -> Result<GcStats> {
+        self.gc_pass(true)
+    }
+
+    fn gc_pass(&self, incremental: bool) -> Result<GcStats> {
         // One pass of this store at a time: its persisted safepoint is kept monotonic.
         let mut collected = self.inner.gc_collected.lock().map_err(|_| Error::Closed)?;
         let safepoint = self.settled_safepoint(&mut collected)?;
         let mut stats = GcStats { safepoint, ..GcStats::default() };
+        let dirty = self.inner.gc_dirty.as_ref();
+        let due = match dirty {
+            Some(d) if incremental && !d.full_pass_due() => d.take_due(safepoint),
+            _ => None,
+        };
+        let rows = match due {
+            Some(rows) => Rows::Due(rows),
+            None => {
+                if let Some(d) = dirty {
+                    d.full_pass_starts();
+                }
+                stats.full = true;
+                Rows::All
+            }
+        };
         let force = if self.inner.backend.exclusive() { Force::Yes } else { Force::No };
         // Pass 1: resolve abandoned locks below the safepoint.
-        for_each_row(self, |row| {
+        rows.for_each(self, |row| {
             for cell in &row.cells {
                 for (start_ts, l) in cell.locks.iter().filter(|(ts, _)| *ts < safepoint) {
                     let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
@@ -131,46 +163,18 @@ impl Store {
             Ok(())
         })?;
         if stats.deferred {
+            // Only on a shared backend, whose passes are full: nothing to put back.
             return Ok(stats);
         }
         // Pass 2: remove invisible versions, a page of rows per backend call (one fsync).
         let mut ops: Vec<Op> = Vec::new();
-        for_each_row(self, |row| {
+        rows.for_each(self, |row| {
             stats.rows += 1;
-            let mut mutations = Vec::new();
-            for cell in &row.cells {
-                let mut kept_visible = false;
-                // A Delete that an observer has not yet seen (the cell's notify is pending, or
-                // parked in a dead letter that a retry turns back into one) is kept: without it
-                // the observer would find no change to react to.
-                let notified = || -> Result<bool> {
-                    let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
-                    let pos = notify_position(&c);
-                    let next = self.inner.backend.scan_notify(Some(&pos), 1)?;
-                    Ok(next.first().is_some_and(|e| e.cell == c) || crate::notify::has_dead_letter(&self.inner, &c)?)
-                };
-                for (ts, w) in &cell.writes {
-                    if *ts > safepoint {
-                        continue;
-                    }
-                    let keep = !kept_visible
-                        && match w.kind {
-                            WriteKind::Put(_) => true,
-                            WriteKind::Delete => notified()?,
-                            WriteKind::Rollback => false,
-                        };
-                    if !kept_visible && w.kind != WriteKind::Rollback {
-                        kept_visible = true;
-                    }
-                    if !keep {
-                        mutations.push(Mutation::DeleteWrite { column: cell.column.clone(), commit_ts: *ts });
-                    }
-                }
-                for ts in &cell.data {
-                    if *ts < safepoint && !cell.locks.iter().any(|(l, _)| l == ts) {
-                        mutations.push(Mutation::DeleteData { column: cell.column.clone(), start_ts: *ts });
-                    }
-                }
+            let (mutations, revisit) = self.removals(row, safepoint)?;
+            if let (Some(d), Some(ts)) = (dirty, revisit) {
+                // Something here is for a later pass: a version above the safepoint, a lock,
+                // a Delete kept for its observer.
+                d.record(&row.table, &row.row, ts);
             }
             if !mutations.is_empty() {
                 let op = RowMutation { table: row.table.clone(), row: row.row.clone(), conditions: vec![], mutations };
@@ -184,6 +188,63 @@ impl Store {
         self.apply_removals(ops, &mut stats)?;
         self.inner.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         Ok(stats)
+    }
+
+    /// What pass 2 removes of `row` at `safepoint` (per cell: every write record above it
+    /// kept, and the newest Put at or below it; older records, rollback records below it,
+    /// Deletes no observer still needs and staged data without a lock removed), and the
+    /// smallest timestamp of what is left for a later pass, if anything is.
+    fn removals(&self, row: &RowVersions, safepoint: Timestamp) -> Result<(Vec<Mutation>, Option<Timestamp>)> {
+        let mut mutations = Vec::new();
+        let mut revisit: Option<Timestamp> = None;
+        let mut later = |ts: Timestamp| revisit = Some(revisit.map_or(ts, |r: Timestamp| r.min(ts)));
+        for cell in &row.cells {
+            let mut kept_visible = false;
+            // A Delete that an observer has not yet seen (the cell's notify is pending, or
+            // parked in a dead letter that a retry turns back into one) is kept: without it
+            // the observer would find no change to react to.
+            let notified = || -> Result<bool> {
+                let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
+                let pos = notify_position(&c);
+                let next = self.inner.backend.scan_notify(Some(&pos), 1)?;
+                Ok(next.first().is_some_and(|e| e.cell == c) || crate::notify::has_dead_letter(&self.inner, &c)?)
+            };
+            for (ts, w) in &cell.writes {
+                if *ts > safepoint {
+                    later(*ts);
+                    continue;
+                }
+                let keep = !kept_visible
+                    && match w.kind {
+                        WriteKind::Put(_) => true,
+                        WriteKind::Delete => {
+                            let kept = notified()?;
+                            if kept {
+                                later(*ts);
+                            }
+                            kept
+                        }
+                        WriteKind::Rollback => false,
+                    };
+                if !kept_visible && w.kind != WriteKind::Rollback {
+                    kept_visible = true;
+                }
+                if !keep {
+                    mutations.push(Mutation::DeleteWrite { column: cell.column.clone(), commit_ts: *ts });
+                }
+            }
+            for (ts, _) in &cell.locks {
+                later(*ts);
+            }
+            for ts in &cell.data {
+                if *ts < safepoint && !cell.locks.iter().any(|(l, _)| l == ts) {
+                    mutations.push(Mutation::DeleteData { column: cell.column.clone(), start_ts: *ts });
+                } else {
+                    later(*ts);
+                }
+            }
+        }
+        Ok((mutations, revisit))
     }
 
     /// A safepoint computed as a GC pass computes it (this store's oldest transaction, other
@@ -233,9 +294,9 @@ impl Store {
         Ok(())
     }
 
-    /// Runs [`Store::gc`] every `interval` on a thread of its own, so that old versions are
-    /// collected as the safepoint moves instead of only when asked (the freed pages of redb are
-    /// reused by later writes). Stops when the returned handle is dropped.
+    /// Runs [`Store::gc_incremental`] every `interval` on a thread of its own, so that old
+    /// versions are collected as the safepoint moves instead of only when asked (the freed
+    /// pages of redb are reused by later writes). Stops when the returned handle is dropped.
     pub fn start_gc(&self, interval: Duration) -> GcRunner {
         let stop = Arc::new(AtomicBool::new(false));
         let (store, flag) = (self.clone(), stop.clone());
@@ -248,13 +309,14 @@ impl Store {
                         std::thread::sleep(Duration::from_millis(50).min(next - Instant::now()));
                         continue;
                     }
-                    match store.gc() {
+                    match store.gc_incremental() {
                         Ok(s) => tracing::debug!(
                             safepoint = s.safepoint.raw(),
                             rows = s.rows,
                             removed = s.versions_removed,
                             locks_resolved = s.locks_resolved,
                             deferred = s.deferred,
+                            full = s.full,
                             "gc: a pass"
                         ),
                         Err(e) => tracing::warn!(error = %e, "gc: a pass failed; the next one retries"),
@@ -280,6 +342,31 @@ impl Drop for GcRunner {
             && t.join().is_err()
         {
             tracing::warn!("the gc thread had panicked");
+        }
+    }
+}
+
+/// The rows a pass reads: every row (a full pass), or the rows due in the dirty set.
+enum Rows {
+    All,
+    Due(Vec<(String, Vec<u8>)>),
+}
+
+impl Rows {
+    /// Calls `f` with the versions of each row, read now (pass 2 sees what pass 1 changed).
+    fn for_each(&self, store: &Store, mut f: impl FnMut(&RowVersions) -> Result<()>) -> Result<()> {
+        match self {
+            Rows::All => for_each_row(store, f),
+            Rows::Due(rows) => {
+                for (table, row) in rows {
+                    let found = store.inner.backend.scan_versions(Some((table, row)), 1)?;
+                    // A row whose every version is gone reads as the next row: nothing to do.
+                    if let Some(v) = found.first().filter(|v| &v.table == table && &v.row == row) {
+                        f(v)?;
+                    }
+                }
+                Ok(())
+            }
         }
     }
 }

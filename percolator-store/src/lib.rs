@@ -38,6 +38,7 @@ mod clock;
 mod combine;
 mod commit;
 mod conflicts;
+mod dirty_rows;
 mod error;
 mod etcd;
 mod freshness;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::bigtable::{Bigtable, Op};
 use crate::conflicts::Conflicts;
+use crate::dirty_rows::{DirtyRows, Tracked};
 use crate::error::{Error, Result};
 use crate::freshness::Freshness;
 use crate::mem_backend::MemBigtable;
@@ -332,6 +333,9 @@ pub(crate) struct Inner {
     pub(crate) gc_collected: Mutex<Timestamp>,
     /// The folder's safepoint (`Store::recent_safepoint`): when it was settled, and it.
     pub(crate) recent_safepoint: Mutex<Option<(std::time::Instant, Timestamp)>>,
+    /// On an exclusive backend, the rows written since a GC pass last looked at them (what an
+    /// incremental pass reads; `backend` records into it). None on a shared backend.
+    pub(crate) gc_dirty: Option<Arc<DirtyRows>>,
     stop: Arc<Stop>,
 }
 
@@ -431,6 +435,14 @@ impl Store {
         };
         let stop = Arc::new(Stop::default());
         let (lease, poll) = (config.worker_lease, config.registry_poll);
+        // Every write of this store goes through `backend` from here on: on an exclusive
+        // backend, its applied writes record their rows for incremental GC passes.
+        let (backend, gc_dirty): (Arc<dyn Bigtable>, _) = if backend.exclusive() {
+            let dirty = Arc::new(DirtyRows::default());
+            (Arc::new(Tracked::new(backend, dirty.clone())), Some(dirty))
+        } else {
+            (backend, None)
+        };
         let (config_async, backend_for_secondaries) = (config.async_secondaries, backend.clone());
         let fence = OnePcFence::new(backend.clone());
         let inner = Arc::new(Inner {
@@ -457,6 +469,7 @@ impl Store {
             values,
             gc_collected: Mutex::new(Timestamp::ZERO),
             recent_safepoint: Mutex::new(None),
+            gc_dirty,
             stop: stop.clone(),
         });
         let saved = registry::load(&inner)?;
