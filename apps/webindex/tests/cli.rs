@@ -146,4 +146,15 @@ fn sample_crawl_writes_loadable_jsonl() {
     assert_eq!(hubs, std::fs::read_to_string(sb.path("h2/crawl.jsonl")).unwrap());
     assert_eq!(hubs.lines().count(), 12);
     assert_ne!(hubs, crawl);
+    // The docs shape: documentation sites, a third of the pages mirror copies.
+    sb.webindex(&["sample-crawl", "--out", "d1", "--pages", "30", "--seed", "2", "--shape", "docs"]);
+    let docs = std::fs::read_to_string(sb.path("d1/crawl.jsonl")).unwrap();
+    let html: Vec<String> = docs
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["html"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(html.len(), 30);
+    assert!(html[0].contains("<nav class=\"sidebar\""), "{}", html[0]);
+    let distinct: std::collections::BTreeSet<&String> = html.iter().collect();
+    assert_eq!(distinct.len(), 20, "10 of 30 pages are copies");
 }

@@ -136,6 +136,14 @@ fn incremental_equals_batch_on_a_hub_crawl() {
     concurrent_writers("hubs", &crawl::generate_shaped(12, 200, crawl::Shape::Hubs));
 }
 
+/// The same with documentation sites (`sample-crawl --shape docs`): a navigation block on every
+/// page of a site, pages of tens to hundreds of KB, mirror copies that an edit separates from
+/// their original and a later re-crawl brings back.
+#[test]
+fn incremental_equals_batch_on_a_docs_crawl() {
+    concurrent_writers("docs", &crawl::generate_shaped(13, 120, crawl::Shape::Docs));
+}
+
 /// The same with clustering written in Python (`guest-examples/python/clustering`, a port of
 /// the Rust observer) bound in its place: the other language's observer writes the same cells.
 #[test]

@@ -25,6 +25,10 @@
 //! sites instead: a few hub pages linked from most pages (a docs home, an API index, …), each
 //! site's home page linked from most of its pages, and the other links drawn with a power-law
 //! preference for a few popular pages — inlink counts from thousands down to none.
+//!
+//! [`Shape::Docs`] makes documentation sites shaped after a real crawl (page sizes from a few
+//! hundred bytes to ~3 MB, a navigation block of hundreds of links on every page of some sites,
+//! a third of the pages mirror copies): see the `docs` module below (its own generator).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -71,7 +75,16 @@ pub enum Shape {
     /// with a power-law preference for the first pages generated (the `k`-th of `n` with
     /// probability about `(k/n)^(-2/3)`, relative).
     Hubs,
+    /// Documentation sites as a real crawl finds them: realistic HTML (head, navigation,
+    /// breadcrumbs, code blocks, footer), page sizes with a median of about 4.5 KB, a 90th
+    /// percentile of about 27 KB, a 99th of about 260 KB and a few pages up to ~3 MB; every
+    /// page of a site carries the site's navigation block (hundreds of links on the largest
+    /// site, whose targets are hubs linked from all of its pages); a third of the pages are
+    /// byte-identical mirror copies of another page. Its own generator: `crawl/docs.rs`.
+    Docs,
 }
+
+mod docs;
 
 /// Global hubs of a [`Shape::Hubs`] crawl: its first pages, linked from 85%, 60%, 40% and 25%
 /// of the pages.
@@ -91,6 +104,9 @@ pub fn generate(seed: u64, pages: usize) -> Crawl {
 
 /// Generates a crawl of `pages` pages of `shape` from `seed` (same arguments, same crawl).
 pub fn generate_shaped(seed: u64, pages: usize, shape: Shape) -> Crawl {
+    if shape == Shape::Docs {
+        return docs::generate(seed, pages);
+    }
     let mut g = Generator::new(seed, pages, shape);
     let first: Vec<CrawlPage> = (0..g.slots.len()).map(|i| g.page(i)).collect();
     let recrawls = (0..pages / 3).map(|_| g.recrawl()).collect();
@@ -484,7 +500,8 @@ impl Generator {
         let n = self.slots.len();
         match self.shape {
             Shape::Uniform => self.rng.below(n),
-            Shape::Hubs => ((self.rng.unit().powi(3) * n as f64) as usize).min(n - 1),
+            // (A docs crawl has a generator of its own.)
+            Shape::Hubs | Shape::Docs => ((self.rng.unit().powi(3) * n as f64) as usize).min(n - 1),
         }
     }
 

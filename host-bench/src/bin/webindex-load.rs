@@ -2,20 +2,30 @@
 //! costs per page, and whether a page's cost follows its change or its inlinks.
 //!
 //! A generated crawl (`webindex::crawl::generate_shaped`, hub-shaped by default: a few pages
-//! linked from most pages, power-law inlinks; first versions only) is loaded into an
+//! linked from most pages, power-law inlinks; `--shape docs`: documentation sites shaped after
+//! a real crawl, pages of 4.5 KB median up to ~3 MB; first versions only) is loaded into an
 //! in-process host — the four web-index components of `config/web-index.toml`, a
-//! [`Pipeline`] on a [`Store`] over redb (durability none), the scanner running while the
-//! loader writes 100 pages per transaction — until the pipeline reaches its fixed point.
-//! Measured:
+//! [`Pipeline`] on a [`Store`] over redb (durability fsync, as that configuration; `--durability
+//! none`: one durable commit a second), the scanner running while the loader writes 100 pages
+//! per transaction — until the pipeline reaches its fixed point. Measured:
 //!
 //! - pages per second from the first load to the fixed point, observer runs per page,
 //!   conflicts per page;
+//! - **CPU against the batch computation, side by side**: the process's CPU-seconds (user +
+//!   system, `/proc/self/stat`) from the first load to the fixed point — loader, scanners,
+//!   observers, GC and redb alike — and the loading thread's own share (its transactions
+//!   writing the inputs, then polling for the fixed point), wall time and cores used (CPU /
+//!   wall); then `webindex::batch::compute` over the same inputs on one thread (its thread CPU
+//!   time, the median of 3 runs, after the pipeline stopped), and the ratios `cpu_over_batch`
+//!   (the whole process) and `pipeline_cpu_over_batch` (the loading thread's CPU left out);
 //! - bytes written per page: row key, column and value of every committed cell version
 //!   (counted in the backend, acks and every table included; deletions count row key and
 //!   column), and input bytes (URL, HTML, PageRank) for scale;
-//! - the redb file's size at the fixed point over the input's size, with old versions collected
-//!   every second during the load (`--no-gc`: never); values of 256 bytes or more are stored
-//!   deflated (`docs/design.md`, "Compressed values");
+//! - the redb file's size at the fixed point over the input's size, and over the bytes of the
+//!   batch computation's tables (`store_over_batch_tables`: each cell's row, column and value,
+//!   uncompressed, as a batch run would write them), with old versions collected every second
+//!   during the load (`--no-gc`: never); values of 256 bytes or more are stored deflated
+//!   (`docs/design.md`, "Compressed values");
 //! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
 //!   linking to it (a new anchor), each from an idle pipeline to its fixed point again:
 //!   observer runs and bytes written. Each page is first updated once to a fixed version, so
@@ -34,7 +44,8 @@
 //! cargo run --release -p percolator-host-bench --bin webindex-load -- --pages 10000
 //! ```
 //!
-//! Options: `--pages N` (default 10000), `--seed S` (1), `--shape hubs|uniform` (hubs),
+//! Options: `--pages N` (default 10000), `--seed S` (1), `--shape hubs|uniform|docs` (hubs),
+//! `--durability fsync|none` (fsync),
 //! `--guests DIR` (the components; default `target/guests`), `--config FILE` (whose
 //! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`, `--no-gc`,
 //! `--workers N` (observer runs in flight; default the host's). Prints `name value` lines; `#`
@@ -70,6 +81,15 @@ use tables::read_tables;
 
 /// Pages per load transaction.
 const LOAD_BATCH: usize = 100;
+/// Runs of the batch computation timed (the median is the figure).
+const BATCH_RUNS: usize = 3;
+
+/// `/proc/loadavg`'s 1-, 5- and 15-minute averages (the machine is shared).
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
 
 /// A backend that counts the bytes of the cell versions committed through it.
 struct Counting {
@@ -183,6 +203,7 @@ struct Args {
     pages: usize,
     seed: u64,
     shape: Shape,
+    durability: Durability,
     guests: PathBuf,
     config: PathBuf,
     check: bool,
@@ -200,6 +221,7 @@ fn parse_args() -> Res<Args> {
         pages: 10_000,
         seed: 1,
         shape: Shape::Hubs,
+        durability: Durability::Fsync,
         guests: root().join("target/guests"),
         config: root().join("config/web-index.toml"),
         check: true,
@@ -216,7 +238,15 @@ fn parse_args() -> Res<Args> {
                 args.shape = match value()?.as_str() {
                     "hubs" => Shape::Hubs,
                     "uniform" => Shape::Uniform,
-                    other => return Err(format!("--shape {other:?}: expected hubs or uniform").into()),
+                    "docs" => Shape::Docs,
+                    other => return Err(format!("--shape {other:?}: expected hubs, uniform or docs").into()),
+                }
+            }
+            "--durability" => {
+                args.durability = match value()?.as_str() {
+                    "fsync" => Durability::Fsync,
+                    "none" => Durability::None,
+                    other => return Err(format!("--durability {other:?}: expected fsync or none").into()),
                 }
             }
             "--guests" => args.guests = PathBuf::from(value()?),
@@ -226,7 +256,7 @@ fn parse_args() -> Res<Args> {
             "--workers" => args.workers = Some(value()?.parse().map_err(|e| format!("--workers: {e}"))?),
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (expected --pages, --seed, --shape, --guests, --config, --no-check, --no-gc, --workers)"
+                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --workers)"
                 )
                 .into());
             }
@@ -276,8 +306,12 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     }
     let real = std::fs::read_to_string(&args.config).map_err(|e| format!("{}: {e}", args.config.display()))?;
     let bindings = &real[real.find("[[binding]]").ok_or("the configuration has no [[binding]]")?..];
+    let durability = match args.durability {
+        Durability::Fsync => "fsync",
+        Durability::None => "none",
+    };
     let toml = format!(
-        "[store]\npath = \"store.redb\"\ndurability = \"none\"\n[scanner]\nthreads = 2\n{}\
+        "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n[scanner]\nthreads = 2\n{}\
          [observers]\ndir = {:?}\ncache_dir = {:?}\n{bindings}",
         args.workers.map(|w| format!("workers = {w}\n")).unwrap_or_default(),
         args.guests.display().to_string(),
@@ -286,7 +320,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     std::fs::write(dir.join("pipeline.toml"), toml)?;
     let config = Config::load(&dir.join("pipeline.toml"))?;
     let redb =
-        RedbBigtable::open(&config.store_path, RedbConfig { durability: Durability::None, ..RedbConfig::default() })?;
+        RedbBigtable::open(&config.store_path, RedbConfig { durability: args.durability, ..RedbConfig::default() })?;
     let counting = Arc::new(Counting { inner: Arc::new(redb), bytes: AtomicU64::new(0) });
     let store = Store::with_backend(counting.clone(), StoreConfig::default())?;
     let pipeline = Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone()))?);
@@ -310,8 +344,9 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         args.shape, args.seed
     );
     println!("#   guests {}, bindings of {}", args.guests.display(), args.config.display());
+    println!("#   load average before: {}", load_average());
     println!(
-        "#   redb durability none, 2 scanner threads, {} observer workers, {LOAD_BATCH} pages per load transaction, gc {}",
+        "#   redb durability {durability}, 2 scanner threads, {} observer workers, {LOAD_BATCH} pages per load transaction, gc {}",
         config.observer_workers,
         if args.no_gc { "off" } else { "every second" }
     );
@@ -327,6 +362,8 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let gc = (!args.no_gc).then(|| store.start_gc(Duration::from_secs(1)));
     let before = store.metrics();
     let cpu_before = procfs::cpu_seconds("self").map(|(own, _)| own);
+    let thread_cpu = || procfs::cpu_seconds("thread-self").map(|(own, _)| own);
+    let loader_before = thread_cpu();
     let start = Instant::now();
     let list: Vec<_> = inputs.iter().collect();
     for chunk in list.chunks(LOAD_BATCH) {
@@ -343,8 +380,12 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         })?;
     }
     let loaded = start.elapsed();
+    let loader_loaded = thread_cpu();
     let elapsed = wait_fixed_point(&store, start, Duration::from_secs(3 * 3600))?;
     let cpu = procfs::cpu_seconds("self").map(|(own, _)| own).zip(cpu_before).map(|(a, b)| a - b);
+    // The loading thread: its transactions, then polling for the fixed point.
+    let loader_cpu = loader_loaded.zip(loader_before).map(|(a, b)| a - b);
+    let main_cpu = thread_cpu().zip(loader_before).map(|(a, b)| a - b);
     let after = store.metrics();
     let bytes = counting.bytes.load(Ordering::Relaxed);
     let runs = after.observer_runs - before.observer_runs;
@@ -360,7 +401,13 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     figure("pages_per_s", format!("{:.1}", pages as f64 / elapsed.as_secs_f64()));
     if let Some(cpu) = cpu {
         // The whole process (loader, scanners, observers, GC): how much of the machine it used.
+        figure("cpu_s", format!("{cpu:.2}"));
         figure("cores", format!("{:.2}", cpu / elapsed.as_secs_f64()));
+    }
+    if let (Some(cpu), Some(loader), Some(main)) = (cpu, loader_cpu, main_cpu) {
+        figure("loader_cpu_s", format!("{loader:.2}"));
+        figure("poll_cpu_s", format!("{:.2}", main - loader));
+        figure("pipeline_cpu_s", format!("{:.2}", cpu - main));
     }
     figure("observer_runs", runs.to_string());
     figure("observer_runs_per_page", format!("{:.2}", runs as f64 / pages as f64));
@@ -407,12 +454,31 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     if m.dead_letters != 0 {
         return Err(format!("dead letters: {:?}", store.dead_letters()?).into());
     }
+    // The batch computation over the same inputs, on this thread, with the pipeline stopped.
+    let mut runs_s = Vec::new();
+    let mut expected = None;
+    for _ in 0..BATCH_RUNS {
+        let before = thread_cpu().ok_or("no /proc/thread-self/stat to time the batch computation")?;
+        let tables = batch::compute(&inputs)?;
+        runs_s.push(thread_cpu().ok_or("no /proc/thread-self/stat")? - before);
+        expected = Some(tables);
+    }
+    let mut expected = expected.expect("BATCH_RUNS > 0");
+    runs_s.sort_by(f64::total_cmp);
+    let batch_cpu = runs_s[runs_s.len() / 2];
+    let batch_bytes: usize =
+        expected.values().flat_map(|t| t.iter()).map(|((row, column), v)| row.len() + column.len() + v.len()).sum();
+    figure("batch_cpu_s", format!("{batch_cpu:.2}"));
+    println!("# batch runs (thread CPU s): {runs_s:.2?}");
+    if let (Some(cpu), Some(main)) = (cpu, main_cpu) {
+        figure("cpu_over_batch", format!("{:.1}", cpu / batch_cpu));
+        figure("pipeline_cpu_over_batch", format!("{:.1}", (cpu - main) / batch_cpu));
+    }
+    figure("batch_table_bytes", batch_bytes.to_string());
+    figure("store_over_batch_tables", format!("{:.2}", file as f64 / batch_bytes as f64));
+    println!("#   load average after: {}", load_average());
     if args.check {
-        let expected = {
-            let mut t = batch::compute(&inputs)?;
-            batch::normalize(&mut t);
-            t
-        };
+        batch::normalize(&mut expected);
         let diff = batch::diff(&expected, &read_tables(&store)?, 20);
         if !diff.is_empty() {
             return Err(format!("the incremental result differs from batch:\n{}", diff.join("\n")).into());

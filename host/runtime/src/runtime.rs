@@ -25,7 +25,7 @@ use percolator_store::{NotifyKind, ObserveError, Transaction};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::error::Context;
-use wasmtime::{Config, Engine, Result, Store, Trap};
+use wasmtime::{Config, Engine, ProfilingStrategy, Result, Store, Trap};
 
 use crate::access::Access;
 use crate::bindings::{Cell, Notification, Observer as ObserverWorld, ObserverPre, WitError};
@@ -116,7 +116,8 @@ pub struct Compiled {
 
 impl Runtime {
     /// Creates the engine and starts its epoch ticker. Compiled components are cached in
-    /// `cache_dir` when given.
+    /// `cache_dir` when given. With the environment variable `PERCOLATOR_PERFMAP=1`, guest code
+    /// is listed for `perf` in `/tmp/perf-<pid>.map` (wasmtime's perf map profiler).
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Runtime> {
         let mut config = Config::new();
         config.wasm_component_model(true);
@@ -124,6 +125,11 @@ impl Runtime {
         // Guests get a bounded native stack; a deep recursion traps instead of crashing.
         // (512 KiB: well inside a scanner thread's 2 MiB native stack, host calls included.)
         config.max_wasm_stack(512 << 10);
+        // `PERCOLATOR_PERFMAP=1`: compiled guest code is listed in `/tmp/perf-<pid>.map`, so
+        // that `perf report` names guests' functions instead of anonymous addresses.
+        if std::env::var_os("PERCOLATOR_PERFMAP").is_some_and(|v| v == "1") {
+            config.profiler(ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).context("creating the wasmtime engine")?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).context("linking WASI")?;
