@@ -4,12 +4,13 @@
 //! the pages byte-identical to another page).
 //!
 //! - **Sites** (`https://docs3.example`), about one per 150 original pages, of Zipf sizes (the
-//!   first site holds about a fifth of the pages): a home page `/`, 2–6 section indexes
-//!   (`/guide/`), and articles (`/guide/lifetime-17.html`); 5% of the articles are redirect
-//!   stubs (`<meta http-equiv="refresh">`, a few hundred bytes).
+//!   first site holds a sixth to a quarter of the original pages): a home page `/`, 2–6 section indexes
+//!   (`/guide/`), and articles (`/guide/lifetime-17.html`); 8% of the articles are redirect
+//!   stubs (`<meta http-equiv="refresh">`, a few hundred bytes); 30% of the other sites are
+//!   hand-written (a bare head, a line of links, no scripts).
 //! - **A navigation block shared by every page of a site**, byte for byte (root-relative
-//!   hrefs): a sidebar of 150–350 links on the first site and on a quarter of the sites of 60
-//!   pages or more, a top bar of 8–30 links elsewhere. Its targets are the site's hubs: each is
+//!   hrefs): a sidebar of 150–250 links on the first site and on a tenth of the sites of 300
+//!   pages or more, a bar of 6–20 links elsewhere. Its targets are the site's hubs: each is
 //!   linked from every page of the site (thousands of inlinks in a crawl of 30,000 pages).
 //! - **Realistic HTML**: a head with meta tags, a stylesheet, inline CSS and scripts; a header
 //!   with the logo and the sections; breadcrumbs; a body of headings, paragraphs with inline
@@ -28,8 +29,8 @@
 //! - `pages / 3` **re-crawls**: an edited article (its mirrors now differ from it), a mirror
 //!   brought back in line with its original, a PageRank change alone, or an unchanged page.
 //!
-//! The first page of the crawl is the first site's home (its most linked page); the others
-//! follow in a shuffled order, as a crawler's frontier would deliver them.
+//! The first page of the crawl is the first site's home (linked from every page of the site);
+//! the others follow in a shuffled order, as a crawler's frontier would deliver them.
 
 use super::{Crawl, CrawlPage, Rng, TOPICS, Vocabulary, capitalize, relative};
 
@@ -302,8 +303,8 @@ impl Docs {
                 version: 0,
             });
         }
-        for i in first..self.pages.len() {
-            self.pages[i].size = size_at(self.rng.unit());
+        for page in &mut self.pages[first..] {
+            page.size = size_at(self.rng.unit());
         }
         self.sites.push(Site {
             origin: format!("https://docs{k}.example"),
