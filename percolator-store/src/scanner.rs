@@ -181,6 +181,10 @@ fn work_loop(store: &Store, runs: &Runs) {
 fn run_row(store: &Store, entries: &[NotifyEntry]) -> u64 {
     let mut cleared = 0;
     for entry in oldest_first(entries) {
+        if store.inner.backend.storage_failure().is_some() {
+            // Queued before the store began refusing writes: left pending, not run to fail.
+            break;
+        }
         match store.process_notification(entry) {
             Ok(CellOutcome::Cleared) => cleared += 1,
             Ok(CellOutcome::Pending) => {}
