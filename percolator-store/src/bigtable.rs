@@ -431,6 +431,11 @@ pub struct StorageFailure {
     pub since: std::time::SystemTime,
     /// Small writes tried since, which failed too.
     pub probes: u64,
+    /// The backend will not recover by itself: it had acknowledged commits that were not
+    /// durable yet (redb at durability none), which reopening the file would drop while the
+    /// process goes on. Restart the process once the cause is fixed (a restart loses what a
+    /// crash would: about the last second of commits).
+    pub needs_restart: bool,
 }
 
 /// A consistent read view of the cells (for redb: one read transaction). A transaction keeps
@@ -494,7 +499,7 @@ pub trait Bigtable: Send + Sync + 'static {
     fn stats(&self) -> BackendStats;
 
     /// The failure that stops this backend's writes now, if one does: redb after an I/O error
-    /// (a full disk) refuses writes until a small write it tries by itself succeeds. `None`
+    /// (a full disk) refuses writes until a probe write of 1 MiB it tries by itself succeeds. `None`
     /// (the default): writes are not known to fail.
     fn storage_failure(&self) -> Option<StorageFailure> {
         None

@@ -69,7 +69,7 @@ pub enum Error {
     /// ([`Error::is_disk_full`]), or another I/O error. Nothing of the operation that met it is
     /// durable. The redb backend then refuses every write with this same error (the first
     /// failure, with its file) and keeps serving reads, until a write succeeds again: it
-    /// reopens its file and tries a small write by itself, with backoff (`docs/design.md`,
+    /// reopens its file and tries a probe write (1 MiB) by itself, with backoff (`docs/design.md`,
     /// "A full disk"); [`Store::storage_failure`](crate::Store::storage_failure) reports it
     /// meanwhile. Not a failure of an observer: a run that meets it backs off without
     /// counting an attempt.
@@ -165,14 +165,30 @@ impl Error {
     }
 }
 
+/// The message of an [`Error::Io`] that redb latched after an earlier I/O error
+/// (`PreviousIo`), or met on a database closed by a reopen: the backend answers it with the
+/// failure it recorded, which names the cause (`RedbBigtable`'s `located`).
+pub(crate) const LATCHED: &str = "an earlier I/O error stopped the file";
+
+impl Error {
+    /// An [`Error::Io`] latched by an earlier one ([`LATCHED`]).
+    pub(crate) fn is_latched(&self) -> bool {
+        matches!(self, Error::Io { message, .. } if message == LATCHED)
+    }
+
+    fn latched() -> Error {
+        Error::Io { path: PathBuf::new(), message: LATCHED.into(), disk_full: false }
+    }
+}
+
 // redb's errors: an I/O error becomes [`Error::Io`] without its file (the backend, which
-// knows it, fills it in: `RedbBigtable`'s `located`); everything else, redb's own words. An
-// I/O error latched by an earlier one (`PreviousIo`) is a plain `Storage` error here: the
-// backend answers it with the failure it recorded.
+// knows it, fills it in: `RedbBigtable`'s `located`), so does the latch of an earlier one;
+// everything else, redb's own words.
 impl From<redb::StorageError> for Error {
     fn from(e: redb::StorageError) -> Error {
         match e {
             redb::StorageError::Io(e) => Error::io(std::path::Path::new(""), &e),
+            redb::StorageError::PreviousIo | redb::StorageError::DatabaseClosed => Error::latched(),
             e => Error::Storage(e.to_string()),
         }
     }
@@ -182,6 +198,7 @@ impl From<redb::Error> for Error {
     fn from(e: redb::Error) -> Error {
         match e {
             redb::Error::Io(e) => Error::io(std::path::Path::new(""), &e),
+            redb::Error::PreviousIo | redb::Error::DatabaseClosed => Error::latched(),
             e => Error::Storage(e.to_string()),
         }
     }

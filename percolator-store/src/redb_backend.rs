@@ -7,8 +7,10 @@
 //!
 //! After an I/O error (a full disk) redb refuses every later operation until the file is
 //! closed and opened again. The backend then refuses writes with the first error
-//! ([`Error::Io`]), reopens the file at once so that reads work, and tries a small write with
-//! backoff until one succeeds (`docs/design.md`, "A full disk").
+//! ([`Error::Io`]), reopens the file at once so that reads work, and tries a probe write (1 MiB) with
+//! backoff until one succeeds (`docs/design.md`, "A full disk") — unless commits it
+//! acknowledged are not durable yet (durability none), which a reopen would drop: then the
+//! failure stays until the process is restarted ([`StorageFailure::needs_restart`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,7 +21,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::bigtable::*;
 use crate::cells::{self, KvRead, KvWrite, Visitor};
-use crate::error::{Error, Result};
+use crate::error::{Error, LATCHED, Result};
 use crate::group_commit::{GroupCommit, Work};
 use crate::timestamp::Timestamp;
 
@@ -108,6 +110,9 @@ struct Shared {
     wake_prober: Condvar,
     /// Times the file was reopened after a failure ([`Bigtable::reopens`]).
     reopens: AtomicU64,
+    /// The last commit that succeeded was not durable ([`Durability::None`]): a reopen now
+    /// would go back before commits that callers were told succeeded.
+    unsynced: AtomicBool,
 }
 
 #[derive(Default)]
@@ -127,8 +132,12 @@ const NONE_DURABLE_EVERY_MS: u64 = 1000;
 const PROBE_FIRST: Duration = Duration::from_millis(100);
 /// The longest wait between two probes: how long writes stay refused after space was freed.
 const PROBE_MAX: Duration = Duration::from_secs(2);
-/// The metadata key the prober writes (its value: when, in ms since the Unix epoch).
+/// The metadata key the prober writes, and removes again.
 const PROBE_KEY: &str = "backend/probe";
+/// The size of the prober's value: a probe must find room for more than a page or two, or the
+/// free pages a failed commit left in the file would let it succeed on a full disk (and the
+/// next real write fail again).
+const PROBE_BYTES: usize = 1 << 20;
 
 fn open_database(path: &Path, cache_bytes: usize) -> Result<Database> {
     Database::builder().set_cache_size(cache_bytes).create(path).map_err(|e| match e {
@@ -170,6 +179,7 @@ impl RedbBigtable {
                 health: Mutex::new(Health::default()),
                 wake_prober: Condvar::new(),
                 reopens: AtomicU64::new(0),
+                unsynced: AtomicBool::new(false),
             }),
         })
     }
@@ -218,6 +228,13 @@ impl Shared {
     /// recorded failure, which names the cause.
     fn located(self: &Arc<Self>, e: Error) -> Error {
         match e {
+            // redb's latch: the cause was met by another caller, who records it (if it is not
+            // recorded yet, this one says only that the file stopped).
+            e if e.is_latched() => self.failure_error().unwrap_or(Error::Io {
+                path: self.path.clone(),
+                message: LATCHED.into(),
+                disk_full: false,
+            }),
             Error::Io { message, disk_full, .. } => {
                 let e = Error::Io { path: self.path.clone(), message, disk_full };
                 self.fail(e)
@@ -234,13 +251,26 @@ impl Shared {
         if let Some(f) = &h.failure {
             return f.error.clone();
         }
-        tracing::warn!(
-            error = %e,
-            "the store's file failed: writes are refused until one succeeds again; reopening it and retrying"
-        );
-        h.failure = Some(StorageFailure { error: e.clone(), since: SystemTime::now(), probes: 0 });
+        // At durability none, commits acknowledged since the last durable one live only in
+        // this database: reopening would drop them while this process goes on as if they
+        // were there (a value format marker, a registry change, a high-water mark…). A
+        // restart loses the same, but starts from what is on disk.
+        let needs_restart = self.unsynced.load(Ordering::Acquire);
+        if needs_restart {
+            tracing::error!(
+                error = %e,
+                "the store's file failed with commits acknowledged that are not durable yet (durability none): \
+                 it is not reopened; restart the process once the cause is fixed"
+            );
+        } else {
+            tracing::warn!(
+                error = %e,
+                "the store's file failed: writes are refused until one succeeds again; reopening it and retrying"
+            );
+        }
+        h.failure = Some(StorageFailure { error: e.clone(), since: SystemTime::now(), probes: 0, needs_restart });
         self.failing.store(true, Ordering::Release);
-        if !h.stopping {
+        if !h.stopping && !needs_restart {
             if let Some(done) = h.prober.take() {
                 // The previous prober cleared its failure and is ending (or has ended).
                 let _ = done.join();
@@ -255,7 +285,7 @@ impl Shared {
     }
 
     /// The prober: reopens the file (redb refuses everything after an I/O error), waits, tries
-    /// a small durable write; until the write commits, when the failure is cleared.
+    /// a durable write of 1 MiB; until the write commits, when the failure is cleared.
     fn probe_until_writable(self: Arc<Self>) {
         let mut wait = PROBE_FIRST;
         loop {
@@ -315,18 +345,24 @@ impl Shared {
         Ok(())
     }
 
-    /// One small durable write.
+    /// A durable write of [`PROBE_BYTES`], then its removal (its pages are reused).
     fn probe(&self) -> Result<()> {
         let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
         let db = db.as_ref().ok_or_else(|| Error::Storage("the store's file is not open".into()))?;
-        let mut tx = db.begin_write()?;
-        tx.set_durability(redb::Durability::Immediate)?;
-        {
-            let mut meta = tx.open_table(META)?;
-            let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
-            meta.insert(PROBE_KEY.as_bytes(), (now.as_millis() as u64).to_le_bytes().as_slice())?;
+        let value = vec![0u8; PROBE_BYTES];
+        for put in [true, false] {
+            let mut tx = db.begin_write()?;
+            tx.set_durability(redb::Durability::Immediate)?;
+            {
+                let mut meta = tx.open_table(META)?;
+                if put {
+                    meta.insert(PROBE_KEY.as_bytes(), value.as_slice())?;
+                } else {
+                    meta.remove(PROBE_KEY.as_bytes())?;
+                }
+            }
+            tx.commit()?;
         }
-        tx.commit()?;
         Ok(())
     }
 
@@ -386,6 +422,7 @@ impl Shared {
             }
         }
         tx.commit()?;
+        self.unsynced.store(!durable, Ordering::Release);
         if durable && self.config.durability == Durability::None {
             let now = self.opened.elapsed().as_millis() as u64;
             self.next_durable_ms.store(now + NONE_DURABLE_EVERY_MS, Ordering::Relaxed);
@@ -544,12 +581,12 @@ impl RedbSnapshot {
             return e;
         };
         if shared.reopens.load(Ordering::SeqCst) != self.opened_in {
-            // Its database was closed by a reopen: what it reads now fails.
-            return shared.failure_error().unwrap_or_else(|| {
-                Error::Storage(format!(
-                    "{} was reopened after a failed write while a read view was open; read again",
-                    shared.path.display()
-                ))
+            // Its database was closed by a reopen: what it reads now fails. Still the storage
+            // failure's doing (the failure may be cleared by now), not the reader's.
+            return shared.failure_error().unwrap_or_else(|| Error::Io {
+                path: shared.path.clone(),
+                message: LATCHED.into(),
+                disk_full: false,
             });
         }
         shared.located(e)

@@ -3,7 +3,8 @@
 //! left on device`, with the file), the store reports why it refuses writes, reads go on,
 //! observer runs wait without becoming failures or dead letters, and once the filler is
 //! deleted the store takes writes again by itself — no reopen by the caller — with every
-//! acknowledged write still there.
+//! acknowledged write still there. At durability none, with acknowledged commits not durable
+//! yet, it does not reopen (that would drop them) but waits for a restart, and says so.
 //!
 //! Mounting needs root (or `CAP_SYS_ADMIN`): without it the test prints why and returns,
 //! unless `PERCOLATOR_REQUIRE_MOUNT` is set (`scripts/test` sets it), when it fails.
@@ -230,5 +231,47 @@ fn a_full_disk_refuses_writes_names_the_cause_and_recovers_without_a_restart() {
     let store = Store::open(&file, StoreConfig::default(), redb).unwrap();
     for (i, v) in &acked {
         assert_eq!(store.run(|t| t.get("t", row(*i), "in:v")).unwrap().as_ref(), Some(v), "row {i} reopened");
+    }
+}
+
+#[test]
+fn at_durability_none_a_full_disk_after_unsynced_commits_waits_for_a_restart() {
+    let Some(disk) = SmallDisk::mount("none", 8) else { return };
+    let file = disk.dir.join("store.redb");
+    let redb = RedbConfig { durability: Durability::None, cache_bytes: 4 << 20 };
+    // A durable baseline: a clean close makes every commit durable.
+    let store = Store::open(&file, StoreConfig::default(), redb.clone()).unwrap();
+    let baseline: BTreeMap<u64, Vec<u8>> = (0..20).map(|i| (i, write(&store, i, 4096).unwrap())).collect();
+    drop(store);
+
+    let store = Store::open(&file, StoreConfig::default(), redb.clone()).unwrap();
+    let filler = disk.dir.join("filler");
+    disk.fill(&filler, 256 << 10);
+    let mut next = 20;
+    let first = loop {
+        assert!(next < 10_000, "the disk never filled");
+        match write(&store, next, 4096) {
+            Ok(_) => next += 1,
+            Err(e) => break e,
+        }
+    };
+    check_disk_full(&first, &file);
+    let failure = store.storage_failure().expect("the store reports its failure");
+    assert!(failure.needs_restart, "commits acknowledged just before were not durable: {failure:?}");
+
+    // Space freed: no reopen by itself (it would drop those commits), whatever the wait.
+    std::fs::remove_file(&filler).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let failure = store.storage_failure().expect("reopened by itself, dropping acknowledged commits");
+    assert!(failure.needs_restart);
+    check_disk_full(&write(&store, next + 1, 16).unwrap_err(), &file);
+
+    // The restart: the store opens, takes writes, and holds its durable baseline.
+    drop(store);
+    let store = Store::open(&file, StoreConfig::default(), redb).unwrap();
+    assert!(store.storage_failure().is_none());
+    write(&store, next + 2, 4096).unwrap();
+    for (i, v) in &baseline {
+        assert_eq!(store.run(|t| t.get("t", row(*i), "in:v")).unwrap().as_ref(), Some(v), "row {i} after the restart");
     }
 }
