@@ -1282,6 +1282,16 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
     if let Some(e) = &s.config_error {
         out.push_str(&format!("configuration: does not load (loads are refused until it does): {}\n", escape(e)));
     }
+    if let Some(f) = &st.store_failure {
+        let why = if f.disk_full { "the disk is full" } else { "writing its file failed" };
+        let then = if f.needs_restart {
+            "restart the host once that is fixed (durability none: reopening would drop commits it acknowledged)"
+                .to_owned()
+        } else {
+            format!("writes resume by themselves once one succeeds ({} tried)", plural(f.probes, "probe", "probes"))
+        };
+        out.push_str(&format!("store: READ-ONLY since {}: {why}; {then}: {}\n", f.since, escape(&f.error)));
+    }
     match &s.host {
         None => {
             out.push_str("host: none is running (the store file was read directly; start one with `percolator up`)\n");
@@ -1619,6 +1629,7 @@ mod tests {
                 sinks: Vec::new(),
             }),
             store: StoreReport {
+                store_failure: None,
                 path: "s".into(),
                 pending_notifications: 0,
                 pending_capped: false,
@@ -1658,6 +1669,7 @@ mod tests {
         let s = StatusReport {
             host: None,
             store: StoreReport {
+                store_failure: None,
                 path: "s.redb".into(),
                 pending_notifications: 1,
                 pending_capped: false,

@@ -420,6 +420,24 @@ pub struct BackendStats {
     pub ops: u64,
 }
 
+/// Why a backend refuses writes now ([`Bigtable::storage_failure`],
+/// [`Store::storage_failure`](crate::Store::storage_failure)).
+#[derive(Clone, Debug)]
+pub struct StorageFailure {
+    /// The first error met ([`Error::Io`](crate::Error::Io): the file and the cause); every
+    /// refused write answers it.
+    pub error: crate::Error,
+    /// When it was met.
+    pub since: std::time::SystemTime,
+    /// Small writes tried since, which failed too.
+    pub probes: u64,
+    /// The backend will not recover by itself: it had acknowledged commits that were not
+    /// durable yet (redb at durability none), which reopening the file would drop while the
+    /// process goes on. Restart the process once the cause is fixed (a restart loses what a
+    /// crash would: about the last second of commits).
+    pub needs_restart: bool,
+}
+
 /// A consistent read view of the cells (for redb: one read transaction). A transaction keeps
 /// one across its reads instead of opening a new one per read; see `docs/design.md` ("Read
 /// views") for why that is safe.
@@ -479,6 +497,20 @@ pub trait Bigtable: Send + Sync + 'static {
 
     /// Commit counters.
     fn stats(&self) -> BackendStats;
+
+    /// The failure that stops this backend's writes now, if one does: redb after an I/O error
+    /// (a full disk) refuses writes until a probe write of 1 MiB it tries by itself succeeds. `None`
+    /// (the default): writes are not known to fail.
+    fn storage_failure(&self) -> Option<StorageFailure> {
+        None
+    }
+
+    /// How many times the backend reopened its store after a failure. A reopen goes back to
+    /// the last durable commit, so what depends on a write being kept — the oracle's
+    /// high-water mark — writes it again when this changes. 0, the default: never reopens.
+    fn reopens(&self) -> u64 {
+        0
+    }
 
     /// The atomic unit of a row: rows of one unit can be changed together in one
     /// [`Bigtable::apply_atomic`] call (redb and memory: every row is in unit 0; Redis: the

@@ -32,7 +32,7 @@ impl fmt::Display for ConflictKind {
 }
 
 /// The error of every operation in this crate.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The transaction lost a race; nothing it wrote is visible. Retry with a new transaction
@@ -61,10 +61,28 @@ pub enum Error {
         /// The file, as given to [`Store::open`](crate::Store::open).
         path: PathBuf,
     },
-    /// The backend failed (I/O, redb). Whether a commit took effect is described on
-    /// [`Transaction::commit`](crate::Transaction::commit).
+    /// The backend failed (redb, a malformed answer). Whether a commit took effect is described
+    /// on [`Transaction::commit`](crate::Transaction::commit).
     #[error("storage: {0}")]
     Storage(String),
+    /// Writing or reading the store's file failed at the device: the disk is full
+    /// ([`Error::is_disk_full`]), or another I/O error. Nothing of the operation that met it is
+    /// durable. The redb backend then refuses every write with this same error (the first
+    /// failure, with its file) and keeps serving reads, until a write succeeds again: it
+    /// reopens its file and tries a probe write (1 MiB) by itself, with backoff (`docs/design.md`,
+    /// "A full disk"); [`Store::storage_failure`](crate::Store::storage_failure) reports it
+    /// meanwhile. Not a failure of an observer: a run that meets it backs off without
+    /// counting an attempt.
+    #[error("{}: {message}{}", path.display(), if *disk_full { " (the disk is full: the store refuses writes until space is freed)" } else { "" })]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The system's description of the error, as `std::io::Error` prints it
+        /// (`No space left on device (os error 28)`).
+        message: String,
+        /// The device is full (`ENOSPC`) or a quota is exhausted (`EDQUOT`).
+        disk_full: bool,
+    },
     /// A server the backend needs could not be reached or did not serve the request in time
     /// (a Redis Cluster node down, a failover in progress). The message names the server; a
     /// commit that fails so may or may not have taken effect, as described on
@@ -117,6 +135,27 @@ impl Error {
         Error::Conflict { kind, cell: at.to_string(), at: Box::new(at) }
     }
 
+    /// True for [`Error::Io`] meeting a full disk (or an exhausted quota).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, Error::Io { disk_full: true, .. })
+    }
+
+    /// True if the store itself cannot write now ([`Error::Io`]): retrying at once meets the
+    /// same error, and it says nothing about the transaction or observer that met it.
+    pub fn is_storage_failure(&self) -> bool {
+        matches!(self, Error::Io { .. })
+    }
+
+    /// An [`Error::Io`] for `e`, met on `path`.
+    pub(crate) fn io(path: &std::path::Path, e: &std::io::Error) -> Error {
+        use std::io::ErrorKind;
+        Error::Io {
+            path: path.to_owned(),
+            message: e.to_string(),
+            disk_full: matches!(e.kind(), ErrorKind::StorageFull | ErrorKind::QuotaExceeded),
+        }
+    }
+
     /// The cell a conflict was met on; `None` for every other error.
     pub fn conflict_cell(&self) -> Option<&crate::CellRef> {
         match self {
@@ -126,9 +165,42 @@ impl Error {
     }
 }
 
+/// The message of an [`Error::Io`] that redb latched after an earlier I/O error
+/// (`PreviousIo`), or met on a database closed by a reopen: the backend answers it with the
+/// failure it recorded, which names the cause (`RedbBigtable`'s `located`).
+pub(crate) const LATCHED: &str = "an earlier I/O error stopped the file";
+
+impl Error {
+    /// An [`Error::Io`] latched by an earlier one ([`LATCHED`]).
+    pub(crate) fn is_latched(&self) -> bool {
+        matches!(self, Error::Io { message, .. } if message == LATCHED)
+    }
+
+    fn latched() -> Error {
+        Error::Io { path: PathBuf::new(), message: LATCHED.into(), disk_full: false }
+    }
+}
+
+// redb's errors: an I/O error becomes [`Error::Io`] without its file (the backend, which
+// knows it, fills it in: `RedbBigtable`'s `located`), so does the latch of an earlier one;
+// everything else, redb's own words.
+impl From<redb::StorageError> for Error {
+    fn from(e: redb::StorageError) -> Error {
+        match e {
+            redb::StorageError::Io(e) => Error::io(std::path::Path::new(""), &e),
+            redb::StorageError::PreviousIo | redb::StorageError::DatabaseClosed => Error::latched(),
+            e => Error::Storage(e.to_string()),
+        }
+    }
+}
+
 impl From<redb::Error> for Error {
     fn from(e: redb::Error) -> Error {
-        Error::Storage(e.to_string())
+        match e {
+            redb::Error::Io(e) => Error::io(std::path::Path::new(""), &e),
+            redb::Error::PreviousIo | redb::Error::DatabaseClosed => Error::latched(),
+            e => Error::Storage(e.to_string()),
+        }
     }
 }
 
@@ -136,7 +208,7 @@ macro_rules! storage_from {
     ($($t:ty),*) => {$(
         impl From<$t> for Error {
             fn from(e: $t) -> Error {
-                Error::Storage(e.to_string())
+                redb::Error::from(e).into()
             }
         }
     )*};
@@ -145,11 +217,15 @@ storage_from!(
     redb::DatabaseError,
     redb::TransactionError,
     redb::TableError,
-    redb::StorageError,
     redb::CommitError,
-    redb::SetDurabilityError,
-    std::io::Error
+    redb::SetDurabilityError
 );
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Error {
+        Error::Storage(e.to_string())
+    }
+}
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -147,8 +147,10 @@ impl<W: Work, O> GroupCommit<W, O> {
                     }
                 }
                 Err(e) => {
+                    // Every caller of the round gets the same error, as it was (not wrapped
+                    // again: its variant is what callers branch on).
                     for p in &batch {
-                        deliver(&p.slot, Err(Error::Storage(e.to_string())));
+                        deliver(&p.slot, Err(e.clone()));
                     }
                 }
             }

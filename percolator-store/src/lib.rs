@@ -74,8 +74,8 @@ mod worker;
 pub mod backends {
     pub use crate::bigtable::{
         AtomicOutcome, BackendStats, Bigtable, CellRead, CellVersions, Condition, Found, LockRecord, Mutation,
-        NotifyEntry, Op, Outcome, RowMutation, RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord,
-        Writer, check_atomic_group, notify_position,
+        NotifyEntry, Op, Outcome, RowMutation, RowVersions, ScanRange, ScannedCell, Snapshot, StorageFailure,
+        WriteKind, WriteRecord, Writer, check_atomic_group, notify_position,
     };
     pub use crate::mem_backend::MemBigtable;
     pub use crate::redb_backend::RedbBigtable;
@@ -83,7 +83,7 @@ pub mod backends {
     pub use crate::values::{COMPRESS_FROM, decode_value, encode_value};
 }
 
-pub use bigtable::CellRef;
+pub use bigtable::{CellRef, StorageFailure};
 pub use changes::{Change, ChangePage, ChangeToken, MAX_CHANGES_PER_PAGE, Subscription};
 pub use combine::{CombineOp, CombineSpec, CombineType, Delta, FOLDER};
 pub use conflicts::{

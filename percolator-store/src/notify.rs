@@ -111,6 +111,10 @@ pub(crate) fn next_conflict_retry(inner: &Inner) -> Option<Instant> {
     failures.values().filter(|f| f.losses > 0 && f.retry_at > now).map(|f| f.retry_at).min()
 }
 
+/// How long a run that met a storage failure ([`Error::is_storage_failure`]) waits before it
+/// runs again (at most `observer_backoff_max`).
+const STORAGE_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
+
 /// A notification whose observer failed `attempts` times.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
@@ -570,6 +574,20 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                 f.retry_at = now + conflicts::conflict_backoff(f.losses, now - first);
                 settled = false;
             }
+            Err(ObserveError::Store(e)) if e.is_storage_failure() => {
+                // The store cannot write (a full disk): no fault of the observer, so not a
+                // failure and no attempt; runs again once the backoff is over (the scanner
+                // waits anyway while the store reports the failure).
+                let mut failures = inner.failures.lock().map_err(|_| Error::Closed)?;
+                let f = failures.entry(key).or_insert(FailState {
+                    attempts,
+                    retry_at: Instant::now(),
+                    losses: 0,
+                    waiting_since: None,
+                });
+                f.retry_at = Instant::now() + inner.config.observer_backoff_max.min(STORAGE_FAILURE_BACKOFF);
+                settled = false;
+            }
             Err(e) => {
                 inner.counters.observer_failures.fetch_add(1, Ordering::Relaxed);
                 let attempts = attempts + 1;
@@ -708,6 +726,8 @@ fn run_observer_in_span(
                 inner.counters.observer_conflicts.fetch_add(1, Ordering::Relaxed);
                 inner.conflicts.lost(&b.spec.name, e.conflict_cell().unwrap_or(cell));
             }
+            // The store's failure, not the run's: it is run again.
+            ObserveError::Store(e) if e.is_storage_failure() => {}
             _ => inner.conflicts.record(&b.spec.name, RunEnd::Failed),
         }
     }

@@ -54,6 +54,10 @@ struct Local {
     /// Serializes persists; holds the number of persists done.
     persist: Mutex<u64>,
     range: u64,
+    /// The backend's reopen count ([`Bigtable::reopens`]) when `limit` was persisted. A reopen
+    /// goes back to the last durable commit, which at durability none may predate that
+    /// persist: the oracle persists its mark again before it hands out another timestamp.
+    persisted_in: AtomicU64,
 }
 
 impl Oracle {
@@ -64,13 +68,10 @@ impl Oracle {
 
     /// Like [`Oracle::open`] with a custom reservation size (small ranges exercise the persist path).
     pub fn with_range(backend: Arc<dyn Bigtable>, range: u64) -> Result<Oracle> {
-        let hwm = match backend.meta_get(HWM_KEY)? {
-            Some(v) => u64::from_le_bytes(
-                v.as_slice().try_into().map_err(|_| Error::Corrupt("oracle high-water mark is not 8 bytes".into()))?,
-            ),
-            None => 1,
-        };
+        let hwm = stored_mark(backend.as_ref())?;
+        let persisted_in = AtomicU64::new(backend.reopens());
         Ok(Oracle::of(Kind::Local(Local {
+            persisted_in,
             backend,
             next: AtomicU64::new(hwm.max(1)),
             limit: AtomicU64::new(hwm.max(1)),
@@ -151,26 +152,55 @@ impl Oracle {
     }
 }
 
+/// The persisted high-water mark (1 if none is).
+fn stored_mark(backend: &dyn Bigtable) -> Result<u64> {
+    Ok(match backend.meta_get(HWM_KEY)? {
+        Some(v) => u64::from_le_bytes(
+            v.as_slice().try_into().map_err(|_| Error::Corrupt("oracle high-water mark is not 8 bytes".into()))?,
+        ),
+        None => 1,
+    })
+}
+
 impl Local {
+    fn stored_mark(&self) -> Result<u64> {
+        stored_mark(self.backend.as_ref())
+    }
+
     fn next(&self) -> Result<Timestamp> {
         let v = self.next.fetch_add(1, Ordering::SeqCst);
-        if v < self.limit.load(Ordering::SeqCst) {
+        if v < self.limit.load(Ordering::SeqCst) && self.persisted() {
             return Ok(Timestamp::from_raw(v));
         }
         self.extend_past(v)?;
         Ok(Timestamp::from_raw(v))
     }
 
+    /// Whether `limit` was persisted since the backend's last reopen.
+    fn persisted(&self) -> bool {
+        self.backend.reopens() == self.persisted_in.load(Ordering::SeqCst)
+    }
+
     /// Persists a high-water mark above `v`, unless another caller already did.
     fn extend_past(&self, v: u64) -> Result<()> {
         let mut persists = self.persist.lock().map_err(|_| Error::Closed)?;
-        if v < self.limit.load(Ordering::SeqCst) {
+        if v < self.limit.load(Ordering::SeqCst) && self.persisted() {
             return Ok(());
         }
-        // Cover everyone who already ran past the limit, plus a fresh range.
+        // Read before the persist: a reopen during it makes the next caller persist again.
+        let reopens = self.backend.reopens();
+        if v < self.limit.load(Ordering::SeqCst) && self.stored_mark()? >= self.limit.load(Ordering::SeqCst) {
+            // Reopened, and the mark is still there (the persist was durable): no write, so
+            // timestamps (and reads) go on while the store refuses writes.
+            self.persisted_in.store(reopens, Ordering::SeqCst);
+            return Ok(());
+        }
+        // Cover everyone who already ran past the limit, plus a fresh range (also after a
+        // reopen: the counter never goes back, so the new mark is above all it handed out).
         let new_limit = self.next.load(Ordering::SeqCst).max(v + 1) + self.range;
         self.backend.apply(vec![Op::MetaPut { key: HWM_KEY.into(), value: new_limit.to_le_bytes().to_vec() }])?;
         self.limit.store(new_limit, Ordering::SeqCst);
+        self.persisted_in.store(reopens, Ordering::SeqCst);
         *persists += 1;
         Ok(())
     }
@@ -179,7 +209,79 @@ impl Local {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bigtable::WriteRecord;
+    use crate::bigtable::{BackendStats, CellRead, CellRef, NotifyEntry, Outcome, RowVersions, ScanRange, ScannedCell};
     use crate::mem_backend::MemBigtable;
+
+    /// A backend that can be "reopened" (its reopen count moves on), as redb's after a full disk.
+    struct Reopening {
+        mem: MemBigtable,
+        reopens: AtomicU64,
+    }
+
+    impl Bigtable for Reopening {
+        fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
+            self.mem.apply(ops)
+        }
+        fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
+            self.mem.read_row(table, row, columns, ts)
+        }
+        fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
+            self.mem.find_write(cell, start_ts)
+        }
+        fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
+            self.mem.read_data(cell, start_ts)
+        }
+        fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+            self.mem.scan(range)
+        }
+        fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
+            self.mem.scan_versions(from, limit)
+        }
+        fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
+            self.mem.scan_notify(from, limit)
+        }
+        fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+            self.mem.meta_get(key)
+        }
+        fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+            self.mem.meta_scan(prefix)
+        }
+        fn exclusive(&self) -> bool {
+            true
+        }
+        fn stats(&self) -> BackendStats {
+            self.mem.stats()
+        }
+        fn reopens(&self) -> u64 {
+            self.reopens.load(Ordering::SeqCst)
+        }
+    }
+
+    #[test]
+    fn a_reopen_that_lost_the_mark_persists_it_again_before_handing_out_more() {
+        let backend = Arc::new(Reopening { mem: MemBigtable::new(), reopens: AtomicU64::new(0) });
+        let oracle = Oracle::with_range(backend.clone(), 100).unwrap();
+        let mut last = Timestamp::ZERO;
+        for _ in 0..50 {
+            last = oracle.next().unwrap();
+        }
+        let persists = oracle.persists();
+        // Reopened with the mark intact (durability fsync): no write, timestamps go on.
+        backend.reopens.fetch_add(1, Ordering::SeqCst);
+        let t = oracle.next().unwrap();
+        assert!(t > last);
+        assert_eq!(oracle.persists(), persists, "a mark that survived the reopen is not written again");
+        // Reopened at an older state that lacks the mark's last persist (durability none).
+        backend.apply(vec![Op::MetaPut { key: HWM_KEY.into(), value: 1u64.to_le_bytes().to_vec() }]).unwrap();
+        backend.reopens.fetch_add(1, Ordering::SeqCst);
+        let t = oracle.next().unwrap();
+        assert!(t > last);
+        assert_eq!(oracle.persists(), persists + 1, "the lost mark is persisted again");
+        // A crash now resumes above everything handed out.
+        let restarted = Oracle::with_range(backend, 100).unwrap();
+        assert!(restarted.next().unwrap() > t, "a timestamp would be handed out twice after a crash");
+    }
 
     #[test]
     fn strictly_increasing_across_threads_and_reopen() {

@@ -4,15 +4,24 @@
 //! `notify` (the notify locality group: scanning it costs ∝ pending notifications), and `meta`
 //! (oracle high-water mark, worker leases, dead letters). redb holds an exclusive lock on the
 //! file, so this process is the only reader and writer ([`Bigtable::exclusive`]).
+//!
+//! After an I/O error (a full disk) redb refuses every later operation until the file is
+//! closed and opened again. The backend then refuses writes with the first error
+//! ([`Error::Io`]), reopens the file at once so that reads work, and tries a probe write (1 MiB) with
+//! backoff until one succeeds (`docs/design.md`, "A full disk") — unless commits it
+//! acknowledged are not durable yet (durability none), which a reopen would drop: then the
+//! failure stays until the process is restarted ([`StorageFailure::needs_restart`]).
 
-use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
+use std::time::{Duration, Instant, SystemTime};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use crate::bigtable::*;
 use crate::cells::{self, KvRead, KvWrite, Visitor};
-use crate::error::{Error, Result};
+use crate::error::{Error, LATCHED, Result};
 use crate::group_commit::{GroupCommit, Work};
 use crate::timestamp::Timestamp;
 
@@ -73,44 +82,105 @@ impl Work for Batch {
 
 /// [`Bigtable`] over one redb file.
 pub struct RedbBigtable {
-    db: Database,
-    /// The file (for its size).
-    path: std::path::PathBuf,
+    shared: Arc<Shared>,
+}
+
+/// What the backend and its prober thread share.
+struct Shared {
+    /// The open database: shared (read) to begin a transaction — a group commit's leader holds
+    /// it until its write transaction is committed —, exclusive (write) only to reopen the file
+    /// after an I/O error, which therefore never closes it under a live write transaction.
+    /// `None` while a reopen failed (every operation then answers the recorded failure).
+    db: RwLock<Option<Database>>,
+    /// The file (for its size, for reopening, for errors).
+    path: PathBuf,
     config: RedbConfig,
     group: GroupCommit<Batch, Done>,
     commits: AtomicU64,
     ops: AtomicU64,
     /// With [`Durability::None`]: when (ms after `opened`) the next group commit is durable.
-    opened: std::time::Instant,
+    opened: Instant,
     next_durable_ms: AtomicU64,
+    /// True while `health` holds a failure: writes are refused without touching redb (read on
+    /// every group commit, so an atomic rather than the mutex).
+    failing: AtomicBool,
+    /// The failure that stops writes, and the prober that ends it.
+    health: Mutex<Health>,
+    /// Wakes the prober early (the backend is dropped).
+    wake_prober: Condvar,
+    /// Times the file was reopened after a failure ([`Bigtable::reopens`]).
+    reopens: AtomicU64,
+    /// The last commit that succeeded was not durable ([`Durability::None`]): a reopen now
+    /// would go back before commits that callers were told succeeded.
+    unsynced: AtomicBool,
+}
+
+#[derive(Default)]
+struct Health {
+    failure: Option<StorageFailure>,
+    /// The prober thread, while one runs (or ran: joined before the next is started).
+    prober: Option<std::thread::JoinHandle<()>>,
+    /// The backend is being dropped: the prober stops.
+    stopping: bool,
 }
 
 /// With [`Durability::None`], a group commit is made durable at most this often.
 const NONE_DURABLE_EVERY_MS: u64 = 1000;
+
+/// The prober's first wait after a failure, doubled after each failed probe up to
+/// [`PROBE_MAX`].
+const PROBE_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between two probes: how long writes stay refused after space was freed.
+const PROBE_MAX: Duration = Duration::from_secs(2);
+/// The metadata key the prober writes, and removes again.
+const PROBE_KEY: &str = "backend/probe";
+/// The size of the prober's value: a probe must find room for more than a page or two, or the
+/// free pages a failed commit left in the file would let it succeed on a full disk (and the
+/// next real write fail again).
+const PROBE_BYTES: usize = 1 << 20;
+
+fn open_database(path: &Path, cache_bytes: usize) -> Result<Database> {
+    Database::builder().set_cache_size(cache_bytes).create(path).map_err(|e| match e {
+        redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
+        redb::DatabaseError::Storage(redb::StorageError::Io(e)) => Error::io(path, &e),
+        e => Error::Storage(format!("opening {}: {e}", path.display())),
+    })
+}
 
 impl RedbBigtable {
     /// Opens or creates the store file at `path`. Fails with [`Error::AlreadyOpen`] if another
     /// process, or another handle in this process, has the file open.
     pub fn open(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbBigtable> {
         let path = path.as_ref();
-        let db = Database::builder().set_cache_size(config.cache_bytes).create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
-            e => Error::Storage(format!("opening {}: {e}", path.display())),
+        let db = open_database(path, config.cache_bytes)?;
+        let created = || -> Result<()> {
+            let tx = db.begin_write()?;
+            tx.open_table(CELLS)?;
+            tx.open_table(NOTIFY)?;
+            tx.open_table(META)?;
+            tx.commit()?;
+            Ok(())
+        };
+        created().map_err(|e| match e {
+            Error::Io { message, disk_full, .. } => Error::Io { path: path.to_owned(), message, disk_full },
+            e => e,
         })?;
-        let tx = db.begin_write()?;
-        tx.open_table(CELLS)?;
-        tx.open_table(NOTIFY)?;
-        tx.open_table(META)?;
-        tx.commit()?;
         Ok(RedbBigtable {
-            db,
-            path: path.to_owned(),
-            config,
-            group: GroupCommit::new(),
-            commits: AtomicU64::new(0),
-            ops: AtomicU64::new(0),
-            opened: std::time::Instant::now(),
-            next_durable_ms: AtomicU64::new(NONE_DURABLE_EVERY_MS),
+            shared: Arc::new(Shared {
+                db: RwLock::new(Some(db)),
+                path: path.to_owned(),
+                config,
+                group: GroupCommit::new(),
+                commits: AtomicU64::new(0),
+                ops: AtomicU64::new(0),
+                opened: Instant::now(),
+                next_durable_ms: AtomicU64::new(NONE_DURABLE_EVERY_MS),
+                failing: AtomicBool::new(false),
+                health: Mutex::new(Health::default()),
+                wake_prober: Condvar::new(),
+                reopens: AtomicU64::new(0),
+                unsynced: AtomicBool::new(false),
+            }),
         })
     }
 
@@ -144,9 +214,183 @@ impl RedbBigtable {
         drop(db);
         Ok((before, size()?))
     }
+}
 
-    fn commit_batch(&self, groups: &[&Batch]) -> Result<Vec<Done>> {
-        let mut tx = self.db.begin_write()?;
+impl Shared {
+    /// The recorded failure, as the error every refused operation answers.
+    fn failure_error(&self) -> Option<Error> {
+        self.health.lock().unwrap_or_else(PoisonError::into_inner).failure.as_ref().map(|f| f.error.clone())
+    }
+
+    /// Gives an error met on this file its path, and records an I/O error as the failure that
+    /// stops writes (the first one: later ones are answered with it). Any other error met
+    /// while writes are refused is most likely redb's "previous I/O error": answered with the
+    /// recorded failure, which names the cause.
+    fn located(self: &Arc<Self>, e: Error) -> Error {
+        match e {
+            // redb's latch: the cause was met by another caller, who records it (if it is not
+            // recorded yet, this one says only that the file stopped).
+            e if e.is_latched() => self.failure_error().unwrap_or(Error::Io {
+                path: self.path.clone(),
+                message: LATCHED.into(),
+                disk_full: false,
+            }),
+            Error::Io { message, disk_full, .. } => {
+                let e = Error::Io { path: self.path.clone(), message, disk_full };
+                self.fail(e)
+            }
+            Error::Storage(_) if self.failing.load(Ordering::Acquire) => self.failure_error().unwrap_or(e),
+            e => e,
+        }
+    }
+
+    /// Records `e` as the failure that stops writes unless one is recorded already, starts the
+    /// prober, and returns the recorded failure.
+    fn fail(self: &Arc<Self>, e: Error) -> Error {
+        let mut h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(f) = &h.failure {
+            return f.error.clone();
+        }
+        // At durability none, commits acknowledged since the last durable one live only in
+        // this database: reopening would drop them while this process goes on as if they
+        // were there (a value format marker, a registry change, a high-water mark…). A
+        // restart loses the same, but starts from what is on disk.
+        let needs_restart = self.unsynced.load(Ordering::Acquire);
+        if needs_restart {
+            tracing::error!(
+                error = %e,
+                "the store's file failed with commits acknowledged that are not durable yet (durability none): \
+                 it is not reopened; restart the process once the cause is fixed"
+            );
+        } else {
+            tracing::warn!(
+                error = %e,
+                "the store's file failed: writes are refused until one succeeds again; reopening it and retrying"
+            );
+        }
+        h.failure = Some(StorageFailure { error: e.clone(), since: SystemTime::now(), probes: 0, needs_restart });
+        self.failing.store(true, Ordering::Release);
+        if !h.stopping && !needs_restart {
+            if let Some(done) = h.prober.take() {
+                // The previous prober cleared its failure and is ending (or has ended).
+                let _ = done.join();
+            }
+            let shared = self.clone();
+            match std::thread::Builder::new().name("redb-prober".into()).spawn(move || shared.probe_until_writable()) {
+                Ok(handle) => h.prober = Some(handle),
+                Err(spawn) => tracing::error!(error = %spawn, "cannot start the store's prober thread"),
+            }
+        }
+        e
+    }
+
+    /// The prober: reopens the file (redb refuses everything after an I/O error), waits, tries
+    /// a durable write of 1 MiB; until the write commits, when the failure is cleared.
+    fn probe_until_writable(self: Arc<Self>) {
+        let mut wait = PROBE_FIRST;
+        loop {
+            match self.reopen() {
+                Ok(()) => tracing::debug!("reopened the store's file after a failed write"),
+                Err(e) => tracing::debug!(error = %e, "reopening the store's file failed; trying again"),
+            }
+            {
+                let h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+                let (h, _) = self
+                    .wake_prober
+                    .wait_timeout_while(h, wait, |h| !h.stopping)
+                    .unwrap_or_else(PoisonError::into_inner);
+                if h.stopping {
+                    return;
+                }
+            }
+            let probed = self.probe();
+            let mut h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            match probed {
+                Ok(()) => {
+                    if let Some(f) = h.failure.take() {
+                        let down = f.since.elapsed().unwrap_or_default();
+                        tracing::info!(
+                            after_s = down.as_secs_f64(),
+                            probes = f.probes + 1,
+                            "the store's file takes writes again"
+                        );
+                    }
+                    self.failing.store(false, Ordering::Release);
+                    return;
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "the store's file still fails writes");
+                    if let Some(f) = &mut h.failure {
+                        f.probes += 1;
+                    }
+                    if h.stopping {
+                        return;
+                    }
+                    wait = (wait * 2).min(PROBE_MAX);
+                }
+            }
+        }
+    }
+
+    /// Closes the database and opens the file again (redb recovers it to its last committed
+    /// state). Only the prober calls it; the exclusive lock waits for a running write
+    /// transaction to end, and read views of the old database fail from then on.
+    fn reopen(&self) -> Result<()> {
+        let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        // Closing first: redb locks the file while it is open. A database that met an I/O
+        // error writes nothing on close.
+        drop(db.take());
+        *db = Some(open_database(&self.path, self.config.cache_bytes)?);
+        self.reopens.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// A durable write of [`PROBE_BYTES`], then its removal (its pages are reused).
+    fn probe(&self) -> Result<()> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let db = db.as_ref().ok_or_else(|| Error::Storage("the store's file is not open".into()))?;
+        let value = vec![0u8; PROBE_BYTES];
+        for put in [true, false] {
+            let mut tx = db.begin_write()?;
+            tx.set_durability(redb::Durability::Immediate)?;
+            {
+                let mut meta = tx.open_table(META)?;
+                if put {
+                    meta.insert(PROBE_KEY.as_bytes(), value.as_slice())?;
+                } else {
+                    meta.remove(PROBE_KEY.as_bytes())?;
+                }
+            }
+            tx.commit()?;
+        }
+        Ok(())
+    }
+
+    /// The open database for a read, or the recorded failure if there is none.
+    fn begin_read(self: &Arc<Self>) -> Result<redb::ReadTransaction> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(db) = db.as_ref() else {
+            return Err(self.failure_error().unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
+        };
+        db.begin_read().map_err(|e| self.located(e.into()))
+    }
+
+    fn commit_batch(self: &Arc<Self>, groups: &[&Batch]) -> Result<Vec<Done>> {
+        if self.failing.load(Ordering::Acquire)
+            && let Some(e) = self.failure_error()
+        {
+            // Refused at once: the prober finds out when writes work again.
+            return Err(e);
+        }
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(db) = db.as_ref() else {
+            return Err(self.failure_error().unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
+        };
+        self.commit_in(db, groups).map_err(|e| self.located(e))
+    }
+
+    fn commit_in(&self, db: &Database, groups: &[&Batch]) -> Result<Vec<Done>> {
+        let mut tx = db.begin_write()?;
         let durable = match self.config.durability {
             Durability::Fsync => true,
             // Only the group commit's leader gets here: one at a time.
@@ -178,6 +422,7 @@ impl RedbBigtable {
             }
         }
         tx.commit()?;
+        self.unsynced.store(!durable, Ordering::Release);
         if durable && self.config.durability == Durability::None {
             let now = self.opened.elapsed().as_millis() as u64;
             self.next_durable_ms.store(now + NONE_DURABLE_EVERY_MS, Ordering::Relaxed);
@@ -187,10 +432,17 @@ impl RedbBigtable {
         Ok(out)
     }
 
-    fn read<T>(&self, table: TableDefinition<&[u8], &[u8]>, f: impl FnOnce(&dyn KvRead) -> Result<T>) -> Result<T> {
-        let tx = self.db.begin_read()?;
-        let t = tx.open_table(table)?;
-        f(&R(t))
+    fn read<T>(
+        self: &Arc<Self>,
+        table: TableDefinition<&[u8], &[u8]>,
+        f: impl FnOnce(&dyn KvRead) -> Result<T>,
+    ) -> Result<T> {
+        let tx = self.begin_read()?;
+        let read = || -> Result<T> {
+            let t = tx.open_table(table)?;
+            f(&R(t))
+        };
+        read().map_err(|e| self.located(e))
     }
 }
 
@@ -293,40 +545,78 @@ impl KvWrite for W<'_> {
 
 impl Drop for RedbBigtable {
     fn drop(&mut self) {
+        let shared = &self.shared;
+        let prober = {
+            let mut h = shared.health.lock().unwrap_or_else(PoisonError::into_inner);
+            h.stopping = true;
+            h.prober.take()
+        };
+        shared.wake_prober.notify_all();
+        if let Some(prober) = prober {
+            let _ = prober.join();
+        }
         // redb persists non-durable commits only when a durable one follows: make a clean close
         // keep everything, whatever the durability setting.
-        if self.config.durability == Durability::None
-            && let Ok(tx) = self.db.begin_write()
-        {
-            let _ = tx.commit();
+        if shared.config.durability == Durability::None && !shared.failing.load(Ordering::Acquire) {
+            let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
+            if let Some(Ok(tx)) = db.as_ref().map(Database::begin_write) {
+                let _ = tx.commit();
+            }
         }
     }
 }
 
 /// One redb read transaction over the `cells` table.
-struct RedbSnapshot(R);
+struct RedbSnapshot {
+    table: R,
+    /// For errors (not kept alive by a view: the file closes when the backend is dropped).
+    shared: Weak<Shared>,
+    /// The backend's reopen count when the view was opened.
+    opened_in: u64,
+}
+
+impl RedbSnapshot {
+    fn located(&self, e: Error) -> Error {
+        let Some(shared) = self.shared.upgrade() else {
+            return e;
+        };
+        if shared.reopens.load(Ordering::SeqCst) != self.opened_in {
+            // Its database was closed by a reopen: what it reads now fails. Still the storage
+            // failure's doing (the failure may be cleared by now), not the reader's.
+            return shared.failure_error().unwrap_or_else(|| Error::Io {
+                path: shared.path.clone(),
+                message: LATCHED.into(),
+                disk_full: false,
+            });
+        }
+        shared.located(e)
+    }
+}
 
 impl Snapshot for RedbSnapshot {
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
-        cells::read_row(&self.0, table, row, columns, ts)
+        cells::read_row(&self.table, table, row, columns, ts).map_err(|e| self.located(e))
     }
 
     fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
-        cells::scan(&self.0, range)
+        cells::scan(&self.table, range).map_err(|e| self.located(e))
     }
 }
 
 impl Bigtable for RedbBigtable {
     fn snapshot(&self) -> Result<Option<Box<dyn Snapshot>>> {
-        let tx = self.db.begin_read()?;
-        Ok(Some(Box::new(RedbSnapshot(R(tx.open_table(CELLS)?)))))
+        let shared = &self.shared;
+        let opened_in = shared.reopens.load(Ordering::SeqCst);
+        let tx = shared.begin_read()?;
+        let table = tx.open_table(CELLS).map_err(|e| shared.located(e.into()))?;
+        Ok(Some(Box::new(RedbSnapshot { table: R(table), shared: Arc::downgrade(shared), opened_in })))
     }
 
     fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        match self.group.submit(Batch::Ops(ops), &|groups| self.commit_batch(groups))? {
+        match self.shared.group.submit(Batch::Ops(ops), &|groups| self.shared.commit_batch(groups))? {
             Done::Ops(outcomes) => Ok(outcomes),
             Done::Atomic(_) => Err(Error::Storage("group commit answered ops with an atomic outcome".into())),
         }
@@ -343,46 +633,46 @@ impl Bigtable for RedbBigtable {
         }
         // Group-committed like any op: it shares the write transaction (and the fsync) of
         // whatever else is queued, and stays all-or-nothing inside it.
-        match self.group.submit(Batch::Atomic(rows), &|groups| self.commit_batch(groups))? {
+        match self.shared.group.submit(Batch::Atomic(rows), &|groups| self.shared.commit_batch(groups))? {
             Done::Atomic(outcome) => Ok(outcome),
             Done::Ops(_) => Err(Error::Storage("group commit answered an atomic group with op outcomes".into())),
         }
     }
 
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
-        self.read(CELLS, |c| cells::read_row(c, table, row, columns, ts))
+        self.shared.read(CELLS, |c| cells::read_row(c, table, row, columns, ts))
     }
 
     fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
-        self.read(CELLS, |c| cells::find_write(c, cell, start_ts))
+        self.shared.read(CELLS, |c| cells::find_write(c, cell, start_ts))
     }
 
     fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
-        self.read(CELLS, |c| cells::read_data(c, cell, start_ts))
+        self.shared.read(CELLS, |c| cells::read_data(c, cell, start_ts))
     }
 
     fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
-        self.read(CELLS, |c| cells::scan(c, range))
+        self.shared.read(CELLS, |c| cells::scan(c, range))
     }
 
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
-        self.read(CELLS, |c| cells::scan_versions(c, from, limit))
+        self.shared.read(CELLS, |c| cells::scan_versions(c, from, limit))
     }
 
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
-        self.read(NOTIFY, |n| cells::scan_notify(n, from, limit))
+        self.shared.read(NOTIFY, |n| cells::scan_notify(n, from, limit))
     }
 
     fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.read(META, |m| m.get(key.as_bytes()))
+        self.shared.read(META, |m| m.get(key.as_bytes()))
     }
 
     fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.read(META, |m| cells::meta_scan(m, prefix))
+        self.shared.read(META, |m| cells::meta_scan(m, prefix))
     }
 
     fn size_on_disk(&self) -> Option<u64> {
-        std::fs::metadata(&self.path).ok().map(|m| m.len())
+        std::fs::metadata(&self.shared.path).ok().map(|m| m.len())
     }
 
     fn exclusive(&self) -> bool {
@@ -390,10 +680,22 @@ impl Bigtable for RedbBigtable {
     }
 
     fn hurry(&self) {
-        self.group.hurry();
+        self.shared.group.hurry();
     }
 
     fn stats(&self) -> BackendStats {
-        BackendStats { commits: self.commits.load(Ordering::Relaxed), ops: self.ops.load(Ordering::Relaxed) }
+        let s = &self.shared;
+        BackendStats { commits: s.commits.load(Ordering::Relaxed), ops: s.ops.load(Ordering::Relaxed) }
+    }
+
+    fn storage_failure(&self) -> Option<StorageFailure> {
+        if !self.shared.failing.load(Ordering::Acquire) {
+            return None;
+        }
+        self.shared.health.lock().unwrap_or_else(PoisonError::into_inner).failure.clone()
+    }
+
+    fn reopens(&self) -> u64 {
+        self.shared.reopens.load(Ordering::SeqCst)
     }
 }

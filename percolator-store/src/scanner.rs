@@ -181,6 +181,10 @@ fn work_loop(store: &Store, runs: &Runs) {
 fn run_row(store: &Store, entries: &[NotifyEntry]) -> u64 {
     let mut cleared = 0;
     for entry in oldest_first(entries) {
+        if store.inner.backend.storage_failure().is_some() {
+            // Queued before the store began refusing writes: left pending, not run to fail.
+            break;
+        }
         match store.process_notification(entry) {
             Ok(CellOutcome::Cleared) => cleared += 1,
             Ok(CellOutcome::Pending) => {}
@@ -344,6 +348,13 @@ impl Store {
     /// not know (in memory, Redis).
     pub fn size_on_disk(&self) -> Option<u64> {
         self.inner.backend.size_on_disk()
+    }
+
+    /// Why the store refuses writes now, if it does: the redb file met an I/O error (the
+    /// disk is full). Cleared by itself once a write succeeds again (`docs/design.md`, "A full
+    /// disk"); meanwhile reads work, and observers wait without failing.
+    pub fn storage_failure(&self) -> Option<crate::StorageFailure> {
+        self.inner.backend.storage_failure()
     }
 
     /// How many partitions the notify group has (Redis: its buckets; redb: one).
@@ -520,6 +531,13 @@ fn scan_loop(store: &Store, stop: &AtomicBool, config: &ScannerConfig, runs: Opt
         if idle_teleports >= 4 {
             inner.signal.wait_change(generation, Duration::from_millis(5));
             idle_teleports = 0;
+        }
+        if inner.backend.storage_failure().is_some() {
+            // The store refuses writes (a full disk): a run could not commit, nor a
+            // notification be cleared. Wait for writes to work again; nothing is counted.
+            inner.signal.wait_change(generation, config.idle_wait);
+            generation = inner.signal.generation();
+            continue;
         }
         let batch = match inner.backend.scan_notify_partition(at, pos.as_deref(), config.batch) {
             Ok(b) => {

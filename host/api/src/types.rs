@@ -51,12 +51,39 @@ pub struct ErrorBody {
 /// `GET /v1/health`.
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct HealthReport {
-    /// Always true.
+    /// True unless the store refuses writes ([`HealthReport::store_failure`] says why). The
+    /// answer is 200 either way: the host is up and serves reads.
     pub ok: bool,
     /// The host's version.
     pub version: String,
     /// The store file it serves (canonical path).
     pub store: String,
+    /// Set while the store refuses writes: read-only because the disk is full, or an I/O
+    /// error. Clears by itself once a write succeeds again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_failure: Option<StorageFailureReport>,
+}
+
+/// Why the store refuses writes ([`HealthReport::store_failure`], [`StoreReport::store_failure`]).
+/// Reads go on meanwhile; the host tries a probe write of 1 MiB by itself (every 2 s at most) and takes
+/// writes again as soon as one succeeds, without a restart — unless
+/// [`StorageFailureReport::needs_restart`].
+#[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
+pub struct StorageFailureReport {
+    /// The first error met, with the file and the system's words for the cause
+    /// (`…/store.redb: No space left on device (os error 28) …`).
+    pub error: String,
+    /// The disk is full (or a quota is exhausted): free space and writes resume.
+    pub disk_full: bool,
+    /// When the error was met (RFC 3339).
+    pub since: String,
+    /// Small writes tried since, which failed too.
+    pub probes: u64,
+    /// The host will not recover by itself: at `durability = "none"` it had acknowledged
+    /// commits that were not durable yet, which reopening the file would drop. Restart it
+    /// once space is freed.
+    #[serde(default)]
+    pub needs_restart: bool,
 }
 
 /// `POST /v1/get`.
@@ -390,6 +417,11 @@ pub struct StatusReport {
 pub struct StoreReport {
     /// The store: its file, or its Redis namespace and cluster.
     pub path: String,
+    /// Set while the store refuses writes (read-only: the disk is full, or an I/O error); it
+    /// clears by itself once a write succeeds again. Observer runs wait meanwhile, counted
+    /// neither as failures nor as dead letters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store_failure: Option<StorageFailureReport>,
     /// Pending notify cells (counted up to [`StoreReport::pending_capped`]).
     pub pending_notifications: u64,
     /// True if there are at least `pending_notifications` (counting stopped there).

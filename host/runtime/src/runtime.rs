@@ -754,7 +754,7 @@ impl percolator_store::Observer for WasmObserver {
         let outcome = self.run(txn, n);
         let failed = match &outcome {
             Ok(()) => false,
-            Err(ObserveError::Store(e)) => !e.is_retryable(),
+            Err(ObserveError::Store(e)) => !e.is_retryable() && !e.is_storage_failure(),
             Err(ObserveError::Failed(_)) => true,
         };
         self.stats.record(started.elapsed(), failed);
@@ -778,6 +778,7 @@ impl WasmObserver {
         let data = warm.store.data_mut();
         data.txn = Some(txn.take());
         data.conflict = None;
+        data.storage_failure = None;
         data.denied = None;
         data.io_bytes = 0;
         data.wasi.start_run(self.env.random_seed);
@@ -789,6 +790,7 @@ impl WasmObserver {
             *txn = t;
         }
         let (conflict, denied) = (data.conflict.take(), data.denied.take());
+        let storage_failure = data.storage_failure.take();
         let (stdout, stderr) = (data.wasi.stdout.take(), data.wasi.stderr.take());
         let refused = data.limits.take_refused();
         self.log_output(&stdout, &stderr);
@@ -800,6 +802,9 @@ impl WasmObserver {
         let outcome = match result {
             // The instance is dropped.
             Err(trap) => {
+                if let Some(e) = storage_failure {
+                    return Err(ObserveError::Store(e));
+                }
                 let described = match refused {
                     // The guest's allocator gave up after a refused growth (any trap then).
                     Some(asked) if !format!("{trap:#}").contains("memory limit") => format!(
@@ -824,6 +829,12 @@ impl WasmObserver {
             Ok(Err(e)) => {
                 Err(ObserveError::Failed(with_stderr(format!("the observer returned an error: {}", describe(&e)))))
             }
+        };
+        // The store could not write or read (a full disk): whatever the guest made of it, the
+        // run is not the observer's failure.
+        let outcome = match storage_failure {
+            Some(e) => Err(ObserveError::Store(e)),
+            None => outcome,
         };
         if warm.runs < MAX_RUNS_PER_INSTANCE
             && !self.env.deterministic()

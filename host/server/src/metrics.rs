@@ -174,6 +174,12 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
         e.single("percolator_store_size_bytes", "gauge", "Bytes the store takes on disk (the redb file).", size);
     }
     e.single(
+        "percolator_store_read_only",
+        "gauge",
+        "1 while the store refuses writes (the disk is full, an I/O error; status says why), else 0.",
+        u64::from(store.storage_failure().is_some()),
+    );
+    e.single(
         "percolator_notify_buckets",
         "gauge",
         "Partitions (buckets) of the notify group that the hosts' scanners share out.",

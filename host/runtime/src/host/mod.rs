@@ -36,6 +36,10 @@ pub(crate) struct HostState {
     /// The last conflict a host call reported to the guest: if the guest returns a conflict,
     /// this is the store error that is retried.
     pub(crate) conflict: Option<percolator_store::Error>,
+    /// The first storage failure a host call reported to the guest (the store cannot write:
+    /// a full disk): the run's outcome whatever the guest makes of it, so that it backs off
+    /// instead of counting as the observer's failure.
+    pub(crate) storage_failure: Option<percolator_store::Error>,
     /// The first access violation of the run: a denied access fails the run even if the guest
     /// swallows the error.
     pub(crate) denied: Option<String>,
@@ -61,6 +65,7 @@ impl HostState {
             limits,
             io_bytes: 0,
             conflict: None,
+            storage_failure: None,
             denied: None,
             params,
             wasi,
@@ -95,6 +100,10 @@ impl HostState {
             E::Conflict { .. } => {
                 self.conflict = Some(e);
                 WitError::Conflict(text)
+            }
+            E::Io { .. } => {
+                self.storage_failure.get_or_insert(e);
+                WitError::Storage(text)
             }
             E::InvalidArgument(_) => WitError::InvalidArgument(text),
             E::NotFound(_) => WitError::NotFound(text),

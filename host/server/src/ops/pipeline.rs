@@ -10,10 +10,10 @@ use percolator_api::{
     ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, DiscardRequest, DiscardResponse, Empty,
     GcReport, HealthReport, Histogram, HostReport, HotRowObserver, HotRowReport, HotRowsReport, HotRowsRequest,
     MAX_HOT_ROWS_LIMIT, MAX_HOT_ROWS_MINUTES, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse,
-    SinkDeadLetterReport, SinkReport, StatusReport, StoreReport, SubscriptionReport, WaitRequest, WaitResponse,
-    WorkerReport,
+    SinkDeadLetterReport, SinkReport, StatusReport, StorageFailureReport, StoreReport, SubscriptionReport, WaitRequest,
+    WaitResponse, WorkerReport,
 };
-use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, Store, histogram_quantile};
+use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, StorageFailure, Store, histogram_quantile};
 
 use super::{Context, HostContext, Op};
 
@@ -24,7 +24,24 @@ impl Op for Health {
     fn run(cx: &Context, _: Empty) -> ApiResult<HealthReport> {
         let path = cx.store_path.as_path();
         let store = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_owned());
-        Ok(HealthReport { ok: true, version: env!("CARGO_PKG_VERSION").to_owned(), store: store.display().to_string() })
+        let store_failure = cx.store.storage_failure().map(|f| storage_failure_report(&f));
+        Ok(HealthReport {
+            ok: store_failure.is_none(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            store: store.display().to_string(),
+            store_failure,
+        })
+    }
+}
+
+/// Why the store refuses writes, for `/health` and `status`.
+pub fn storage_failure_report(f: &StorageFailure) -> StorageFailureReport {
+    StorageFailureReport {
+        error: f.error.to_string(),
+        disk_full: f.error.is_disk_full(),
+        since: rfc3339(f.since),
+        probes: f.probes,
+        needs_restart: f.needs_restart,
     }
 }
 
@@ -136,6 +153,7 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
         host,
         store: StoreReport {
             path: store_name.to_owned(),
+            store_failure: store.storage_failure().map(|f| storage_failure_report(&f)),
             pending_notifications: backlog.total,
             pending_capped: backlog.capped,
             dead_letters,
