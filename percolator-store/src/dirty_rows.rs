@@ -132,7 +132,8 @@ fn adds_version(m: &RowMutation) -> Option<Timestamp> {
 }
 
 /// An exclusive backend whose applied writes are recorded in [`DirtyRows`]. Every call is
-/// passed on as it is; only `apply` and `apply_atomic` record, after the backend applied them
+/// passed on as it is (every method of [`Bigtable`], the defaulted ones too: a method added to
+/// the trait must be added here, or the store would see the default instead of the backend's); only `apply` and `apply_atomic` record, after the backend applied them
 /// (a pass that took a row out before a write applied reads the row after it took it out, and
 /// a write recorded before it applied could be missed by that read).
 pub(crate) struct Tracked {
@@ -209,6 +210,12 @@ impl Bigtable for Tracked {
             }
         }
         Ok(outcome)
+    }
+    fn storage_failure(&self) -> Option<StorageFailure> {
+        self.inner.storage_failure()
+    }
+    fn reopens(&self) -> u64 {
+        self.inner.reopens()
     }
     fn size_on_disk(&self) -> Option<u64> {
         self.inner.size_on_disk()
