@@ -40,8 +40,9 @@ pub fn decode(raw: &[u8]) -> (Cow<'_, str>, &'static str) {
         bom
     } else if let Some(declared) = declared(raw) {
         declared
-    } else if std::str::from_utf8(raw).is_ok() {
-        UTF_8
+    } else if let Ok(text) = std::str::from_utf8(raw) {
+        // What `UTF_8.decode` would return (no BOM, valid): without validating it again.
+        return (Cow::Borrowed(text), UTF_8.name());
     } else {
         WINDOWS_1252
     };

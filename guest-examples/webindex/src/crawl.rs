@@ -690,6 +690,196 @@ impl Generator {
     }
 }
 
+/// A big documentation page of about `bytes` bytes (at least one section), deterministic in
+/// `seed`: what a crawl of documentation sites holds at its top end (an API index, a long
+/// reference chapter) and what the document processor must parse within its deadline
+/// (`host-bench/src/bin/docproc.rs`).
+///
+/// Its shape is that of generated documentation (Sphinx, rustdoc): a `<head>` with an inline
+/// `<style>` sheet and an inline `<script>` (with `<` and `"</div>"` inside), a sidebar of
+/// nested navigation lists with a few hundred `<a>` links, then sections of nested `<div>`s
+/// with headings and permalinks, paragraphs with inline `<code>`, `<em>`, links and entities
+/// (`&amp; &lt; &gt; &quot; &#39; &nbsp; &#x2014;`, and `&mdash;`, which the parser keeps as
+/// written), syntax-highlighted code blocks (a `<span>` per token), tables of links (an API
+/// index), comments, and a footer script.
+///
+/// ```
+/// let page = webindex::crawl::big_page(1, 100_000);
+/// assert!(page.len() >= 100_000 && page.len() < 120_000);
+/// assert_eq!(page, webindex::crawl::big_page(1, 100_000));
+/// let doc = webindex::html::parse("http://docs.example/api/index.html", &page);
+/// assert!(doc.links.len() > 300 && !doc.text.contains("function"));
+/// ```
+pub fn big_page(seed: u64, bytes: usize) -> String {
+    let mut rng = Rng(seed ^ 0xB16_D0C5_0000_0001);
+    let vocabulary = Vocabulary::new();
+    let topic = rng.below(TOPICS.len());
+    let topic = &vocabulary.topics[topic];
+    let word = |rng: &mut Rng| -> &'static str {
+        match rng.below(100) {
+            0..60 => rng.word(topic),
+            60..80 => rng.word(&vocabulary.general),
+            _ => rng.word(&vocabulary.glue),
+        }
+    };
+    // `lo..=hi` words.
+    let words = |rng: &mut Rng, lo: usize, hi: usize| -> String {
+        let n = rng.between(lo, hi);
+        let mut s = String::new();
+        for i in 0..n {
+            if i > 0 {
+                s.push(' ');
+            }
+            s.push_str(word(rng));
+        }
+        s
+    };
+    let item = |rng: &mut Rng| format!("item{}", rng.below(5000));
+    let title = capitalize(&words(&mut rng, 3, 3));
+    let mut h = String::with_capacity(bytes + (16 << 10));
+    h += "<!DOCTYPE html>\n<html lang=\"en\" data-content_root=\"../\">\n<head>\n<meta charset=\"utf-8\" />\n";
+    h += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1.0\" />\n";
+    h += &format!("<title>{title} &mdash; Project 2.1 documentation</title>\n");
+    h += "<link rel=\"stylesheet\" type=\"text/css\" href=\"../_static/pygments.css?v=4f649999\" />\n";
+    h += "<link rel=\"index\" title=\"Index\" href=\"../genindex.html\" />\n<style>\n";
+    for i in 0..120 {
+        h += &format!(
+            ".s{i} > .toctree-l{} a.reference, div.highlight .k{i} {{ color: #{:06x}; margin: {}px 0 0 {}em; }}\n",
+            i % 4 + 1,
+            rng.next_u64() & 0xff_ffff,
+            rng.below(24),
+            rng.below(4)
+        );
+    }
+    h += "</style>\n<script>\nvar DOCUMENTATION_OPTIONS = { VERSION: '2.1', LANGUAGE: 'en', HAS_SOURCE: true };\n";
+    for i in 0..60 {
+        h += &format!(
+            "function f{i}(el, n) {{ for (var k = 0; k < n && k < el.children.length; k++) {{ \
+             if (el.children[k].id < \"s{}\") el.innerHTML += \"<div class='x'>\" + k + \"</div>\"; }} }}\n",
+            rng.below(100)
+        );
+    }
+    h += "</script>\n</head>\n<body>\n<div class=\"wy-grid-for-nav\">\n";
+    h += "<nav data-toggle=\"wy-nav-shift\" class=\"wy-nav-side\" aria-label=\"Navigation menu\">\n";
+    h += "<div class=\"wy-side-scroll\"><div role=\"search\"><form id=\"rtd-search-form\" class=\"wy-form\" \
+          action=\"../search.html\" method=\"get\"><input type=\"text\" name=\"q\" placeholder=\"Search docs\" \
+          aria-label=\"Search docs\" /></form></div>\n<div class=\"wy-menu wy-menu-vertical\">\n<ul class=\"current\">\n";
+    for chapter in 0..24 {
+        h += &format!(
+            "<li class=\"toctree-l1\"><a class=\"reference internal\" href=\"../{}/index.html\">{}</a>\n<ul>\n",
+            word(&mut rng),
+            capitalize(&words(&mut rng, 2, 2))
+        );
+        for _ in 0..rng.between(8, 16) {
+            let target = item(&mut rng);
+            h += &format!(
+                "<li class=\"toctree-l2\"><a class=\"reference internal\" href=\"../ch{chapter}/{target}.html\">{}</a></li>\n",
+                capitalize(&words(&mut rng, 1, 4))
+            );
+        }
+        h += "</ul>\n</li>\n";
+    }
+    h += "</ul>\n</div>\n</div>\n</nav>\n<section class=\"wy-nav-content-wrap\">\n<div class=\"wy-nav-content\">\n";
+    h += "<div class=\"rst-content\"><div role=\"main\" class=\"document\" itemscope=\"itemscope\">\n";
+    h += &format!(
+        "<div itemprop=\"articleBody\">\n<section id=\"top\">\n<h1>{title}<a class=\"headerlink\" href=\"#top\" title=\"Link to this heading\">&para;</a></h1>\n"
+    );
+    let mut section = 0;
+    while h.len() < bytes || section == 0 {
+        section += 1;
+        let heading = capitalize(&words(&mut rng, 2, 5));
+        h += &format!(
+            "<section id=\"section-{section}\">\n<h2>{heading}<a class=\"headerlink\" href=\"#section-{section}\" \
+             title=\"Link to this heading\">&para;</a></h2>\n"
+        );
+        for _ in 0..rng.between(2, 5) {
+            h += "<p>";
+            for s in 0..rng.between(3, 8) {
+                if s > 0 {
+                    h += " ";
+                }
+                h += &capitalize(&words(&mut rng, 4, 14));
+                match rng.below(10) {
+                    0 => {
+                        h += &format!(
+                            " <code class=\"docutils literal notranslate\"><span class=\"pre\">{}::&lt;T&gt;</span></code>",
+                            item(&mut rng)
+                        )
+                    }
+                    1 => {
+                        h += &format!(
+                            " <a class=\"reference internal\" href=\"{}.html#method.{}\"><code class=\"xref\">{}</code></a>",
+                            item(&mut rng),
+                            word(&mut rng),
+                            word(&mut rng)
+                        )
+                    }
+                    2 => h += &format!(" <em>{}</em> &amp; <strong>{}</strong>", word(&mut rng), word(&mut rng)),
+                    3 => {
+                        h += &format!(
+                            " (see&nbsp;<a href=\"https://en.wikipedia.org/wiki/{}\">{}</a>)",
+                            capitalize(word(&mut rng)),
+                            word(&mut rng)
+                        )
+                    }
+                    4 => h += &format!(" &#x2014; &quot;{}&quot; isn&#39;t {}", word(&mut rng), word(&mut rng)),
+                    5 => h += " &mdash; a &lt;b&gt; c",
+                    _ => {}
+                }
+                h += ".";
+            }
+            h += "</p>\n";
+        }
+        match rng.below(4) {
+            0 | 1 => {
+                h += "<div class=\"highlight-rust notranslate\"><div class=\"highlight\"><pre><span></span>";
+                for _ in 0..rng.between(6, 20) {
+                    let (a, b) = (word(&mut rng), word(&mut rng));
+                    h += &format!(
+                        "<span class=\"k\">let</span><span class=\"w\"> </span><span class=\"n\">{a}</span>\
+                         <span class=\"p\">:</span><span class=\"w\"> </span><span class=\"nb\">Vec</span>\
+                         <span class=\"o\">&lt;</span><span class=\"n\">{b}</span><span class=\"o\">&gt;</span>\
+                         <span class=\"w\"> </span><span class=\"o\">=</span><span class=\"w\"> </span>\
+                         <span class=\"n\">{b}</span><span class=\"p\">.</span><span class=\"n\">iter</span>\
+                         <span class=\"p\">().</span><span class=\"n\">collect</span><span class=\"p\">();</span>\
+                         <span class=\"w\">  </span><span class=\"c1\">// {} &amp;&amp; {}</span>\n",
+                        word(&mut rng),
+                        word(&mut rng)
+                    );
+                }
+                h += "</pre></div>\n</div>\n";
+            }
+            2 => {
+                h += "<table class=\"docutils align-default\">\n<thead>\n<tr class=\"row-odd\"><th class=\"head\"><p>Item</p></th>\
+                      <th class=\"head\"><p>Description</p></th></tr>\n</thead>\n<tbody>\n";
+                for r in 0..rng.between(10, 40) {
+                    let target = item(&mut rng);
+                    h += &format!(
+                        "<tr class=\"row-{}\"><td><p><a class=\"reference internal\" href=\"../api/{target}.html#{target}\" \
+                         title=\"{target}\"><code class=\"xref py py-obj docutils literal\"><span class=\"pre\">{target}</span>\
+                         </code></a></p></td>\n<td><p>{}</p></td>\n</tr>\n",
+                        if r % 2 == 0 { "even" } else { "odd" },
+                        capitalize(&words(&mut rng, 3, 10))
+                    );
+                }
+                h += "</tbody>\n</table>\n";
+            }
+            _ => {
+                h += &format!(
+                    "<!-- generated from {}.rst: do not edit -->\n<div class=\"admonition note\">\n<p class=\"admonition-title\">Note</p>\n<p>{}</p>\n</div>\n",
+                    item(&mut rng),
+                    capitalize(&words(&mut rng, 20, 20))
+                );
+            }
+        }
+        h += "</section>\n";
+    }
+    h += "</section>\n</div>\n</div>\n<footer><div role=\"contentinfo\"><p>&#169; Copyright 2026, the authors.</p></div>\n";
+    h += "<a href=\"../genindex.html\">Index</a> | <a href=\"../search.html\">Search</a></footer>\n</div>\n</div>\n</section>\n</div>\n";
+    h += "<script>\n  jQuery(function () { SphinxRtdTheme.Navigation.enable(true); if (a < b && c > d) {} });\n</script>\n</body>\n</html>\n";
+    h
+}
+
 /// `word` with its first letter upper-cased.
 fn capitalize(word: &str) -> String {
     let mut chars = word.chars();

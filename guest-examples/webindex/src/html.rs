@@ -42,13 +42,73 @@ pub struct Link {
     pub anchor: String,
 }
 
-/// Tags that separate words (open or close), space-separated. Every other tag is inline.
-const BLOCK_TAGS: &str = "address article aside blockquote body br caption dd details dialog div dl dt fieldset \
-    figcaption figure footer form h1 h2 h3 h4 h5 h6 head header hr html img input legend li main menu nav ol option \
-    p pre section select summary table tbody td textarea tfoot th thead title tr ul";
-
+/// Whether the tag named `name` (any ASCII case) separates words, open or close. Every other
+/// tag is inline. Lowercased into a buffer on the stack (a name longer than the longest block
+/// tag is no block tag), then matched.
 fn is_block(name: &str) -> bool {
-    BLOCK_TAGS.split_ascii_whitespace().any(|t| t == name)
+    let mut lower = [0u8; 10];
+    let Some(name) = lower.get_mut(..name.len()).map(|buf| {
+        buf.copy_from_slice(name.as_bytes());
+        buf.make_ascii_lowercase();
+        &*buf
+    }) else {
+        return false;
+    };
+    matches!(
+        name,
+        b"address"
+            | b"article"
+            | b"aside"
+            | b"blockquote"
+            | b"body"
+            | b"br"
+            | b"caption"
+            | b"dd"
+            | b"details"
+            | b"dialog"
+            | b"div"
+            | b"dl"
+            | b"dt"
+            | b"fieldset"
+            | b"figcaption"
+            | b"figure"
+            | b"footer"
+            | b"form"
+            | b"h1"
+            | b"h2"
+            | b"h3"
+            | b"h4"
+            | b"h5"
+            | b"h6"
+            | b"head"
+            | b"header"
+            | b"hr"
+            | b"html"
+            | b"img"
+            | b"input"
+            | b"legend"
+            | b"li"
+            | b"main"
+            | b"menu"
+            | b"nav"
+            | b"ol"
+            | b"option"
+            | b"p"
+            | b"pre"
+            | b"section"
+            | b"select"
+            | b"summary"
+            | b"table"
+            | b"tbody"
+            | b"td"
+            | b"textarea"
+            | b"tfoot"
+            | b"th"
+            | b"thead"
+            | b"title"
+            | b"tr"
+            | b"ul"
+    )
 }
 
 /// Parses `html` fetched from `base_url`.
@@ -64,7 +124,8 @@ fn is_block(name: &str) -> bool {
 /// assert_eq!(doc.links[0].anchor, "three four");
 /// ```
 pub fn parse(base_url: &str, html: &str) -> Document {
-    let mut p = Parser { base: base_url, title: None, text: String::new(), anchor: None, links: Vec::new() };
+    let base = parse_absolute(base_url.trim());
+    let mut p = Parser { base, title: None, text: String::new(), anchor: None, links: Vec::new() };
     let bytes = html.as_bytes();
     let mut i = 0;
     while i < bytes.len() {
@@ -96,7 +157,8 @@ pub fn parse(base_url: &str, html: &str) -> Document {
 
 /// The parse state.
 struct Parser<'a> {
-    base: &'a str,
+    /// `base_url`, parsed once (`None`: not an http(s) URL, so only absolute links resolve).
+    base: Option<Url<'a>>,
     /// The first title, once seen.
     title: Option<String>,
     /// Visible text, not yet collapsed.
@@ -129,38 +191,39 @@ impl Parser<'_> {
 
     fn close_anchor(&mut self) {
         if let Some((Some(href), text)) = self.anchor.take()
-            && let Some(target) = resolve(self.base, &href)
+            && let Some(target) = resolve_against(self.base.as_ref(), &href)
         {
             self.links.push(Link { target, anchor: collapse(&text) });
         }
     }
 
     /// Handles a tag ending at `end`; returns where parsing continues.
-    fn tag(&mut self, html: &str, tag: &Tag, end: usize) -> usize {
-        if is_block(&tag.name) {
+    fn tag(&mut self, html: &str, tag: &Tag<'_>, end: usize) -> usize {
+        if is_block(tag.name) {
             self.separate();
         }
+        let is = |name: &str| tag.name.eq_ignore_ascii_case(name);
         if tag.closing {
-            if tag.name == "a" {
+            if is("a") {
                 self.close_anchor();
             }
-            return end;
-        }
-        match tag.name.as_str() {
-            "a" => {
-                self.close_anchor();
-                self.anchor = Some((tag.attr("href").map(str::to_owned), String::new()));
-                end
+            end
+        } else if is("a") {
+            self.close_anchor();
+            self.anchor = Some((tag.href.map(|h| decode_entities(h).into_owned()), String::new()));
+            end
+        } else if is("script") {
+            raw_text_end(html, end, "script").1
+        } else if is("style") {
+            raw_text_end(html, end, "style").1
+        } else if is("title") {
+            let (content_end, next) = raw_text_end(html, end, "title");
+            if self.title.is_none() {
+                self.title = Some(collapse(&decode_entities(&html[end..content_end])));
             }
-            "script" | "style" => raw_text_end(html, end, &tag.name).1,
-            "title" => {
-                let (content_end, next) = raw_text_end(html, end, "title");
-                if self.title.is_none() {
-                    self.title = Some(collapse(&decode_entities(&html[end..content_end])));
-                }
-                next
-            }
-            _ => end,
+            next
+        } else {
+            end
         }
     }
 
@@ -170,19 +233,20 @@ impl Parser<'_> {
     }
 }
 
-/// A start or end tag.
-struct Tag {
-    /// Lowercased name.
-    name: String,
+/// A start or end tag: slices of the input, nothing copied.
+struct Tag<'h> {
+    /// The name as written (compared ASCII case-insensitively).
+    name: &'h str,
     closing: bool,
-    /// Attributes in order, names lowercased, values decoded.
-    attrs: Vec<(String, String)>,
+    /// The value of the first attribute named `href` (any ASCII case; as browsers do with
+    /// duplicates), entities not yet decoded; `""` for an `href` without a value.
+    href: Option<&'h str>,
 }
 
-impl Tag {
+impl<'h> Tag<'h> {
     /// Parses the tag starting at `html[start] == '<'`; returns it and the index after its `>`
     /// (or the end of the input).
-    fn parse(html: &str, start: usize) -> (Tag, usize) {
+    fn parse(html: &'h str, start: usize) -> (Tag<'h>, usize) {
         let b = html.as_bytes();
         let is_space = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | b'\r' | 0x0c);
         let mut k = start + 1;
@@ -194,8 +258,8 @@ impl Tag {
         while k < b.len() && !is_space(b[k]) && b[k] != b'/' && b[k] != b'>' {
             k += 1;
         }
-        let name = html[name_start..k].to_ascii_lowercase();
-        let mut attrs = Vec::new();
+        let name = &html[name_start..k];
+        let mut href = None;
         loop {
             while k < b.len() && (is_space(b[k]) || b[k] == b'/') {
                 k += 1;
@@ -212,43 +276,39 @@ impl Tag {
             while k < b.len() && !is_space(b[k]) && !matches!(b[k], b'/' | b'>' | b'=') {
                 k += 1;
             }
-            let attr = html[attr_start..k].to_ascii_lowercase();
+            let is_href = href.is_none() && b[attr_start..k].eq_ignore_ascii_case(b"href");
             let mut j = k;
             while j < b.len() && is_space(b[j]) {
                 j += 1;
             }
-            let mut value = String::new();
+            let mut value = "";
             if b.get(j) == Some(&b'=') {
                 j += 1;
                 while j < b.len() && is_space(b[j]) {
                     j += 1;
                 }
-                let value_start;
                 match b.get(j) {
                     Some(&q @ (b'"' | b'\'')) => {
-                        value_start = j + 1;
+                        let value_start = j + 1;
                         let value_end = html[value_start..].find(q as char).map_or(b.len(), |e| value_start + e);
-                        value = decode_entities(&html[value_start..value_end]).into_owned();
+                        value = &html[value_start..value_end];
                         k = (value_end + 1).min(b.len());
                     }
                     _ => {
-                        value_start = j;
+                        let value_start = j;
                         while j < b.len() && !is_space(b[j]) && b[j] != b'>' {
                             j += 1;
                         }
-                        value = decode_entities(&html[value_start..j]).into_owned();
+                        value = &html[value_start..j];
                         k = j;
                     }
                 }
             }
-            attrs.push((attr, value));
+            if is_href {
+                href = Some(value);
+            }
         }
-        (Tag { name, closing, attrs }, k)
-    }
-
-    /// The first attribute named `name` (as browsers do with duplicates).
-    fn attr(&self, name: &str) -> Option<&str> {
-        self.attrs.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+        (Tag { name, closing, href }, k)
     }
 }
 
@@ -277,14 +337,40 @@ fn skip_past(html: &str, from: usize, pat: &str) -> usize {
     html[from..].find(pat).map_or(html.len(), |j| from + j + pat.len())
 }
 
-/// Collapses runs of whitespace to one space and trims.
+/// Collapses runs of whitespace (`char::is_whitespace`) to one space and trims: the words of
+/// `s.split_whitespace()` joined by one space, scanned a byte at a time where `s` is ASCII.
 fn collapse(s: &str) -> String {
+    let b = s.as_bytes();
     let mut out = String::with_capacity(s.len());
-    for word in s.split_whitespace() {
+    // Where the current word started, if inside one.
+    let mut word: Option<usize> = None;
+    let mut i = 0;
+    while i < b.len() {
+        let (space, len) = if b[i].is_ascii() {
+            (matches!(b[i], b'\t'..=b'\r' | b' '), 1)
+        } else {
+            // `i` is a character boundary: it only ever advances by whole characters.
+            let c = s[i..].chars().next().unwrap_or_default();
+            (c.is_whitespace(), c.len_utf8())
+        };
+        match (space, word) {
+            (true, Some(start)) => {
+                if !out.is_empty() {
+                    out.push(' ');
+                }
+                out.push_str(&s[start..i]);
+                word = None;
+            }
+            (false, None) => word = Some(i),
+            _ => {}
+        }
+        i += len;
+    }
+    if let Some(start) = word {
         if !out.is_empty() {
             out.push(' ');
         }
-        out.push_str(word);
+        out.push_str(&s[start..]);
     }
     out
 }
@@ -346,12 +432,13 @@ fn decode_entity(s: &str) -> Option<(char, usize)> {
     Some((c, semi + 1))
 }
 
-/// An absolute http(s) URL, split into parts.
+/// An absolute http(s) URL, split into parts (borrowed from the href or the base where they
+/// can be).
 struct Url<'a> {
-    /// Lowercased.
-    scheme: String,
+    /// Lowercased: `"http"` or `"https"`.
+    scheme: &'static str,
     /// `userinfo@host:port`, host lowercased, default port dropped.
-    authority: String,
+    authority: Cow<'a, str>,
     /// Starts with `/` (not yet dot-normalized).
     path: Cow<'a, str>,
     query: Option<&'a str>,
@@ -360,12 +447,28 @@ struct Url<'a> {
 impl Url<'_> {
     fn to_normalized(&self) -> String {
         let path = remove_dot_segments(&self.path);
-        let mut out = format!("{}://{}{}", self.scheme, self.authority, path);
+        let query_len = self.query.map_or(0, |q| q.len() + 1);
+        let mut out = String::with_capacity(self.scheme.len() + 3 + self.authority.len() + path.len() + query_len);
+        out.push_str(self.scheme);
+        out.push_str("://");
+        out.push_str(&self.authority);
+        out.push_str(&path);
         if let Some(q) = self.query {
             out.push('?');
             out.push_str(q);
         }
         out
+    }
+}
+
+/// `"http"` or `"https"` if `scheme` is one of them (any ASCII case).
+fn http_scheme(scheme: &str) -> Option<&'static str> {
+    if scheme.eq_ignore_ascii_case("http") {
+        Some("http")
+    } else if scheme.eq_ignore_ascii_case("https") {
+        Some("https")
+    } else {
+        None
     }
 }
 
@@ -440,10 +543,10 @@ fn normalize_authority(scheme: &str, authority: &str) -> Option<String> {
 }
 
 /// Parses `//authority/path?query` (fragment already removed) for `scheme`.
-fn parse_network_path<'a>(scheme: String, s: &'a str) -> Option<Url<'a>> {
+fn parse_network_path<'a>(scheme: &'static str, s: &'a str) -> Option<Url<'a>> {
     let s = s.trim_start_matches('/');
     let auth_end = s.find(['/', '?']).unwrap_or(s.len());
-    let authority = normalize_authority(&scheme, &s[..auth_end])?;
+    let authority = Cow::Owned(normalize_authority(scheme, &s[..auth_end])?);
     let (path, query) = split_query(&s[auth_end..]);
     let path = if path.is_empty() { Cow::Borrowed("/") } else { Cow::Borrowed(path) };
     Some(Url { scheme, authority, path, query })
@@ -453,11 +556,7 @@ fn parse_network_path<'a>(scheme: String, s: &'a str) -> Option<Url<'a>> {
 fn parse_absolute(url: &str) -> Option<Url<'_>> {
     let url = url.split('#').next().unwrap_or_default();
     let (scheme, rest) = split_scheme(url)?;
-    let scheme = scheme.to_ascii_lowercase();
-    if scheme != "http" && scheme != "https" {
-        return None;
-    }
-    parse_network_path(scheme, rest)
+    parse_network_path(http_scheme(scheme)?, rest)
 }
 
 /// Longest URL [`resolve`] returns, in bytes: row keys join two URLs (`inlinks/"T P"`,
@@ -488,19 +587,21 @@ const _: () = assert!(2 * MAX_URL_BYTES < 4096, "two URLs joined by a space fit 
 /// assert_eq!(resolve(base, &format!("/{}", "x".repeat(2040))), None);
 /// ```
 pub fn resolve(base: &str, href: &str) -> Option<String> {
+    resolve_against(parse_absolute(base.trim()).as_ref(), href)
+}
+
+/// [`resolve`] against a base already parsed (`None`: not an http(s) URL), as a page's links
+/// are: the base is parsed once per page.
+fn resolve_against(base: Option<&Url<'_>>, href: &str) -> Option<String> {
     let href = href.trim();
-    if href.is_empty() || href.starts_with('#') || href.contains(char::is_whitespace) {
+    if href.is_empty() || href.starts_with('#') || has_whitespace(href) {
         return None;
     }
     let href = href.split('#').next().unwrap_or_default();
-    let base = || parse_absolute(base.trim());
     let url = match split_scheme(href) {
         Some((scheme, rest)) => {
-            let scheme = scheme.to_ascii_lowercase();
-            if scheme != "http" && scheme != "https" {
-                return None;
-            }
-            match base() {
+            let scheme = http_scheme(scheme)?;
+            match base {
                 // `http:p` against an http base is relative (WHATWG); `http:p` otherwise, like
                 // `http:/p` and `http://p`, names the host `p`.
                 Some(b) if b.scheme == scheme && !rest.starts_with('/') => relative(b, rest),
@@ -508,13 +609,21 @@ pub fn resolve(base: &str, href: &str) -> Option<String> {
             }
         }
         None => {
-            let b = base()?;
+            let b = base?;
             if href.starts_with("//") { parse_network_path(b.scheme, href)? } else { relative(b, href) }
         }
     };
     let url = url.to_normalized();
     // Whitespace can only come from a base that has some (a page's URL is checked first).
-    (url.len() <= MAX_URL_BYTES && !url.contains(char::is_whitespace)).then_some(url)
+    (url.len() <= MAX_URL_BYTES && !has_whitespace(&url)).then_some(url)
+}
+
+/// Whether `s` contains a `char::is_whitespace` character; bytes compared where `s` is ASCII
+/// (every URL of a crawl, nearly).
+fn has_whitespace(s: &str) -> bool {
+    // No early exit: a loop the compiler can vectorize.
+    let maybe = s.bytes().fold(false, |any, b| any | (b <= b' ') | (b >= 0x80));
+    maybe && s.contains(char::is_whitespace)
 }
 
 /// Checks that `url` can be a page's row key: a normalized http(s) URL
@@ -544,24 +653,33 @@ pub fn check_url_key(url: &str) -> Result<(), String> {
 }
 
 /// Resolves a relative reference without scheme or authority against `base`.
-fn relative<'a>(base: Url<'a>, href: &'a str) -> Url<'a> {
+fn relative<'a>(base: &'a Url<'_>, href: &'a str) -> Url<'a> {
+    let authority = Cow::Borrowed(&*base.authority);
     let (path, query) = split_query(href);
     if path.is_empty() {
         // `?q` (or nothing): the base path with the new query.
         let query = query.or(if href.is_empty() { base.query } else { None });
-        return Url { query, ..base };
+        return Url { scheme: base.scheme, authority, path: Cow::Borrowed(&*base.path), query };
     }
     let path = if path.starts_with('/') {
         Cow::Borrowed(path)
     } else {
         let dir = &base.path[..base.path.rfind('/').map_or(0, |i| i + 1)];
-        Cow::Owned(format!("{dir}{path}"))
+        let mut joined = String::with_capacity(dir.len() + path.len());
+        joined.push_str(dir);
+        joined.push_str(path);
+        Cow::Owned(joined)
     };
-    Url { scheme: base.scheme, authority: base.authority, path, query }
+    Url { scheme: base.scheme, authority, path, query }
 }
 
-/// Resolves `.` and `..` segments of an absolute path (RFC 3986 section 5.2.4).
-fn remove_dot_segments(path: &str) -> String {
+/// Resolves `.` and `..` segments of an absolute path (RFC 3986 section 5.2.4). A path that
+/// starts with `/` and has no `/.` (most of them) has none and is returned as it is.
+fn remove_dot_segments(path: &str) -> Cow<'_, str> {
+    // Every `.` or `..` segment after the first `/` starts with `/.`.
+    if path.starts_with('/') && !path.contains("/.") {
+        return Cow::Borrowed(path);
+    }
     let segments: Vec<&str> = path.strip_prefix('/').unwrap_or(path).split('/').collect();
     let mut out: Vec<&str> = Vec::with_capacity(segments.len());
     for (i, seg) in segments.iter().enumerate() {
@@ -580,7 +698,7 @@ fn remove_dot_segments(path: &str) -> String {
             out.push(""); // `a/.` and `a/..` end with a slash
         }
     }
-    format!("/{}", out.join("/"))
+    Cow::Owned(format!("/{}", out.join("/")))
 }
 
 #[cfg(test)]
@@ -621,6 +739,46 @@ mod tests {
         assert_eq!(parse("http://x.org/", "<title>t").title, "t");
         assert_eq!(parse("http://x.org/", "a<p class='x").text, "a");
         assert_eq!(parse("http://x.org/", "").title, "");
+    }
+
+    /// `collapse` scans bytes where it can: it must still split exactly where
+    /// `split_whitespace` does, for every whitespace character (ASCII or not) and its neighbours.
+    #[test]
+    fn collapse_is_split_whitespace_joined() {
+        let reference = |s: &str| s.split_whitespace().collect::<Vec<_>>().join(" ");
+        let mut checked = 0;
+        for c in (0..0x3100).filter_map(char::from_u32).chain(['\u{feff}', '\u{1f600}']) {
+            for s in [format!("{c}"), format!(" a{c}b{c}{c}c\u{a0}{c}"), format!("{c}x{c}é{c} 日本{c}")] {
+                assert_eq!(collapse(&s), reference(&s), "{s:?} (U+{:04X})", u32::from(c));
+                checked += 1;
+            }
+        }
+        assert!(checked > 30_000);
+        assert_eq!(collapse(""), "");
+        assert_eq!(collapse(" \t\n"), "");
+    }
+
+    #[test]
+    fn block_tags_in_any_case() {
+        for name in
+            ["p", "P", "div", "DiV", "br", "h1", "H6", "li", "blockquote", "FIGCAPTION", "textarea", "title", "ul"]
+        {
+            assert!(is_block(name), "{name}");
+        }
+        for name in ["", "a", "b", "span", "code", "h7", "blockquotes", "figcaptions", "lis", "pre-x", "headers", "é"]
+        {
+            assert!(!is_block(name), "{name}");
+        }
+        assert_eq!(parse("http://x.org/", "a<DIV>b</Div>c<Span>d</SPAN>e<H2>f").text, "a b cde f");
+    }
+
+    #[test]
+    fn paths_without_dot_segments_are_not_copied() {
+        for path in ["/", "/a/b.html", "/a..b/c/d.", "/x/"] {
+            assert!(matches!(remove_dot_segments(path), Cow::Borrowed(p) if p == path), "{path}");
+        }
+        assert_eq!(remove_dot_segments("/a/./b/../c/."), "/a/c/");
+        assert_eq!(remove_dot_segments("a/b"), "/a/b");
     }
 
     #[test]
