@@ -7,10 +7,12 @@
 //   DASH_SHOTS    where screenshots go           CHROMIUM     the browser's executable
 //
 // The story: the page asks for the token (a wrong one is refused), shows the pipeline's graph;
-// a crawl is loaded and the backlog rises and drains on the page; a binding without the right to
+// a crawl is loaded and the backlog rises and drains on the page, and a tab opened after it
+// starts its charts from the host's samples; a binding without the right to
 // write fails and its dead letter appears; a broken configuration is rejected and the page says
 // why; the fixed one is loaded, and Retry on the page runs the dead letter again, which now
-// succeeds. Every request the page makes goes to the host, none carries the token in its URL,
+// succeeds; failures long ago are not red on the graph, those of the last minute are. Every
+// request the page makes goes to the host, none carries the token in its URL,
 // and the page throws no error. Exits non-zero on any failure.
 'use strict';
 
@@ -219,6 +221,19 @@ async function main() {
     await sleep(300);
     await shot(page, '03-drained');
 
+    // A tab opened now starts its charts from the host's samples (the crawl's backlog is in
+    // them), not empty.
+    log("a second tab: its charts start from the host's samples");
+    const late = await context.newPage();
+    late.on('pageerror', (e) => problems.push(`page error (second tab): ${e.message}`));
+    await late.addInitScript((t) => sessionStorage.setItem('percolator.token', t), TOKEN);
+    await late.goto(`${URL_}/`);
+    await late.waitForFunction(() => /^live/.test(document.getElementById('live-text').textContent));
+    const points = ((await late.locator('#chart-backlog path.series').getAttribute('d')).match(/[ML]/g) || []).length;
+    const latePeak = Number(((await late.locator('#s-backlog').textContent()).match(/peak ([\d,]+)/) || [])[1].replace(/,/g, ''));
+    check(points >= 10 && latePeak > 0, `a new tab's backlog chart starts from the host's samples (${points} points, peak ${latePeak})`);
+    await late.close();
+
     // A failing binding: its dead letter appears with its reason.
     log('loading a row that alerts-upper cannot process (it may not write)');
     await percolator(['load', 'alerts', path.join(DIR, 'alerts.jsonl')]);
@@ -281,6 +296,11 @@ async function main() {
       status.store.registered.push({ name: 'spell-check', table: 'pages', column: 'doc:text', kind: 'strong' });
       const loop = { ...status.host.bindings[0], name: 'loop-back', table: 'pages', column: 'export:terms', writes: ['pages/raw:html'] };
       status.host.bindings.push(loop);
+      // Failures long ago are counted, not red; failures in the last minute are red.
+      for (const b of status.host.bindings) {
+        if (b.name === 'document-processor') Object.assign(b, { failures: 7, failures_last_minute: 0 });
+        if (b.name === 'link-inversion') Object.assign(b, { failures: 3, failures_last_minute: 2 });
+      }
       await route.fulfill({ response: answer, json: status });
     });
     await page.locator('#lacking').waitFor();
@@ -289,6 +309,12 @@ async function main() {
     await page.locator('#graph g.label[data-binding="loop-back"]').waitFor();
     check((await page.locator('#registry-body tr[data-binding="spell-check"] .no').textContent()) === 'no component here', 'the registry table says so');
     check((await page.locator('#registry-body tr[data-binding="loop-back"] .no').textContent()) === 'loaded here, not in the registry', 'and the other way round');
+    const old = page.locator('#graph g.label[data-binding="document-processor"]');
+    await page.waitForFunction(() => /7 failed/.test(document.querySelector('#graph g.label[data-binding="document-processor"]').textContent));
+    check((await old.locator('tspan.bad').count()) === 0, 'failures long ago are not red on the graph');
+    check((await page.locator('#graph path.edge.failing[data-binding="document-processor"]').count()) === 0, 'nor its edges');
+    check((await page.locator('#graph g.label[data-binding="link-inversion"] tspan.bad').count()) === 1, 'failures in the last minute are red');
+    check((await page.locator('#graph path.edge.failing[data-binding="link-inversion"]').count()) > 0, 'and so are its edges');
     await shot(page, '07-registry-and-cycle');
     await page.unroute('**/v1/status');
 

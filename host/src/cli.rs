@@ -1375,7 +1375,10 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                         b.runs.to_string(),
                         b.committed.to_string(),
                         b.lost_to_conflict.to_string(),
-                        b.failures.to_string(),
+                        match b.failures_last_minute {
+                            0 => b.failures.to_string(),
+                            recent => format!("{} ({recent} in the last minute)", b.failures),
+                        },
                         match (b.p50_run_ms, b.p99_run_ms) {
                             (Some(p50), Some(p99)) => format!("{} / {}", run_ms(p50), run_ms(p99)),
                             _ => "-".into(),
@@ -1597,6 +1600,7 @@ mod tests {
             lost_to_conflict: 0,
             successes: 0,
             failures: 0,
+            failures_last_minute: 0,
             mean_run_ms: None,
             p50_run_ms: None,
             p90_run_ms: None,

@@ -1160,9 +1160,10 @@ fn a_host_stopped_during_a_wait_keeps_its_commits() {
     assert_eq!(status["store"]["pending_notifications"], 1);
 }
 
-/// `status` shows each binding's runs and failures over the store's life: a host saves them
-/// when it stops, and the next one on the store continues from there (the percentiles are the
-/// new process's: none before its first run).
+/// `status` shows each binding's runs, failures and run-time percentiles over the store's
+/// life: a host saves them (the run-time histogram with the counts) when it stops, and the
+/// next one on the store continues from there. The failures of the last minute are the new
+/// process's.
 #[test]
 fn run_counts_survive_a_restart_of_the_host() {
     let sb = Sandbox::new("restartcounts", "listen = \"127.0.0.1:0\"", &format!("{UPPER}{DENIED}"));
@@ -1181,7 +1182,11 @@ fn run_counts_survive_a_restart_of_the_host() {
         (Some(3), Some(0))
     );
     assert_eq!(binding(&status, "denied")["failures"], 1);
+    assert_eq!(binding(&status, "denied")["failures_last_minute"], 1);
     let mean = binding(&status, "upper")["mean_run_ms"].as_f64().unwrap();
+    let (p50, p99) =
+        (binding(&status, "upper")["p50_run_ms"].as_f64(), binding(&status, "upper")["p99_run_ms"].as_f64());
+    assert!(p50.is_some() && p99.is_some(), "{status}");
     assert!(host.stop().unwrap().success());
 
     let mut host = Host::start(&sb);
@@ -1189,11 +1194,16 @@ fn run_counts_survive_a_restart_of_the_host() {
     let upper = binding(&status, "upper");
     assert_eq!((upper["runs"].as_u64(), upper["failures"].as_u64()), (Some(3), Some(0)), "{upper}");
     assert_eq!(upper["mean_run_ms"].as_f64(), Some(mean), "{upper}");
-    assert!(upper["p50_run_ms"].is_null(), "no run in this process yet: {upper}");
+    assert_eq!(
+        (upper["p50_run_ms"].as_f64(), upper["p99_run_ms"].as_f64()),
+        (p50, p99),
+        "the percentiles continue: {upper}"
+    );
     assert_eq!(
         (binding(&status, "denied")["runs"].as_u64(), binding(&status, "denied")["failures"].as_u64()),
         (Some(1), Some(1))
     );
+    assert_eq!(binding(&status, "denied")["failures_last_minute"], 0, "an old failure does not fail now");
     sb.write("more.jsonl", "{\"row\": \"r4\", \"text\": \"d\"}\n");
     sb.ok(&["load", "docs", "more.jsonl"]);
     sb.wait();
@@ -1202,8 +1212,70 @@ fn run_counts_survive_a_restart_of_the_host() {
     assert!(!binding(&status, "upper")["p50_run_ms"].is_null());
     let metrics = Remote::new(&host.url, None).metrics().unwrap();
     assert!(metrics.contains("percolator_observer_runs_total{observer=\"upper\"} 4\n"), "{metrics}");
-    assert!(metrics.contains("percolator_observer_run_seconds_count{observer=\"upper\"} 1\n"), "{metrics}");
+    assert!(metrics.contains("percolator_observer_run_seconds_count{observer=\"upper\"} 4\n"), "{metrics}");
     assert!(host.stop().unwrap().success());
+}
+
+/// The host's periodic status line names the dead letters waiting now (what `status` says)
+/// apart from the notifications ever dead-lettered (the counter), and logs as often as
+/// `[log] status_interval_s` says.
+#[test]
+fn the_status_line_names_the_dead_letters_waiting_apart_from_the_total() {
+    let sb = Sandbox::new("statusline", "listen = \"127.0.0.1:0\"\n[log]\nstatus_interval_s = 1", DENIED);
+    let mut host = Host::start(&sb);
+    sb.write("bad.jsonl", "{\"row\": \"x\", \"text\": \"a\"}\n{\"row\": \"y\", \"text\": \"b\"}\n");
+    sb.ok(&["load", "bad", "bad.jsonl"]);
+    sb.wait();
+    let dead = json(&sb.ok(&["dead-letters", "--json"]));
+    let dead = dead.as_array().unwrap();
+    assert_eq!(dead.len(), 2, "{dead:?}");
+    sb.ok(&["dead-letters", "discard", dead[0]["id"].as_str().unwrap()]);
+    assert_eq!(json(&sb.ok(&["status", "--json"]))["store"]["dead_letters"], 1);
+    // Within a few seconds (one a second, when a count changed): 1 waiting, 2 in all.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let log = std::fs::read_to_string(&host.log).unwrap();
+        if let Some(l) = log.lines().find(|l| l.contains("dead_letters_now=1 ")) {
+            break l.to_owned();
+        }
+        assert!(Instant::now() < deadline, "no status line with the dead letters waiting now: {log}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(line.contains(" status ") && line.contains("dead_lettered_total=2"), "{line}");
+    assert!(line.contains("observer_failures=2"), "{line}");
+    assert!(!line.contains("dead_letters="), "the lifetime count is not called dead_letters: {line}");
+    assert!(host.stop().unwrap().success());
+}
+
+/// `GET /v1/samples`: the host's ring of samples (one a second), with the backlog and the
+/// counters, oldest first; what the dashboard's charts start from.
+#[test]
+fn the_host_serves_its_samples_of_the_counters_and_the_backlog() {
+    let sb = Sandbox::new("samples", "listen = \"127.0.0.1:0\"", &format!("{UPPER}{STUCK}"));
+    let host = Host::start(&sb);
+    sb.write("docs.jsonl", "{\"row\": \"r1\", \"text\": \"a\"}\n");
+    sb.ok(&["load", "docs", "docs.jsonl"]);
+    // A notification that stays pending (its run fails, and runs again after a growing backoff).
+    sb.write("stuck.jsonl", "{\"row\": \"s\", \"text\": \"a\"}\n");
+    sb.ok(&["load", "stuck", "stuck.jsonl"]);
+    let remote = Remote::new(&host.url, None);
+    let status = remote.call::<percolator_api::endpoint::Status>(&percolator_api::Empty {}).unwrap();
+    let commits = status.host.unwrap().metrics["commits"];
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let r = loop {
+        let r = remote.call::<percolator_api::endpoint::Samples>(&percolator_api::Empty {}).unwrap();
+        let last = r.samples.last();
+        if last.is_some_and(|s| s.commits >= commits && s.pending_notifications == Some(1)) {
+            break r;
+        }
+        assert!(Instant::now() < deadline, "no sample with the commits and the pending notification: {r:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(r.samples.len() >= 2, "{r:?}");
+    assert!(r.samples.windows(2).all(|w| w[0].unix_ms < w[1].unix_ms && w[0].commits <= w[1].commits), "{r:?}");
+    let last = r.samples.last().unwrap();
+    assert!(!last.pending_capped && last.observer_runs >= 1, "{last:?}");
+    assert!(last.unix_ms <= r.now_unix_ms && r.now_unix_ms - last.unix_ms < 5_000, "{r:?}");
 }
 
 #[test]

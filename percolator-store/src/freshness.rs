@@ -1,9 +1,10 @@
 //! Freshness: how long after a change committed the observer run that consumed it committed,
 //! per observer, as a histogram.
 //!
-//! A committed observer run knows the timestamp of the change it ran on: for a strong
-//! observer the commit timestamp of the newest write its snapshot saw, for a weak one the
-//! timestamp of the notification. The oracle's [clock](crate::clock) turns that into the time
+//! A committed observer run knows the timestamp of the change it ran on: for a weak observer
+//! the timestamp of the notification, for a strong one the later of that and the commit
+//! timestamp of the newest write its snapshot saw (a notification made after the write — a
+//! rerun, a retried dead letter — counts from itself: the run answers it, not the old write). The oracle's [clock](crate::clock) turns that into the time
 //! the timestamp was handed out, and the run's latency is from then to the run's commit. The
 //! histograms are this process's (they start empty when the store opens); a run whose change
 //! is older than the clock's samples counts as `untimed`.
@@ -196,6 +197,47 @@ mod tests {
             // At least the run's 30 ms, at most the time since before the commit.
             assert!(c.sum >= Duration::from_millis(30) && c.sum <= waited, "{name}: {:?} of {waited:?}", c.sum);
         }
+    }
+
+    #[test]
+    fn a_run_on_a_later_notification_counts_from_the_notification() {
+        use crate::{NotifyKind, ObserveError, Observer, ObserverSpec, Transaction};
+        struct Nothing;
+        impl Observer for Nothing {
+            fn observe(&self, _: &mut Transaction, _: &crate::Notification) -> Result<(), ObserveError> {
+                Ok(())
+            }
+        }
+        let store = Store::in_memory(Default::default()).unwrap();
+        let spec = ObserverSpec {
+            name: "strong".into(),
+            table: "t".into(),
+            column: "c:x".into(),
+            kind: NotifyKind::Strong,
+            max_attempts: 1,
+        };
+        store.register_observer(spec, std::sync::Arc::new(Nothing)).unwrap();
+        let process = || {
+            for e in store.pending_notifications(10).unwrap() {
+                store.process_notification(&e).unwrap();
+            }
+        };
+        store.run(|t| t.set("t", "r", "c:x", "v")).unwrap();
+        process();
+        let first = store.freshness()["strong"].sum;
+        // The write is old by the time the rerun asks for another run on it.
+        std::thread::sleep(Duration::from_millis(300));
+        let before = Instant::now();
+        assert_eq!(store.rerun_existing("t", "c:x", b"", None).unwrap(), 1);
+        process();
+        let waited = before.elapsed();
+        let c = store.freshness()["strong"];
+        assert_eq!((c.count(), c.untimed), (2, 0), "{c:?}");
+        let rerun = c.sum - first;
+        assert!(
+            rerun <= waited,
+            "the rerun's run counts from the rerun ({rerun:?}, {waited:?} since it), not from the write"
+        );
     }
 
     #[test]

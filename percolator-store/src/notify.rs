@@ -743,9 +743,13 @@ fn run_observer_in_span(
     }
     inner.counters.observer_runs.fetch_add(1, Ordering::Relaxed);
     inner.conflicts.record(&b.spec.name, RunEnd::Committed);
-    // Freshness: from the change the run consumed (the newest write it saw; for a weak
-    // observer, the notification) to now.
-    let changed = commit_ts.unwrap_or(entry.ts);
+    // Freshness: from the change the run consumed to now. For a weak observer that is the
+    // notification; for a strong one the later of the newest write it saw and the
+    // notification, so that a notification made after the write (`notify_existing`,
+    // `rerun_existing`, a retried dead letter) counts from itself, not from the old write. (A
+    // write's own notification is set at its start timestamp, or at its commit timestamp by a
+    // one-phase commit: never after the commit it announces.)
+    let changed = commit_ts.map_or(entry.ts, |c| c.max(entry.ts));
     if changed != Timestamp::ZERO {
         inner.freshness.record(inner, &b.spec.name, changed, Instant::now());
     }

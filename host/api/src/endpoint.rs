@@ -99,6 +99,9 @@ endpoints! {
     /// The pipeline's state.
     Status: Get "/v1/status", "status", Empty => StatusReport,
         "The pipeline: bindings with their runs, failures and run-time percentiles, backlog, throughput, dead letters.";
+    /// The host's samples of its counters.
+    Samples: Get "/v1/samples", "samples", Empty => SamplesReport,
+        "The host's samples of its counters and backlog, one a second over the last 5 minutes, oldest first (what the dashboard's charts start from); none without a host.";
     /// One cell.
     Get: Post "/v1/get", "get", GetRequest => Value,
         "One cell's latest value, or its value at a snapshot (404 when it has none).";

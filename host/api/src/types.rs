@@ -864,24 +864,33 @@ pub struct BindingReport {
     /// Failed runs (trap, deadline, error, denied access; conflicts excluded), over the store's
     /// life like `runs`. `/metrics`: `percolator_observer_failures_total`.
     pub failures: u64,
+    /// Failed runs in the last 60 s on this host: whether the binding fails now (the
+    /// dashboard draws it as failing while this is above 0, or while it has a dead letter),
+    /// where `failures` keeps every failure of the store's life.
+    #[serde(default)]
+    pub failures_last_minute: u64,
     /// Mean wall-clock time of a run, milliseconds, over the store's life like `runs` (none
     /// before the first run).
     pub mean_run_ms: Option<f64>,
-    /// Median run time, milliseconds, of the runs since the host started: estimated from the
-    /// run-time histogram `/metrics` exports (`percolator_observer_run_seconds`, buckets 50 µs
-    /// to 60 s) as Prometheus's `histogram_quantile` does, by linear interpolation inside the
-    /// bucket (none before the host's first run).
+    /// Median run time, milliseconds: estimated from the run-time histogram `/metrics`
+    /// exports (`percolator_observer_run_seconds`, buckets 50 µs to 60 s) as Prometheus's
+    /// `histogram_quantile` does, by linear interpolation inside the bucket. The histogram is
+    /// saved and continued like `runs`, so it covers the store's life too (from the version
+    /// that saves it on: a store saved by an earlier one has none of its earlier runs in it);
+    /// none before the first run it holds.
     pub p50_run_ms: Option<f64>,
     /// 90th percentile of the run time, milliseconds (estimated like `p50_run_ms`).
     pub p90_run_ms: Option<f64>,
     /// 99th percentile of the run time, milliseconds (estimated like `p50_run_ms`): the slow
     /// runs a mean hides.
     pub p99_run_ms: Option<f64>,
-    /// Freshness: for each committed run since the host started, the time from the commit of
-    /// the change it ran on (for a strong binding the newest write its snapshot saw; for a weak
-    /// one the notification) to the run's commit. Commit times come from the oracle's
-    /// timestamps, which the host samples with the time it got them (within about a
-    /// millisecond for its own commits, a second for other hosts'). `/metrics`:
+    /// Freshness: for each committed run since the host started, the time from the change it
+    /// ran on to the run's commit. The change is the later of the newest write its snapshot saw
+    /// (strong) and its notification: a notification made after the write (`notify`,
+    /// `notify --rerun`, a retried dead letter) counts from itself, not from the old write.
+    /// Since the host started: a restarted host starts an empty histogram. Commit times come
+    /// from the oracle's timestamps, which the host samples with the time it got them (within
+    /// about a millisecond for its own commits, a second for other hosts'). `/metrics`:
     /// `percolator_observer_freshness_seconds`.
     #[serde(default)]
     pub freshness: Histogram,
@@ -916,6 +925,40 @@ pub struct Throughput {
     /// Timestamps the oracle handed this host per second (its share of the oracle's rate).
     #[serde(default)]
     pub timestamps_per_sec: f64,
+}
+
+/// `GET /v1/samples`: the host's samples of its counters, one a second over the last 5
+/// minutes (the ring its throughput is computed from), oldest first.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct SamplesReport {
+    /// The host's clock when it answered, milliseconds since the Unix epoch: a client whose
+    /// clock differs places the samples on its own by the difference.
+    pub now_unix_ms: u64,
+    /// The samples, oldest first (empty without a host: nothing samples the store then).
+    pub samples: Vec<CounterSample>,
+}
+
+/// One sample of [`SamplesReport`]: the store's counters (totals, as in `status`'s
+/// `host.metrics`) and the backlog at one instant.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, JsonSchema)]
+pub struct CounterSample {
+    /// When it was taken, milliseconds since the Unix epoch (the host's clock).
+    pub unix_ms: u64,
+    /// Pending notifications, counted up to the cap of `status` (see `pending_capped`); none
+    /// if they were not counted for this sample (the host spends at most a twentieth of a
+    /// thread's time counting them: after a slow count it skips some samples) or counting
+    /// failed.
+    pub pending_notifications: Option<u64>,
+    /// True if counting stopped at the cap (there were at least `pending_notifications`).
+    pub pending_capped: bool,
+    /// Commits (`metrics.commits`).
+    pub commits: u64,
+    /// Committed observer runs (`metrics.observer_runs`).
+    pub observer_runs: u64,
+    /// Conflicts (`metrics.conflicts`).
+    pub conflicts: u64,
+    /// Timestamps the oracle handed this host (`metrics.oracle_timestamps`).
+    pub oracle_timestamps: u64,
 }
 
 /// One dead letter (`GET /v1/dead-letters` answers a list of them).

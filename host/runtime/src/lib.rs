@@ -45,6 +45,8 @@ mod world;
 
 pub use access::{Access, ColumnRule};
 pub use footprint::Footprint;
-pub use runtime::{Compiled, Limits, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
+pub use runtime::{
+    Compiled, Limits, RECENT_FAILURES, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver,
+};
 pub use sandbox::{ClockMode, Environment};
 pub use transform::{CompiledTransform, SinkTransform, TRANSFORM_RANDOM_SEED, TransformError};

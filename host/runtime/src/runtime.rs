@@ -341,13 +341,16 @@ pub const RUN_TIME_BUCKETS: [Duration; 19] = [
 /// Buckets of the histogram: one per bound, plus the unbounded one.
 const BUCKETS: usize = RUN_TIME_BUCKETS.len() + 1;
 
+/// Failures within this long count in [`RunCounts::failures_last_minute`].
+pub const RECENT_FAILURES: Duration = Duration::from_secs(60);
+
 /// Counters of an observer's runs (for `status` and `/metrics`). Shared by the versions of one
 /// binding across hot reloads (see [`WasmObserver::continuing`]), so they count per binding.
-/// Lock-free: every scanner thread records into it after each run.
+/// Lock-free on a run that succeeds: every scanner thread records into it after each run.
 ///
-/// The counts ([`RunTotals`]: runs, failures, their time) continue from the totals it was made
-/// with ([`RunStats::continuing_from`]: what a host saved before it restarted); the histogram
-/// and the longest run are this process's.
+/// The counts ([`RunTotals`]: runs, failures, their time, the run-time histogram) continue
+/// from the totals it was made with ([`RunStats::continuing_from`]: what a host saved before
+/// it restarted); the longest run and the failures of the last minute are this process's.
 #[derive(Debug, Default)]
 pub struct RunStats {
     /// The totals it started from (earlier processes' counts).
@@ -355,10 +358,21 @@ pub struct RunStats {
     runs: AtomicU64,
     failures: AtomicU64,
     run_nanos: AtomicU64,
-    /// The longest run, nanoseconds (caps a percentile estimate).
+    /// The longest run, nanoseconds.
     max_nanos: AtomicU64,
-    /// Runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative); the last is above 60 s.
+    /// This process's runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative); the last is
+    /// above 60 s.
     buckets: [AtomicU64; BUCKETS],
+    /// Failures per second of the last [`RECENT_FAILURES`]: `(second, failures)`, oldest
+    /// first, seconds counted from [`mono_secs`]'s base. Taken only when a run fails.
+    recent_failures: Mutex<std::collections::VecDeque<(u64, u64)>>,
+}
+
+/// Whole seconds from a fixed instant of this process to `now` (a monotonic clock for the
+/// recent failures; an instant before the base counts as 0).
+fn mono_secs(now: Instant) -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    now.saturating_duration_since(*BASE.get_or_init(Instant::now)).as_secs()
 }
 
 /// The counts of [`RunStats`] that are totals: what a host saves, and a restarted host
@@ -371,6 +385,12 @@ pub struct RunTotals {
     pub failures: u64,
     /// Wall-clock time spent in runs.
     pub run_time: Duration,
+    /// Runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative; the last bucket holds the runs
+    /// longer than the last bound). Their sum can be below `runs`: runs saved by a version
+    /// that did not save the histogram are in no bucket.
+    pub buckets: [u64; BUCKETS],
+    /// Wall-clock time of the runs the buckets hold (the histogram's sum).
+    pub histogram_run_time: Duration,
 }
 
 /// A snapshot of [`RunStats`].
@@ -381,17 +401,22 @@ pub struct RunCounts {
     /// Runs that failed: a trap, a deadline, an error the observer returned, a denied access.
     /// Conflicts (retried by the store) are not failures. From the saved totals on.
     pub failures: u64,
+    /// Runs of this process that failed in the last [`RECENT_FAILURES`]: whether the binding
+    /// fails now, where `failures` holds every failure of the store's life.
+    pub failures_last_minute: u64,
     /// Wall-clock time spent in runs, from the saved totals on.
     pub run_time: Duration,
-    /// Wall-clock time of this process's runs: those the histogram holds (its sum).
+    /// Wall-clock time of the runs the histogram holds (its sum), from the saved totals on.
     pub histogram_run_time: Duration,
     /// The longest run of this process.
     pub max_run_time: Duration,
-    /// This process's runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative); the last
-    /// bucket holds the runs longer than the last bound. Their sum can trail this process's
-    /// runs by the runs being recorded while the snapshot was taken.
+    /// Runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative), from the saved totals on; the
+    /// last bucket holds the runs longer than the last bound. Their sum can trail `runs` by
+    /// the runs being recorded while the snapshot was taken, and by the runs saved by a
+    /// version that did not save the histogram.
     pub buckets: [u64; BUCKETS],
-    /// Median run time, estimated (see [`RunCounts::percentile`]); none before the first run.
+    /// Median run time, estimated (see [`RunCounts::percentile`]); none before the first run
+    /// the histogram holds.
     pub p50: Option<Duration>,
     /// 90th percentile of the run time, estimated.
     pub p90: Option<Duration>,
@@ -410,8 +435,8 @@ impl RunCounts {
 }
 
 impl RunStats {
-    /// Counters whose counts start from `saved` (what an earlier process counted), with an
-    /// empty histogram.
+    /// Counters whose counts and histogram start from `saved` (what an earlier process
+    /// counted).
     pub fn continuing_from(saved: RunTotals) -> RunStats {
         RunStats { saved, ..RunStats::default() }
     }
@@ -423,19 +448,28 @@ impl RunStats {
             runs: self.saved.runs.saturating_add(self.runs.load(Ordering::Relaxed)),
             failures: self.saved.failures.saturating_add(self.failures.load(Ordering::Relaxed)),
             run_time: self.saved.run_time.saturating_add(here),
+            buckets: std::array::from_fn(|i| {
+                self.saved.buckets[i].saturating_add(self.buckets[i].load(Ordering::Relaxed))
+            }),
+            histogram_run_time: self.saved.histogram_run_time.saturating_add(here),
         }
     }
 
     /// The counters now.
     pub fn counts(&self) -> RunCounts {
+        self.counts_at(Instant::now())
+    }
+
+    fn counts_at(&self, now: Instant) -> RunCounts {
         let totals = self.totals();
         let mut counts = RunCounts {
             runs: totals.runs,
             failures: totals.failures,
+            failures_last_minute: self.failures_since(now),
             run_time: totals.run_time,
-            histogram_run_time: Duration::from_nanos(self.run_nanos.load(Ordering::Relaxed)),
+            histogram_run_time: totals.histogram_run_time,
             max_run_time: Duration::from_nanos(self.max_nanos.load(Ordering::Relaxed)),
-            buckets: std::array::from_fn(|i| self.buckets[i].load(Ordering::Relaxed)),
+            buckets: totals.buckets,
             ..RunCounts::default()
         };
         counts.p50 = counts.percentile(0.5);
@@ -444,17 +478,37 @@ impl RunStats {
         counts
     }
 
+    /// Failures in the [`RECENT_FAILURES`] up to `now`.
+    fn failures_since(&self, now: Instant) -> u64 {
+        let now = mono_secs(now);
+        let window = RECENT_FAILURES.as_secs();
+        let recent = self.recent_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        recent.iter().filter(|(s, _)| s.saturating_add(window) > now).map(|(_, n)| n).sum()
+    }
+
     pub(crate) fn record(&self, elapsed: Duration, failed: bool) {
+        self.record_at(elapsed, failed, Instant::now());
+    }
+
+    fn record_at(&self, elapsed: Duration, failed: bool, now: Instant) {
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
         let bucket = RUN_TIME_BUCKETS.iter().position(|bound| elapsed <= *bound).unwrap_or(BUCKETS - 1);
-        // The maximum first: a percentile read between the two is capped by a maximum that
-        // already covers the run.
         self.max_nanos.fetch_max(nanos, Ordering::Relaxed);
         self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
         self.runs.fetch_add(1, Ordering::Relaxed);
         self.run_nanos.fetch_add(nanos, Ordering::Relaxed);
         if failed {
             self.failures.fetch_add(1, Ordering::Relaxed);
+            let second = mono_secs(now);
+            // One push or increment and the trimming: a poisoned deque is still consistent.
+            let mut recent = self.recent_failures.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match recent.back_mut() {
+                Some((s, n)) if *s == second => *n += 1,
+                _ => recent.push_back((second, 1)),
+            }
+            while recent.front().is_some_and(|(s, _)| s.saturating_add(RECENT_FAILURES.as_secs()) <= second) {
+                recent.pop_front();
+            }
         }
     }
 }
@@ -947,22 +1001,56 @@ mod tests {
     }
 
     #[test]
-    fn counts_continue_from_saved_totals_and_the_histogram_starts_empty() {
-        let saved = RunTotals { runs: 40, failures: 3, run_time: Duration::from_secs(2) };
+    fn counts_and_the_histogram_continue_from_saved_totals() {
+        let mut buckets = [0; BUCKETS];
+        buckets[7] = 30; // (5, 10] ms
+        let saved = RunTotals {
+            runs: 40,
+            failures: 3,
+            run_time: Duration::from_secs(2),
+            buckets,
+            histogram_run_time: Duration::from_millis(240),
+        };
         let stats = RunStats::continuing_from(saved);
         assert_eq!(stats.totals(), saved);
         let c = stats.counts();
         assert_eq!((c.runs, c.failures, c.run_time), (40, 3, Duration::from_secs(2)));
-        assert_eq!((c.buckets.iter().sum::<u64>(), c.histogram_run_time, c.p50), (0, Duration::ZERO, None));
+        // The saved histogram's percentiles before any run of this process.
+        assert_eq!((c.buckets.iter().sum::<u64>(), c.histogram_run_time), (30, Duration::from_millis(240)));
+        assert!(c.p50.is_some_and(|p| p > Duration::from_millis(5) && p <= Duration::from_millis(10)), "{c:?}");
         stats.record(Duration::from_millis(10), true);
         stats.record(Duration::from_millis(30), false);
         let t = stats.totals();
         assert_eq!((t.runs, t.failures, t.run_time), (42, 4, Duration::from_millis(2040)));
+        assert_eq!((t.buckets[7], t.buckets[9], t.histogram_run_time), (31, 1, Duration::from_millis(280)));
         let c = stats.counts();
         assert_eq!((c.runs, c.failures, c.run_time), (42, 4, Duration::from_millis(2040)));
-        assert_eq!(c.buckets.iter().sum::<u64>(), 2, "this process's runs");
-        assert_eq!(c.histogram_run_time, Duration::from_millis(40));
+        assert_eq!(c.buckets.iter().sum::<u64>(), 32, "the saved runs and this process's");
+        assert_eq!(c.histogram_run_time, Duration::from_millis(280));
         assert_eq!(c.max_run_time, Duration::from_millis(30));
+        // A restart from these totals continues them all.
+        assert_eq!(RunStats::continuing_from(t).counts().buckets, c.buckets);
+    }
+
+    #[test]
+    fn failures_of_the_last_minute_are_counted_apart_from_the_total() {
+        let stats = RunStats::continuing_from(RunTotals { failures: 24, ..RunTotals::default() });
+        let t0 = Instant::now();
+        assert_eq!(stats.counts_at(t0).failures_last_minute, 0, "the saved failures are not recent");
+        stats.record_at(Duration::from_millis(1), true, t0);
+        stats.record_at(Duration::from_millis(1), true, t0);
+        stats.record_at(Duration::from_millis(1), false, t0 + Duration::from_secs(20));
+        stats.record_at(Duration::from_millis(1), true, t0 + Duration::from_secs(30));
+        let at = |secs: u64| stats.counts_at(t0 + Duration::from_secs(secs));
+        assert_eq!((at(30).failures, at(30).failures_last_minute), (27, 3));
+        // The first two fall out of the window a minute later, the third ten seconds after.
+        assert_eq!(at(62).failures_last_minute, 1);
+        assert_eq!(at(95).failures_last_minute, 0);
+        assert_eq!(at(95).failures, 27, "the total keeps them");
+        // A failure long after trims the old seconds.
+        stats.record_at(Duration::from_millis(1), true, t0 + Duration::from_secs(600));
+        assert_eq!(stats.recent_failures.lock().unwrap().len(), 1);
+        assert_eq!(at(600).failures_last_minute, 1);
     }
 
     #[test]

@@ -62,6 +62,8 @@ mod raw {
         #[serde(default)]
         pub(super) http: Option<Http>,
         #[serde(default)]
+        pub(super) log: Option<Log>,
+        #[serde(default)]
         pub(super) binding: Vec<Spanned<Binding>>,
         #[serde(default)]
         pub(super) sink: Vec<Spanned<Sink>>,
@@ -132,6 +134,13 @@ mod raw {
         pub(super) listen: Option<Spanned<String>>,
         #[serde(default)]
         pub(super) token_file: Option<Spanned<String>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    pub(super) struct Log {
+        #[serde(default)]
+        pub(super) status_interval_s: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -408,6 +417,9 @@ impl Backend {
     }
 }
 
+/// How often `up` logs its status line unless `[log] status_interval_s` says.
+pub const DEFAULT_STATUS_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 /// The validated configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -424,6 +436,9 @@ pub struct Config {
     pub observer_workers: usize,
     /// How often old versions are collected (`None`: only when asked, `percolator gc`).
     pub gc_interval: Option<Duration>,
+    /// How often `up` logs its status line (`[log] status_interval_s`, 10 s by default; `None`:
+    /// never). A line is logged only if a count in it changed since the last one.
+    pub status_log_interval: Option<Duration>,
     /// Folder of observer components (watched for hot reload).
     pub observers_dir: PathBuf,
     /// Compiled-component cache (never watched).
@@ -474,6 +489,7 @@ impl Config {
         differs("store.backend", format!("{:?}", self.backend), format!("{:?}", other.backend));
         let gc = |g: Option<Duration>| g.map_or("off".to_owned(), |d| format!("{}s", d.as_secs()));
         differs("store.gc_interval_s", gc(self.gc_interval), gc(other.gc_interval));
+        differs("log.status_interval_s", gc(self.status_log_interval), gc(other.status_log_interval));
         differs("scanner.threads", self.scanner_threads.to_string(), other.scanner_threads.to_string());
         differs("scanner.workers", self.observer_workers.to_string(), other.observer_workers.to_string());
         differs("observers.dir", self.observers_dir.display().to_string(), other.observers_dir.display().to_string());
@@ -526,6 +542,14 @@ impl Config {
             Some(s) if (1..=86_400).contains(s.get_ref()) => Some(Duration::from_secs(*s.get_ref() as u64)),
             Some(s) => {
                 return Err(cx.err(Some(s.span()), "store.gc_interval_s", "must be between 0 (off) and 86400"));
+            }
+        };
+        let status_log_interval = match raw.log.as_ref().and_then(|l| l.status_interval_s.as_ref()) {
+            None => Some(DEFAULT_STATUS_LOG_INTERVAL),
+            Some(s) if *s.get_ref() == 0 => None,
+            Some(s) if (1..=86_400).contains(s.get_ref()) => Some(Duration::from_secs(*s.get_ref() as u64)),
+            Some(s) => {
+                return Err(cx.err(Some(s.span()), "log.status_interval_s", "must be between 0 (off) and 86400"));
             }
         };
         let (threads, workers) = raw.scanner.map(|s| (s.threads, s.workers)).unwrap_or_default();
@@ -726,6 +750,7 @@ impl Config {
             scanner_threads,
             observer_workers,
             gc_interval,
+            status_log_interval,
             observers_dir,
             cache_dir,
             http,

@@ -1,6 +1,7 @@
 //! The dashboard: one page, its script and its style sheet, built into the binary and served
 //! at `/` of the host's HTTP listener. The page holds no data: its script reads the API
-//! (`/v1/status` and `/v1/dead-letters` every second, `/v1/dead-letters/retry` for its Retry
+//! (`/v1/status`, `/v1/dead-letters` and `/v1/hot-rows` every second, `/v1/samples` once to
+//! start its charts from the host's sample ring, `/v1/dead-letters/retry` and `discard` for its
 //! buttons) with the token the user typed, so the same rules guard the data as for any other
 //! client.
 //!

@@ -54,8 +54,9 @@ impl Exposition {
 
 /// One observer's run times as the series of a Prometheus histogram: cumulative `_bucket`s
 /// at [`RUN_TIME_BUCKETS`] and `+Inf`, `_sum`, and `_count` (the `+Inf` bucket's value, so the
-/// series agree even while runs are being recorded). The histogram is this process's (it
-/// starts empty when the host starts), unlike the runs and failures counters.
+/// series agree even while runs are being recorded). Like the runs and failures counters,
+/// the histogram is over the store's life (saved and continued across restarts; runs saved by
+/// a version that did not save it are in no bucket).
 fn run_time_histogram(e: &mut Exposition, observer: &str, counts: &RunCounts) {
     let name = "percolator_observer_run_seconds";
     let mut cumulative = 0;
@@ -135,7 +136,7 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
     e.family(
         "percolator_observer_run_seconds",
         "histogram",
-        "Wall-clock time of the observer's runs since the host started.",
+        "Wall-clock time of the observer's runs, over the store's life (kept across restarts).",
     );
     for x in b {
         run_time_histogram(&mut e, &x.name, &x.counts);
@@ -263,7 +264,7 @@ mod tests {
 
     #[test]
     fn run_times_are_a_cumulative_histogram() {
-        // Earlier processes' runs count in `run_time`, not in the histogram.
+        // Runs saved by a version without the histogram count in `run_time`, not in it.
         let mut counts = RunCounts {
             run_time: std::time::Duration::from_secs(100),
             histogram_run_time: std::time::Duration::from_millis(1500),

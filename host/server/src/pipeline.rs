@@ -5,7 +5,8 @@
 //! over every host that shares it: [`Pipeline::persist_counts`] adds what it counted since its
 //! last save to counters in the store's metadata under `observer/<binding name>`
 //! ([`Store::add_totals`]), every 10 s and at a clean stop of `up`, and a binding's first load
-//! continues from the totals. The run-time histogram is the process's own. The runs that
+//! continues from the totals; the run-time histogram (and so its percentiles) is saved and
+//! continued with them. The runs that
 //! committed and those lost to a conflict are counted by the store ([`Store::run_outcomes`],
 //! this process's) and saved and continued beside them ([`Settled`]).
 
@@ -14,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use percolator_runtime::{RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
+use percolator_runtime::{RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver};
 use percolator_store::{NotifyKind, Observer, ObserverSpec, RunOutcomes, Store};
 
 use crate::config::{Binding, Config};
@@ -43,8 +44,9 @@ pub struct BindingStatus {
     /// When this version of the binding was loaded (an unchanged binding keeps its time across
     /// reloads).
     pub loaded_at: SystemTime,
-    /// Its runs so far: the counts over the store's life (all versions of the binding, saved
-    /// across restarts), the histogram since the host started.
+    /// Its runs so far: the counts and the run-time histogram over the store's life (all
+    /// versions of the binding, saved across restarts); the failures of the last minute this
+    /// host's.
     pub counts: RunCounts,
     /// How its runs ended (committed, lost to a conflict), over the store's life like
     /// `counts`.
@@ -198,6 +200,20 @@ const RUNS: &str = "runs";
 const FAILURES: &str = "failures";
 /// The saved time of the runs, nanoseconds.
 const RUN_NANOS: &str = "run_nanos";
+/// The saved time of the runs the run-time histogram holds (its sum), nanoseconds.
+const HISTOGRAM_NANOS: &str = "histogram_nanos";
+/// The saved runs of the run-time histogram's buckets, one count per bucket: this prefix and
+/// the bucket's upper bound in microseconds (`run_le_us/50` …), `run_le_us/inf` for the last.
+const RUN_LE_US: &str = "run_le_us/";
+
+/// The names of the run-time histogram's buckets in the saved totals ([`RUN_LE_US`]).
+fn bucket_names() -> impl Iterator<Item = String> {
+    RUN_TIME_BUCKETS
+        .iter()
+        .map(|b| format!("{RUN_LE_US}{}", b.as_micros()))
+        .chain(std::iter::once(format!("{RUN_LE_US}inf")))
+}
+
 /// The saved count of runs that committed.
 const COMMITTED: &str = "committed";
 /// The saved count of runs lost to a conflict.
@@ -496,10 +512,16 @@ impl Pipeline {
             .saved_totals(&counts_key(name))
             .map_err(|e| format!("binding {name}: reading its saved run counts: {e}"))?;
         let count = |n: &str| saved.get(n).copied().unwrap_or(0);
+        let mut buckets = [0; RUN_TIME_BUCKETS.len() + 1];
+        for (b, name) in buckets.iter_mut().zip(bucket_names()) {
+            *b = count(name.as_str());
+        }
         let saved = RunTotals {
             runs: count(RUNS),
             failures: count(FAILURES),
             run_time: Duration::from_nanos(count(RUN_NANOS)),
+            buckets,
+            histogram_run_time: Duration::from_nanos(count(HISTOGRAM_NANOS)),
         };
         let settled_saved = Settled { committed: count(COMMITTED), lost_to_conflict: count(LOST_TO_CONFLICT) };
         let settled_seen = Settled::of(self.store.run_outcomes().get(name));
@@ -524,14 +546,19 @@ impl Pipeline {
                 continue;
             }
             // Added, not written whole: hosts that share the store add to one total.
-            let nanos = |t: &RunTotals| u64::try_from(t.run_time.as_nanos()).unwrap_or(u64::MAX);
-            let added = [
+            let nanos = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+            let names: Vec<String> = bucket_names().collect();
+            let mut added = vec![
                 (RUNS, now.runs.saturating_sub(c.saved.runs)),
                 (FAILURES, now.failures.saturating_sub(c.saved.failures)),
-                (RUN_NANOS, nanos(&now).saturating_sub(nanos(&c.saved))),
+                (RUN_NANOS, nanos(now.run_time).saturating_sub(nanos(c.saved.run_time))),
+                (HISTOGRAM_NANOS, nanos(now.histogram_run_time).saturating_sub(nanos(c.saved.histogram_run_time))),
                 (COMMITTED, settled.committed),
                 (LOST_TO_CONFLICT, settled.lost_to_conflict),
             ];
+            for (i, name) in names.iter().enumerate() {
+                added.push((name.as_str(), now.buckets[i].saturating_sub(c.saved.buckets[i])));
+            }
             match self.store.add_totals(&counts_key(name), &added) {
                 Ok(()) => {
                     c.saved = now;

@@ -17,8 +17,12 @@ use crate::http::{self, AppState};
 use crate::ops::{Context, HostContext};
 use crate::pipeline::Pipeline;
 use crate::reload;
-use crate::sampler::Sampler;
+use crate::sampler::{Pending, Sampler};
 use crate::sinks::Sinks;
+
+/// The sample ring's backlog count takes at most one part in this many of a thread's time
+/// (a count of a large backlog is a scan of up to `ops::BACKLOG_CAP` notify cells).
+const BACKLOG_COUNT_SHARE: u32 = 20;
 
 /// In-flight requests get this long to finish after the shutdown signal.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -188,13 +192,43 @@ async fn serve(
     let sampling = {
         let (store, sampler, pipeline) = (store.clone(), sampler.clone(), pipeline.clone());
         let trimmer = Arc::new(std::sync::Mutex::new(crate::trim::Trimmer::default()));
+        // The status line every this many samples (0: never).
+        let log_every = config.status_log_interval.map_or(0, |d| d.as_secs().max(1));
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
+            // A slow backlog count delays the next sample rather than bunching them up.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             let mut logged = None;
+            // When the backlog was last counted, and how long that took.
+            let mut counted_at = None;
             for n in 1u64.. {
                 tick.tick().await;
                 let m = store.metrics();
-                sampler.sample(m);
+                // The backlog, counted as `status` counts it (a scan, on a blocking thread),
+                // but at most a twentieth of the time: after a count that took longer than
+                // 50 ms, the next waits 20 times as long (the samples between have none).
+                let pending = if counted_at.is_none_or(|(at, took): (tokio::time::Instant, Duration)| {
+                    at.elapsed() >= took.saturating_mul(BACKLOG_COUNT_SHARE)
+                }) {
+                    let counting = store.clone();
+                    let started = tokio::time::Instant::now();
+                    let counted = tokio::task::spawn_blocking(move || crate::ops::backlog(&counting)).await;
+                    counted_at = Some((started, started.elapsed()));
+                    match counted {
+                        Ok(Ok(b)) => Some(Pending { count: b.total, capped: b.capped }),
+                        Ok(Err(e)) => {
+                            tracing::debug!("counting the backlog for the sample ring: {e}");
+                            None
+                        }
+                        Err(e) => {
+                            tracing::debug!("counting the backlog for the sample ring: {e}");
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                sampler.sample(m, pending);
                 // A sample of the oracle's clock at least once a second (freshness of other
                 // hosts' changes); with a shared oracle, a request to it.
                 let clock = store.clone();
@@ -203,18 +237,19 @@ async fn serve(
                         tracing::debug!("sampling the oracle's clock: {e}");
                     }
                 });
-                // Every 10 s, unless nothing happened since the last line (an idle host is quiet).
-                let now = (m.commits, m.observer_runs, m.observer_failures, m.dead_letters, m.conflicts);
-                if n % 10 == 0 && logged != Some(now) {
-                    logged = Some(now);
-                    tracing::info!(
-                        commits = m.commits,
-                        observer_runs = m.observer_runs,
-                        observer_failures = m.observer_failures,
-                        dead_letters = m.dead_letters,
-                        conflicts = m.conflicts,
-                        "status"
-                    );
+                // The status line, unless nothing changed since the last one (an idle host is
+                // quiet).
+                if log_every > 0 && n % log_every == 0 {
+                    let listing = store.clone();
+                    let dead_now = tokio::task::spawn_blocking(move || listing.dead_letters().map(|d| d.len() as u64))
+                        .await
+                        .ok()
+                        .and_then(Result::ok);
+                    let line = StatusLine::new(&m, dead_now);
+                    if logged.as_ref() != Some(&line) {
+                        line.log();
+                        logged = Some(line);
+                    }
                 }
                 // Every 10 s, the store's totals and the bindings' run counts are saved (only
                 // those that moved), so that a host killed without a clean stop loses at most
@@ -280,6 +315,47 @@ async fn serve(
     .map_err(|e| format!("stopping the scanner: {e}"))?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// What the host's periodic status line says (`[log] status_interval_s`): the store's
+/// counters, totals over its life, and `dead_letters_now`, the dead letters waiting for a
+/// retry now (what `status` counts), beside `dead_lettered_total`, the notifications ever
+/// dead-lettered (the counter `dead_letters`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct StatusLine {
+    commits: u64,
+    observer_runs: u64,
+    observer_failures: u64,
+    conflicts: u64,
+    /// None if listing them failed.
+    dead_letters_now: Option<u64>,
+    dead_lettered_total: u64,
+}
+
+impl StatusLine {
+    fn new(m: &percolator_store::Metrics, dead_letters_now: Option<u64>) -> StatusLine {
+        StatusLine {
+            commits: m.commits,
+            observer_runs: m.observer_runs,
+            observer_failures: m.observer_failures,
+            conflicts: m.conflicts,
+            dead_letters_now,
+            dead_lettered_total: m.dead_letters,
+        }
+    }
+
+    /// Logs it at info.
+    fn log(&self) {
+        tracing::info!(
+            commits = self.commits,
+            observer_runs = self.observer_runs,
+            observer_failures = self.observer_failures,
+            conflicts = self.conflicts,
+            dead_letters_now = self.dead_letters_now,
+            dead_lettered_total = self.dead_lettered_total,
+            "status"
+        );
+    }
 }
 
 /// Completes on SIGINT or SIGTERM (must be polled inside the tokio runtime).

@@ -180,6 +180,19 @@ fn observer_workers_default_and_bounds() {
 }
 
 #[test]
+fn the_status_line_interval_defaults_to_10_s_and_0_turns_it_off() {
+    let dir = Dir::new("statuslog");
+    let every = |log: &str| Config::load(&dir.config(&format!("{HEAD}{log}"))).map(|c| c.status_log_interval);
+    assert_eq!(every("").unwrap(), Some(std::time::Duration::from_secs(10)));
+    assert_eq!(every("[log]\nstatus_interval_s = 1\n").unwrap(), Some(std::time::Duration::from_secs(1)));
+    assert_eq!(every("[log]\nstatus_interval_s = 0\n").unwrap(), None);
+    let e = err(&dir, &format!("{HEAD}[log]\nstatus_interval_s = -1\n"));
+    assert!(e.contains("pipeline.toml:7: log.status_interval_s: must be between 0 (off) and 86400"), "{e}");
+    let e = err(&dir, &format!("{HEAD}[log]\nstatus_every = 1\n"));
+    assert!(e.contains("status_every"), "{e}");
+}
+
+#[test]
 fn type_errors_name_the_field_and_what_was_found() {
     let dir = Dir::new("types");
     let e = err(&dir, &format!("{HEAD}[scanner]\nthreads = \"two\"\n"));

@@ -1,5 +1,6 @@
 // The dashboard's script. It polls the host's API every second (`GET /v1/status`,
-// `GET /v1/dead-letters`, `POST /v1/hot-rows`), keeps the last five minutes of samples in memory for the charts, and
+// `GET /v1/dead-letters`, `POST /v1/hot-rows`), keeps the last five minutes of samples in memory for the charts
+// (starting from the host's own ring of samples, `GET /v1/samples`, so a new tab's charts are not empty), and
 // draws everything with the DOM (text through `textContent`, never HTML: rows, errors and names
 // come from the store). The token, when the host wants one, is asked for in a form, kept in
 // this tab's sessionStorage and sent as `Authorization: Bearer`, never in a URL.
@@ -14,8 +15,6 @@
   /** The hot-rows card: cells with the most conflicts over this many minutes, at most HOT_ROWS. */
   const HOT_MINUTES = 5;
   const HOT_ROWS = 10;
-  /** A binding whose failures grew within this long is drawn as failing. */
-  const FAILING_MS = 30000;
   const SVG_NS = 'http://www.w3.org/2000/svg';
 
   const $ = (id) => document.getElementById(id);
@@ -138,8 +137,10 @@
     history: [],
     /** The previous poll's counters: {t, commits, runs, conflicts}. */
     prev: null,
-    /** Per binding: recent samples {t, runs, failures} and when its failures last grew. */
+    /** Per binding: recent samples {t, runs}. */
     perBinding: new Map(),
+    /** True once the charts were filled from the host's sample ring. */
+    filled: false,
     version: null,
     timer: null,
     waitingForToken: false,
@@ -176,14 +177,38 @@
     for (const b of (host && host.bindings) || []) {
       let e = state.perBinding.get(b.name);
       if (!e) {
-        e = { samples: [], failedAt: null };
+        e = { samples: [] };
         state.perBinding.set(b.name, e);
       }
-      const last = e.samples[e.samples.length - 1];
-      if (last && b.failures > last.failures) e.failedAt = now;
-      e.samples.push({ t: now, runs: b.runs, failures: b.failures });
+      e.samples.push({ t: now, runs: b.runs });
       while (e.samples.length > 1 && now - e.samples[0].t > RATE_WINDOW_MS) e.samples.shift();
     }
+  }
+
+  /**
+   * The history from the host's sample ring (`GET /v1/samples`: one sample a second over its
+   * last 5 minutes), placed on this tab's clock by the difference between the two clocks.
+   */
+  function fill(report) {
+    const skew = Date.now() - report.now_unix_ms;
+    const history = [];
+    let prev = null;
+    for (const s of report.samples) {
+      const t = s.unix_ms + skew;
+      const cur = { t, commits: s.commits, runs: s.observer_runs, conflicts: s.conflicts, timestamps: s.oracle_timestamps };
+      const sample = { t, backlog: s.pending_notifications, commits: null, runs: null, conflicts: null, c: cur };
+      if (prev && t - prev.t > 0 && t - prev.t < 10000) {
+        const dt = (t - prev.t) / 1000;
+        const perSec = (a, b) => Math.max(0, b - a) / dt;
+        sample.commits = perSec(prev.commits, cur.commits);
+        sample.runs = perSec(prev.runs, cur.runs);
+        sample.conflicts = perSec(prev.conflicts, cur.conflicts);
+      }
+      if (Date.now() - t <= HISTORY_MS) history.push(sample);
+      prev = cur;
+    }
+    state.history = history;
+    state.prev = prev;
   }
 
   /** Counter `key` per second over the last RATE_WINDOW_MS of samples. */
@@ -206,10 +231,12 @@
     return dt > 0 ? Math.max(0, b.runs - a.runs) / dt : 0;
   }
 
-  function bindingFailing(name, dead) {
-    const e = state.perBinding.get(name);
-    const recent = e && e.failedAt !== null && Date.now() - e.failedAt < FAILING_MS;
-    return recent || dead.some((d) => d.observer === name);
+  /**
+   * A binding fails now if a run failed in the last minute (the host counts them) or a dead
+   * letter of it waits; its failures over the store's life (`failures`) do not make it red.
+   */
+  function bindingFailing(b, dead) {
+    return (b.failures_last_minute || 0) > 0 || dead.some((d) => d.observer === b.name);
   }
 
   // ---- polling and the token ----------------------------------------------------------------
@@ -247,10 +274,13 @@
   async function poll() {
     clearTimeout(state.timer);
     try {
-      const [status, dead, hot] = await Promise.all([
+      const [status, dead, hot, samples] = await Promise.all([
         api('GET', '/v1/status'),
         api('GET', '/v1/dead-letters'),
         api('POST', '/v1/hot-rows', { minutes: HOT_MINUTES, limit: HOT_ROWS }),
+        // Once: the host's last minutes, so that the charts do not start empty (a host without
+        // the endpoint leaves them to fill as this tab polls).
+        state.filled ? null : api('GET', '/v1/samples').catch((e) => (e.status === 401 ? Promise.reject(e) : null)),
       ]);
       if (state.version === null) {
         const health = await api('GET', '/v1/health');
@@ -258,6 +288,10 @@
       }
       hideLogin();
       state.lastOk = Date.now();
+      if (!state.filled) {
+        if (samples) fill(samples);
+        state.filled = true;
+      }
       record(status);
       render(status, dead);
       renderHotRows(hot);
@@ -650,7 +684,7 @@
       if (n.type !== 'binding') continue;
       const b = n.binding;
       const runRate = b.ghost ? 0 : bindingRate(b.name);
-      const failing = !b.ghost && bindingFailing(b.name, dead);
+      const failing = !b.ghost && bindingFailing(b, dead);
       const cls = ['edge', b.kind === 'weak' ? 'weak' : 'strong', b.ghost ? 'ghost' : '', runRate > 0 ? 'active' : '', failing ? 'failing' : '']
         .filter(Boolean)
         .join(' ');
@@ -676,20 +710,23 @@
         title.textContent = `${b.name} (${b.kind}) observes ${b.table}/${b.column}: registered in the store, no component on this host`;
         continue;
       }
-      const failedCls = b.failures > 0 ? 'stats bad' : 'stats';
+      // Red only while it fails now: a failure fixed long ago stays counted, not red.
+      const failedCls = failing ? 'stats bad' : 'stats';
       const t1 = svgText(lg, n.x + 9, n.y - n.h / 2 + 31, 'stats', `${fmtRate(runRate)} runs/s · `);
       const f = svgEl('tspan', { class: failedCls }, t1);
       f.textContent = `${fmtInt(b.failures)} failed`;
       fitText(t1, n.w - 18);
-      const times =
-        b.p50_run_ms === null || b.p50_run_ms === undefined ? 'no runs yet' : `p50 ${fmtMs(b.p50_run_ms)} · p99 ${fmtMs(b.p99_run_ms)}`;
+      // The percentiles are over the store's life like the counts (the host saves the
+      // histogram with them); runs saved by a version that did not save it are in none.
+      const untimed = b.p50_run_ms === null || b.p50_run_ms === undefined;
+      const times = !untimed ? `p50 ${fmtMs(b.p50_run_ms)} · p99 ${fmtMs(b.p99_run_ms)}` : b.runs > 0 ? 'no run timed yet' : 'no runs yet';
       fitText(svgText(lg, n.x + 9, n.y - n.h / 2 + 44, 'stats', times), n.w - 18);
       title.textContent =
         `${b.name} (${b.kind}) observes ${b.table}/${b.column}\n` +
         `writes: ${(b.writes || []).join(', ') || 'nothing declared'}\n` +
         `component: ${b.wasm}, loaded ${ago(b.loaded_at)}\n` +
-        `${fmtInt(b.runs)} runs: ${fmtInt(b.committed)} committed, ${fmtInt(b.lost_to_conflict)} lost to a conflict, ` +
-        `${fmtInt(b.failures)} failed; mean ${fmtMs(b.mean_run_ms)}, ` +
+        `${fmtInt(b.runs)} runs over the store's life: ${fmtInt(b.committed)} committed, ${fmtInt(b.lost_to_conflict)} lost to a conflict, ` +
+        `${fmtInt(b.failures)} failed (${fmtInt(b.failures_last_minute || 0)} in the last minute); mean ${fmtMs(b.mean_run_ms)}, ` +
         `p50 ${fmtMs(b.p50_run_ms)}, p90 ${fmtMs(b.p90_run_ms)}, p99 ${fmtMs(b.p99_run_ms)}`;
     }
     for (const n of g.nodes.values()) {
@@ -774,10 +811,9 @@
       };
       for (const p of state.history) {
         const v = p[s.key];
-        if (v === null) {
-          prevT = null;
-          continue;
-        }
+        // No value (a host's sample without a backlog count, the first rate): the line goes
+        // on to the next value, unless that is more than 5 s later.
+        if (v === null || v === undefined) continue;
         const x = X(p.t).toFixed(1);
         const y = Y(v).toFixed(1);
         if (prevT === null || p.t - prevT > 5000) {
@@ -971,7 +1007,7 @@
     const body = $('bindings-body');
     body.replaceChildren();
     for (const b of (host && host.bindings) || []) {
-      const failing = bindingFailing(b.name, dead);
+      const failing = bindingFailing(b, dead);
       body.append(
         h(
           'tr',
@@ -982,7 +1018,7 @@
           h('td', { className: 'num' }, fmtInt(b.runs)),
           h('td', { className: 'num' }, fmtInt(b.committed)),
           h('td', { className: `num${b.lost_to_conflict > 0 ? ' warn' : ''}` }, fmtInt(b.lost_to_conflict)),
-          h('td', { className: `num${failing ? ' no' : ''}` }, fmtInt(b.failures)),
+          h('td', { className: `num${failing ? ' no' : ''}`, title: `${fmtInt(b.failures_last_minute || 0)} in the last minute` }, fmtInt(b.failures)),
           h('td', { className: 'num' }, fmtMs(b.mean_run_ms)),
           h('td', { className: 'num' }, fmtMs(b.p50_run_ms)),
           h('td', { className: 'num' }, fmtMs(b.p99_run_ms)),

@@ -4,7 +4,7 @@
 //! same thing; which commands exist is listed once, in [`register`].
 //!
 //! One module per group of commands: [`cells`] (get, scan, notify), [`changes`] (the change
-//! feed), [`load`], [`pipeline`] (health, status, dead letters, retry, hot rows, gc, wait), [`snapshot`]
+//! feed), [`load`], [`pipeline`] (health, status, samples, dead letters, retry, hot rows, gc, wait), [`snapshot`]
 //! (the current timestamp, pins), [`sinks`] (a sink's parked batches).
 
 use std::future::Future;
@@ -36,7 +36,7 @@ pub use pipeline::{BACKLOG_CAP, Backlog, backlog};
 pub struct HostContext {
     /// The running pipeline.
     pub pipeline: Arc<Pipeline>,
-    /// Samples of the store's counters, for rates.
+    /// The sample ring: the store's counters and backlog once a second (rates, `samples`).
     pub sampler: Arc<Sampler>,
     /// The API's base URL.
     pub url: String,
@@ -111,6 +111,7 @@ pub trait Registry {
 pub fn register(r: &mut impl Registry) {
     r.op::<endpoint::Health>();
     r.op::<endpoint::Status>();
+    r.op::<endpoint::Samples>();
     r.op::<endpoint::Get>();
     r.op::<endpoint::Scan>();
     r.op::<endpoint::LoadBegin>();

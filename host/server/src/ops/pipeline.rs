@@ -1,17 +1,17 @@
-//! The pipeline's state and upkeep: health, status, dead letters and their retry, hot rows, gc,
-//! wait.
+//! The pipeline's state and upkeep: health, status, the host's samples, dead letters and their
+//! retry, hot rows, gc, wait.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, UNIX_EPOCH};
 
-use percolator_api::endpoint::{DeadLetters, Discard, Gc, Health, HotRows, Retry, Status, Wait};
+use percolator_api::endpoint::{DeadLetters, Discard, Gc, Health, HotRows, Retry, Samples, Status, Wait};
 use percolator_api::text::rfc3339;
 use percolator_api::{
     ApiError, ApiResult, BindingReport, CompilingReport, DeadLetterReport, DiscardRequest, DiscardResponse, Empty,
     GcReport, HealthReport, Histogram, HostReport, HotRowObserver, HotRowReport, HotRowsReport, HotRowsRequest,
     MAX_HOT_ROWS_LIMIT, MAX_HOT_ROWS_MINUTES, MAX_WAIT_SECS, RegisteredBinding, RetryRequest, RetryResponse,
-    SinkDeadLetterReport, SinkReport, StatusReport, StorageFailureReport, StoreReport, SubscriptionReport, WaitRequest,
-    WaitResponse, WorkerReport,
+    SamplesReport, SinkDeadLetterReport, SinkReport, StatusReport, StorageFailureReport, StoreReport,
+    SubscriptionReport, WaitRequest, WaitResponse, WorkerReport,
 };
 use percolator_store::{FRESHNESS_BUCKETS, FreshnessCounts, StorageFailure, Store, histogram_quantile};
 
@@ -111,6 +111,7 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     lost_to_conflict: b.settled.lost_to_conflict,
                     successes: b.settled.committed,
                     failures: b.counts.failures,
+                    failures_last_minute: b.counts.failures_last_minute,
                     mean_run_ms: (b.counts.runs > 0)
                         .then(|| b.counts.run_time.as_secs_f64() * 1000.0 / b.counts.runs as f64),
                     p50_run_ms: ms(b.counts.p50),
@@ -193,6 +194,22 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
         },
         config_error: None,
     })
+}
+
+/// The host's sample ring: its counters and backlog over the last minutes.
+impl Op for Samples {
+    /// The ring's samples; none without a host (nothing samples the store then).
+    fn run(cx: &Context, _: Empty) -> ApiResult<SamplesReport> {
+        Ok(match &cx.host {
+            Some(h) => h.sampler.report(),
+            None => SamplesReport {
+                now_unix_ms: std::time::SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64),
+                samples: Vec::new(),
+            },
+        })
+    }
 }
 
 /// The sinks' status as the API reports it.

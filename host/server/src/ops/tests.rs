@@ -52,6 +52,12 @@ fn mem_store() -> Context {
 }
 
 #[test]
+fn without_a_host_there_are_no_samples() {
+    let r = call::<percolator_api::endpoint::Samples>(&mem_store(), Empty {}).unwrap();
+    assert!(r.samples.is_empty() && r.now_unix_ms > 1_700_000_000_000, "{r:?}");
+}
+
+#[test]
 fn names_and_keys_are_checked() {
     let store = mem_store();
     let get = |table: &str, row: &str, column: &str| {
