@@ -46,7 +46,7 @@
 //! ```
 //!
 //! Options: `--pages N` (default 100000), `--rates A,B,…` (percent per simulated hour; default
-//! 1,2,5,10,20,30,45,65,90), `--window H` (simulated hours per rate, default 1), `--hour S`
+//! 1,3,10,30,60,100), `--window H` (simulated hours per rate, default 0.5), `--hour S`
 //! (seconds per simulated hour; default three batch runs), `--seed S` (1), `--out DIR`,
 //! `--guests DIR`, `--config FILE`, `--no-check`. Prints `name value` lines; `#` lines are
 //! comments.
@@ -255,8 +255,8 @@ fn root() -> PathBuf {
 fn parse_args() -> Res<Args> {
     let mut args = Args {
         pages: 100_000,
-        rates: vec![1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 45.0, 65.0, 90.0],
-        window: 1.0,
+        rates: vec![1.0, 3.0, 10.0, 30.0, 60.0, 100.0],
+        window: 0.5,
         hour: None,
         seed: 1,
         out: root().join("docs/figures"),
@@ -465,7 +465,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         urls: repository.iter().map(|p| p.url.clone()).collect(),
         base: repository.iter().map(|p| (p.url.clone(), p.html.clone())).collect(),
         unseen: pages.collect::<Vec<_>>().into_iter(),
-        rng: Rng(args.seed ^ 0xF16_7),
+        rng: Rng(args.seed ^ 0xF167),
         revisions: 0,
     };
     let machine = machine();
