@@ -113,6 +113,14 @@ pub fn generate_shaped(seed: u64, pages: usize, shape: Shape) -> Crawl {
     Crawl { pages: first, recrawls }
 }
 
+/// The first versions alone of [`generate_shaped`]'s pages (its `pages`, the same for the same
+/// arguments), without its re-crawls: each re-crawl costs O(`pages`), so their `pages / 3`
+/// make a crawl of 100,000 pages take many minutes. For callers that make their own.
+pub fn generate_pages(seed: u64, pages: usize, shape: Shape) -> Vec<CrawlPage> {
+    let g = Generator::new(seed, pages, shape);
+    (0..g.slots.len()).map(|i| g.page(i)).collect()
+}
+
 /// splitmix64: tiny, fast, and good enough to make a web. Public so tests can shuffle and
 /// choose deterministically with the same generator (the seed is the state: `Rng(seed)`).
 pub struct Rng(pub u64);
@@ -1037,6 +1045,13 @@ mod tests {
         assert!(crawled[pages / 2] <= 3, "median {}", crawled[pages / 2]);
         let uniform = inlink_counts(&generate(5, pages).pages);
         assert!(uniform.values().all(|&n| n < pages / 10), "the uniform crawl has no hub");
+    }
+
+    #[test]
+    fn generate_pages_is_the_first_versions_of_generate_shaped() {
+        for shape in [Shape::Uniform, Shape::Hubs] {
+            assert_eq!(generate_pages(4, 300, shape), generate_shaped(4, 300, shape).pages);
+        }
     }
 
     #[test]
