@@ -5,6 +5,10 @@
 //! letters; once the filler is deleted the same host takes writes again by itself, the load
 //! finishes and the pipeline reaches its fixed point, with every record there.
 //!
+//! At durability none the host cannot heal by itself (a reopen would drop commits it
+//! acknowledged): it exits non-zero for its supervisor, and a restart after the space is
+//! freed serves again.
+//!
 //! Mounting needs root (or `CAP_SYS_ADMIN`): without it the test prints why and returns,
 //! unless `PERCOLATOR_REQUIRE_MOUNT` is set (`scripts/test` sets it), when it fails.
 
@@ -76,7 +80,7 @@ struct Sandbox {
 }
 
 impl Sandbox {
-    fn new(name: &str, store: &Path) -> Sandbox {
+    fn new(name: &str, store: &Path, durability: &str) -> Sandbox {
         let dir = std::env::temp_dir().join(format!("percolator-full-disk-{name}-files-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("observers")).unwrap();
@@ -84,7 +88,7 @@ impl Sandbox {
         std::fs::write(
             dir.join("p.toml"),
             format!(
-                "[store]\npath = {:?}\ndurability = \"fsync\"\n[observers]\ndir = \"observers\"\ncache_dir = \"cache\"\n\
+                "[store]\npath = {:?}\ndurability = \"{durability}\"\n[observers]\ndir = \"observers\"\ncache_dir = \"cache\"\n\
                  [http]\nlisten = \"127.0.0.1:0\"\n{UPPER}",
                 store.display().to_string()
             ),
@@ -243,7 +247,7 @@ fn records(from: u64, to: u64) -> String {
 fn a_host_on_a_full_disk_says_so_and_takes_writes_again_once_space_is_freed() {
     let Some(disk) = SmallDisk::mount("host", 16) else { return };
     let store = disk.dir.join("store.redb");
-    let sb = Sandbox::new("host", &store);
+    let sb = Sandbox::new("host", &store, "fsync");
     let mut host = Host::start(&sb, &store);
     let first = sb.dir.join("first.jsonl");
     std::fs::write(&first, records(0, 50)).unwrap();
@@ -317,4 +321,49 @@ fn a_host_on_a_full_disk_says_so_and_takes_writes_again_once_space_is_freed() {
     assert_eq!(status["host"]["metrics"]["observer_failures"], 0);
     let exit = host.stop();
     assert!(exit.success(), "the host exited with {exit}: {}", std::fs::read_to_string(&host.log).unwrap_or_default());
+}
+
+#[test]
+fn at_durability_none_a_host_on_a_full_disk_exits_non_zero_for_its_supervisor() {
+    let Some(disk) = SmallDisk::mount("none", 16) else { return };
+    let store = disk.dir.join("store.redb");
+    let sb = Sandbox::new("none", &store, "none");
+    let mut host = Host::start(&sb, &store);
+    let first = sb.dir.join("first.jsonl");
+    std::fs::write(&first, records(0, 50)).unwrap();
+    sb.ok(&["load", "docs", first.to_str().unwrap()]);
+    sb.ok(&["wait", "--timeout", "120"]);
+    // Made durable: at durability none a commit is durable when the last durable one is a
+    // second old (a commit, not the clock, makes it so: hence loading again).
+    std::thread::sleep(Duration::from_millis(1500));
+    sb.ok(&["load", "--again", "docs", first.to_str().unwrap()]);
+
+    let filler = disk.dir.join("filler");
+    disk.fill(&filler, 256 << 10);
+    let big = sb.dir.join("big.jsonl");
+    std::fs::write(&big, records(50, 1550)).unwrap();
+    // Loads (each batch's commit is acknowledged before it is durable) until the disk is full.
+    let mut child = host.child.take().unwrap();
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "the host did not exit on a full disk at durability none");
+        let _ = sb.run(&["load", "docs", big.to_str().unwrap()]);
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let log = std::fs::read_to_string(&host.log).unwrap();
+    assert!(!status.success(), "the host exited with {status}: {log}");
+    assert!(log.contains("No space left on device") && log.contains("without a restart"), "{log}");
+
+    // Space freed, the host restarted (as a supervisor would): it serves, with what was
+    // durable before the failure.
+    std::fs::remove_file(&filler).unwrap();
+    let mut host = Host::start(&sb, &store);
+    assert_eq!(sb.ok(&["get", "docs", "d00003", "raw:text"]).trim(), text(3, 2048));
+    sb.ok(&["load", "docs", big.to_str().unwrap()]);
+    sb.ok(&["wait", "--timeout", "300"]);
+    assert_eq!(sb.ok(&["get", "docs", "d01549", "derived:upper"]).trim(), text(1549, 2048).to_uppercase());
+    assert!(host.stop().success());
 }
