@@ -122,6 +122,9 @@ struct Health {
     prober: Option<std::thread::JoinHandle<()>>,
     /// The backend is being dropped: the prober stops.
     stopping: bool,
+    /// At durability none, the thread that makes the last commits durable a second after them
+    /// when no commit comes to do it (`Shared::sync_when_quiet`).
+    syncer: Option<std::thread::JoinHandle<()>>,
 }
 
 /// With [`Durability::None`], a group commit is made durable at most this often.
@@ -165,7 +168,7 @@ impl RedbBigtable {
             Error::Io { message, disk_full, .. } => Error::Io { path: path.to_owned(), message, disk_full },
             e => e,
         })?;
-        Ok(RedbBigtable {
+        let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
                 path: path.to_owned(),
@@ -181,7 +184,18 @@ impl RedbBigtable {
                 reopens: AtomicU64::new(0),
                 unsynced: AtomicBool::new(false),
             }),
-        })
+        };
+        if backend.shared.config.durability == Durability::None {
+            // Without it, the last commits before a quiet spell would stay non-durable until
+            // the next commit (or a clean close), however long the spell.
+            let shared = backend.shared.clone();
+            let syncer = std::thread::Builder::new()
+                .name("redb-syncer".into())
+                .spawn(move || shared.sync_when_quiet())
+                .map_err(|e| Error::Storage(format!("starting the store's syncer thread: {e}")))?;
+            backend.shared.health.lock().unwrap_or_else(PoisonError::into_inner).syncer = Some(syncer);
+        }
+        Ok(backend)
     }
 
     /// Compacts the store file at `path` in place: redb moves the pages in use to the start of
@@ -327,6 +341,32 @@ impl Shared {
                         return;
                     }
                     wait = (wait * 2).min(PROBE_MAX);
+                }
+            }
+        }
+    }
+
+    /// At durability none: every quarter of a second, if the last commit was not durable and
+    /// the last durable one is a second old, an empty commit, which redb makes durable with
+    /// every commit before it — so a crash loses at most about the last second of commits,
+    /// even when the store then goes quiet. Ends when the backend is dropped.
+    fn sync_when_quiet(self: Arc<Self>) {
+        loop {
+            {
+                let h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+                let (h, _) = self
+                    .wake_prober
+                    .wait_timeout_while(h, Duration::from_millis(250), |h| !h.stopping)
+                    .unwrap_or_else(PoisonError::into_inner);
+                if h.stopping {
+                    return;
+                }
+            }
+            let due = self.opened.elapsed().as_millis() as u64 >= self.next_durable_ms.load(Ordering::Relaxed);
+            if due && self.unsynced.load(Ordering::Acquire) && !self.failing.load(Ordering::Acquire) {
+                // Through the group commit, as any commit: its leader decides it is durable.
+                if let Err(e) = self.group.submit(Batch::Ops(Vec::new()), &|groups| self.commit_batch(groups)) {
+                    tracing::debug!(error = %e, "a durable commit of the last commits failed");
                 }
             }
         }
@@ -554,6 +594,10 @@ impl Drop for RedbBigtable {
         shared.wake_prober.notify_all();
         if let Some(prober) = prober {
             let _ = prober.join();
+        }
+        let syncer = shared.health.lock().unwrap_or_else(PoisonError::into_inner).syncer.take();
+        if let Some(syncer) = syncer {
+            let _ = syncer.join();
         }
         // redb persists non-durable commits only when a durable one follows: make a clean close
         // keep everything, whatever the durability setting.

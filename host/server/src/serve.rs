@@ -45,7 +45,8 @@ pub fn base_url(addr: SocketAddr) -> String {
 /// durable whatever `store.durability` says. With durability `fsync` the store is crash-safe:
 /// a host killed without the signal loses nothing but the counts since their last save (every
 /// 10 s; its endpoint file is then stale, and clients notice that no host answers); with
-/// `none` it loses the commits since the last clean stop.
+/// `none` it loses about the last second of commits (redb makes one durable a second after the
+/// last durable one, also when the store goes quiet).
 pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
     let config = Config::load(config_path).map_err(|e| e.to_string())?;
     let token = config.http.token()?;
