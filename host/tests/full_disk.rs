@@ -344,10 +344,11 @@ fn at_durability_none_a_host_on_a_full_disk_exits_non_zero_for_its_supervisor() 
     let big = sb.dir.join("big.jsonl");
     std::fs::write(&big, records(50, 1550)).unwrap();
     // Loads (each batch's commit is acknowledged before it is durable) until the disk is full.
-    let mut child = host.child.take().unwrap();
     let start = Instant::now();
     let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        // (Still the host's: a failing assertion stops it on drop.)
+        if let Some(status) = host.child.as_mut().unwrap().try_wait().unwrap() {
+            host.child = None;
             break status;
         }
         assert!(start.elapsed() < Duration::from_secs(120), "the host did not exit on a full disk at durability none");
