@@ -451,8 +451,8 @@ pub trait Snapshot: Send {
 
 /// What Bigtable gives Percolator. See the module docs.
 ///
-/// (The store wraps an exclusive backend to record its writes for GC, `dirty_rows::Tracked`:
-/// a method added here, defaulted or not, must be passed on there too.)
+/// (A method added here, defaulted or not, must be passed on by
+/// [`Observed`](crate::backends::Observed), which wraps backends to see their writes.)
 pub trait Bigtable: Send + Sync + 'static {
     /// Opens a read view, or `None` if the backend has no cheap views (reads then go to the
     /// live store, which is always at least as fresh).

@@ -1,18 +1,17 @@
 //! The rows GC has yet to look at: what an incremental pass visits (`docs/design.md`, "GC",
 //! incremental passes).
 //!
-//! On an exclusive backend the store sees every write, so [`Tracked`] wraps the backend and
-//! records the row of each applied mutation that adds a version (a lock, staged data, a write
+//! On an exclusive backend the store sees every write, so [`Tracked`] (an
+//! [`Observed`] backend) records the row of each applied mutation that adds a version (a lock, staged data, a write
 //! record) with the smallest such timestamp not yet looked at. A pass takes out the rows due at
 //! its safepoint and puts back those that still hold something for a later pass.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::bigtable::*;
-use crate::error::Result;
+use crate::bigtable::{Mutation, RowMutation};
+use crate::observed::{ApplyHook, Observed};
 use crate::timestamp::Timestamp;
 
 /// Rows tracked at most: past this, tracking stops and the next pass is full (a bounded set:
@@ -131,117 +130,25 @@ fn adds_version(m: &RowMutation) -> Option<Timestamp> {
         .min()
 }
 
-/// An exclusive backend whose applied writes are recorded in [`DirtyRows`]. Every call is
-/// passed on as it is (every method of [`Bigtable`], the defaulted ones too: a method added to
-/// the trait must be added here, or the store would see the default instead of the backend's); only `apply` and `apply_atomic` record, after the backend applied them
-/// (a pass that took a row out before a write applied reads the row after it took it out, and
-/// a write recorded before it applied could be missed by that read).
-pub(crate) struct Tracked {
-    inner: Arc<dyn Bigtable>,
-    dirty: Arc<DirtyRows>,
+/// The writes an exclusive backend applied, recorded after it applied them (a pass that took
+/// a row out before a write applied reads the row after it took it out, and a write recorded
+/// before it applied could be missed by that read).
+impl ApplyHook for DirtyRows {
+    type Note = (String, Vec<u8>, Timestamp);
+
+    fn note(&self, m: &RowMutation) -> Option<Self::Note> {
+        adds_version(m).map(|ts| (m.table.clone(), m.row.clone(), ts))
+    }
+
+    fn applied(&self, notes: Vec<Self::Note>) {
+        for (table, row, ts) in &notes {
+            self.record(table, row, *ts);
+        }
+    }
 }
 
-impl Tracked {
-    pub(crate) fn new(inner: Arc<dyn Bigtable>, dirty: Arc<DirtyRows>) -> Tracked {
-        Tracked { inner, dirty }
-    }
-}
-
-impl Bigtable for Tracked {
-    fn snapshot(&self) -> Result<Option<Box<dyn Snapshot>>> {
-        self.inner.snapshot()
-    }
-    fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
-        let versioned: Vec<Option<(String, Vec<u8>, Timestamp)>> = ops
-            .iter()
-            .map(|op| match op {
-                Op::Row(m) => adds_version(m).map(|ts| (m.table.clone(), m.row.clone(), ts)),
-                _ => None,
-            })
-            .collect();
-        let outcomes = self.inner.apply(ops)?;
-        for (v, outcome) in versioned.iter().zip(&outcomes) {
-            if let (Some((table, row, ts)), Outcome::Applied) = (v, outcome) {
-                self.dirty.record(table, row, *ts);
-            }
-        }
-        Ok(outcomes)
-    }
-    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
-        self.inner.read_row(table, row, columns, ts)
-    }
-    fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
-        self.inner.find_write(cell, start_ts)
-    }
-    fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
-        self.inner.read_data(cell, start_ts)
-    }
-    fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
-        self.inner.scan(range)
-    }
-    fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
-        self.inner.scan_versions(from, limit)
-    }
-    fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
-        self.inner.scan_notify(from, limit)
-    }
-    fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.inner.meta_get(key)
-    }
-    fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.inner.meta_scan(prefix)
-    }
-    fn exclusive(&self) -> bool {
-        self.inner.exclusive()
-    }
-    fn stats(&self) -> BackendStats {
-        self.inner.stats()
-    }
-    fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
-        self.inner.atomic_unit(table, row)
-    }
-    fn apply_atomic(&self, rows: Vec<RowMutation>) -> Result<AtomicOutcome> {
-        let versioned: Vec<(String, Vec<u8>, Timestamp)> =
-            rows.iter().filter_map(|m| adds_version(m).map(|ts| (m.table.clone(), m.row.clone(), ts))).collect();
-        let outcome = self.inner.apply_atomic(rows)?;
-        if outcome == AtomicOutcome::Applied {
-            for (table, row, ts) in &versioned {
-                self.dirty.record(table, row, *ts);
-            }
-        }
-        Ok(outcome)
-    }
-    fn storage_failure(&self) -> Option<StorageFailure> {
-        self.inner.storage_failure()
-    }
-    fn reopens(&self) -> u64 {
-        self.inner.reopens()
-    }
-    fn size_on_disk(&self) -> Option<u64> {
-        self.inner.size_on_disk()
-    }
-    fn notify_partitions(&self) -> u32 {
-        self.inner.notify_partitions()
-    }
-    fn scan_notify_partition(&self, partition: u32, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
-        self.inner.scan_notify_partition(partition, from, limit)
-    }
-    fn try_lock_row(&self, row_key: &[u8], owner: u64, ttl: Duration) -> Result<bool> {
-        self.inner.try_lock_row(row_key, owner, ttl)
-    }
-    fn unlock_row(&self, row_key: &[u8], owner: u64) -> Result<()> {
-        self.inner.unlock_row(row_key, owner)
-    }
-    fn hurry(&self) {
-        self.inner.hurry()
-    }
-    fn wake(&self, row_keys: &[Vec<u8>]) {
-        self.inner.wake(row_keys)
-    }
-    fn watch_wakes(&self, on_wake: Box<dyn Fn() + Send>, stop: Arc<AtomicBool>) {
-        self.inner.watch_wakes(on_wake, stop)
-    }
-}
+/// An exclusive backend whose applied writes are recorded in [`DirtyRows`].
+pub(crate) type Tracked = Observed<Arc<DirtyRows>>;
 
 #[cfg(test)]
 mod tests {

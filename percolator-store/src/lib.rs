@@ -49,6 +49,7 @@ mod lock;
 mod mem_backend;
 mod metrics;
 mod notify;
+mod observed;
 mod oracle;
 mod oracle_service;
 mod redb_backend;
@@ -78,6 +79,7 @@ pub mod backends {
         WriteKind, WriteRecord, Writer, check_atomic_group, notify_position,
     };
     pub use crate::mem_backend::MemBigtable;
+    pub use crate::observed::{ApplyHook, Observed};
     pub use crate::redb_backend::RedbBigtable;
     pub use crate::redis_backend::{RedisBigtable, RedisConfig};
     pub use crate::values::{COMPRESS_FROM, decode_value, encode_value};

@@ -61,12 +61,9 @@ use percolator_runtime::Runtime;
 use percolator_server::config::Config;
 use percolator_server::pipeline::Pipeline;
 use percolator_store::backends::{
-    AtomicOutcome, BackendStats, Bigtable, CellRead, Mutation, NotifyEntry, Op, Outcome, RedbBigtable, RowMutation,
-    RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord, decode_value,
+    ApplyHook, Mutation, Observed, RedbBigtable, RowMutation, WriteKind, WriteRecord, decode_value,
 };
-use percolator_store::{
-    CellRef, Durability, RedbConfig, Result as StoreResult, ScannerConfig, Store, StoreConfig, Timestamp,
-};
+use percolator_store::{Durability, RedbConfig, ScannerConfig, Store, StoreConfig};
 use webindex::batch::{self, Inputs, Tables};
 use webindex::crawl::{self, Rng, Shape};
 use webindex::{charset, html, schema, text};
@@ -100,11 +97,11 @@ enum Noted {
 /// [`Noted::Crawled`] — and when the backend had applied it).
 type Seen = Vec<(Noted, Vec<u8>, Vec<u8>, Instant)>;
 
-/// The redb backend, noting when each committed write record of `pages/raw:html` (the
-/// loader's commit) and of `pages/cluster:hash` (the clustering transaction's commit;
-/// `cluster:canonical` is written in the same transaction when it changes) was applied.
+/// Notes when each committed write record of `pages/raw:html` (the loader's commit) and of
+/// `pages/cluster:hash` (the clustering transaction's commit; `cluster:canonical` is written in
+/// the same transaction when it changes) was applied by the redb backend (an [`Observed`]
+/// one).
 struct Watch {
-    inner: Arc<dyn Bigtable>,
     seen: Mutex<Seen>,
 }
 
@@ -124,109 +121,23 @@ impl Watch {
         })
     }
 
-    fn note(&self, found: Vec<(Noted, Vec<u8>, Vec<u8>)>) {
-        if found.is_empty() {
-            return;
-        }
-        let now = Instant::now();
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        seen.extend(found.into_iter().map(|(which, row, value)| (which, row, value, now)));
-    }
-
     fn take(&self) -> Seen {
         std::mem::take(&mut *self.seen.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 
-impl Bigtable for Watch {
-    fn snapshot(&self) -> StoreResult<Option<Box<dyn Snapshot>>> {
-        self.inner.snapshot()
+impl ApplyHook for Watch {
+    type Note = Vec<(Noted, Vec<u8>, Vec<u8>)>;
+
+    fn note(&self, m: &RowMutation) -> Option<Self::Note> {
+        let found: Self::Note = Watch::watched(m).map(|(w, v)| (w, m.row.clone(), v.to_vec())).collect();
+        (!found.is_empty()).then_some(found)
     }
-    fn apply(&self, ops: Vec<Op>) -> StoreResult<Vec<Outcome>> {
-        let found: Vec<(usize, Noted, Vec<u8>, Vec<u8>)> = ops
-            .iter()
-            .enumerate()
-            .flat_map(|(i, op)| match op {
-                Op::Row(m) => Watch::watched(m).map(|(w, v)| (i, w, m.row.clone(), v.to_vec())).collect::<Vec<_>>(),
-                _ => Vec::new(),
-            })
-            .collect();
-        let outcomes = self.inner.apply(ops)?;
-        self.note(
-            found
-                .into_iter()
-                .filter(|(i, ..)| matches!(outcomes.get(*i), Some(Outcome::Applied)))
-                .map(|(_, w, row, value)| (w, row, value))
-                .collect(),
-        );
-        Ok(outcomes)
-    }
-    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> StoreResult<Vec<CellRead>> {
-        self.inner.read_row(table, row, columns, ts)
-    }
-    fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> StoreResult<Option<(Timestamp, WriteRecord)>> {
-        self.inner.find_write(cell, start_ts)
-    }
-    fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> StoreResult<Option<Vec<u8>>> {
-        self.inner.read_data(cell, start_ts)
-    }
-    fn scan(&self, range: &ScanRange<'_>) -> StoreResult<Vec<ScannedCell>> {
-        self.inner.scan(range)
-    }
-    fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> StoreResult<Vec<RowVersions>> {
-        self.inner.scan_versions(from, limit)
-    }
-    fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> StoreResult<Vec<NotifyEntry>> {
-        self.inner.scan_notify(from, limit)
-    }
-    fn meta_get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
-        self.inner.meta_get(key)
-    }
-    fn meta_scan(&self, prefix: &str) -> StoreResult<Vec<(String, Vec<u8>)>> {
-        self.inner.meta_scan(prefix)
-    }
-    fn exclusive(&self) -> bool {
-        self.inner.exclusive()
-    }
-    fn stats(&self) -> BackendStats {
-        self.inner.stats()
-    }
-    fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
-        self.inner.atomic_unit(table, row)
-    }
-    fn apply_atomic(&self, rows: Vec<RowMutation>) -> StoreResult<AtomicOutcome> {
-        let found: Vec<(Noted, Vec<u8>, Vec<u8>)> = rows
-            .iter()
-            .flat_map(|m| Watch::watched(m).map(|(w, v)| (w, m.row.clone(), v.to_vec())).collect::<Vec<_>>())
-            .collect();
-        let outcome = self.inner.apply_atomic(rows)?;
-        if outcome == AtomicOutcome::Applied {
-            self.note(found);
-        }
-        Ok(outcome)
-    }
-    fn notify_partitions(&self) -> u32 {
-        self.inner.notify_partitions()
-    }
-    fn scan_notify_partition(
-        &self,
-        partition: u32,
-        from: Option<&[u8]>,
-        limit: usize,
-    ) -> StoreResult<Vec<NotifyEntry>> {
-        self.inner.scan_notify_partition(partition, from, limit)
-    }
-    fn try_lock_row(&self, row_key: &[u8], owner: u64, ttl: Duration) -> StoreResult<bool> {
-        self.inner.try_lock_row(row_key, owner, ttl)
-    }
-    fn unlock_row(&self, row_key: &[u8], owner: u64) -> StoreResult<()> {
-        self.inner.unlock_row(row_key, owner)
-    }
-    fn wake(&self, row_keys: &[Vec<u8>]) {
-        self.inner.wake(row_keys);
-    }
-    fn watch_wakes(&self, on_wake: Box<dyn Fn() + Send>, stop: Arc<std::sync::atomic::AtomicBool>) {
-        self.inner.watch_wakes(on_wake, stop);
+
+    fn applied(&self, notes: Vec<Self::Note>) {
+        let now = Instant::now();
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.extend(notes.into_iter().flatten().map(|(which, row, value)| (which, row, value, now)));
     }
 }
 
@@ -447,7 +358,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let config = Config::load(&dir.join("pipeline.toml"))?;
     let redb =
         RedbBigtable::open(&config.store_path, RedbConfig { durability: Durability::None, ..RedbConfig::default() })?;
-    let watch = Arc::new(Watch { inner: Arc::new(redb), seen: Mutex::new(Vec::new()) });
+    let watch = Arc::new(Observed::new(Arc::new(redb), Watch { seen: Mutex::new(Vec::new()) }));
     let store = Store::with_backend(watch.clone(), StoreConfig::default())?;
     let pipeline = Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone()))?);
     pipeline.apply(&config)?;
@@ -495,7 +406,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     drop(repository);
     let loaded = wait_fixed_point(&store, Duration::from_secs(6 * 3600))?;
     let load = start.elapsed();
-    watch.take();
+    watch.hook().take();
     println!("figure7_pages {}", args.pages);
     println!("figure7_load_s {:.1}", load.as_secs_f64());
     println!("figure7_load_pages_per_s {:.1}", args.pages as f64 / load.as_secs_f64());
@@ -539,7 +450,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
             }
             None
         } else {
-            let m = incremental_side(&store, &watch, &arrivals, span)?;
+            let m = incremental_side(&store, watch.hook(), &arrivals, span)?;
             saturated_rates += usize::from(m.saturated);
             Some(m)
         };

@@ -54,19 +54,17 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use percolator_runtime::Runtime;
 use percolator_server::config::Config;
 use percolator_server::pipeline::Pipeline;
 use percolator_store::backends::{
-    AtomicOutcome, BackendStats, Bigtable, CellRead, Mutation, NotifyEntry, Op, Outcome, RedbBigtable, RowMutation,
-    RowVersions, ScanRange, ScannedCell, Snapshot, WriteKind, WriteRecord, decode_value, notify_position,
+    ApplyHook, Bigtable, Mutation, Observed, RedbBigtable, RowMutation, WriteKind, WriteRecord, decode_value,
+    notify_position,
 };
-use percolator_store::{
-    CellRef, Durability, RedbConfig, Result as StoreResult, ScannerConfig, Store, StoreConfig, Timestamp,
-};
+use percolator_store::{Durability, RedbConfig, Result as StoreResult, ScannerConfig, Store, StoreConfig};
 use webindex::batch::{self, Inputs};
 use webindex::crawl::{self, Shape};
 use webindex::schema;
@@ -91,110 +89,31 @@ fn load_average() -> String {
         .unwrap_or_else(|_| "unknown".to_owned())
 }
 
-/// A backend that counts the bytes of the cell versions committed through it.
+/// Counts the bytes of the cell versions committed through a backend (an [`Observed`] one).
+#[derive(Default)]
 struct Counting {
-    inner: Arc<dyn Bigtable>,
     bytes: AtomicU64,
 }
 
-impl Counting {
-    fn count(&self, rows: &[&RowMutation]) {
+impl ApplyHook for Counting {
+    type Note = u64;
+
+    fn note(&self, m: &RowMutation) -> Option<u64> {
         let mut n = 0;
-        for m in rows {
-            for mutation in &m.mutations {
-                if let Mutation::PutWrite { column, write: WriteRecord { kind, .. }, .. } = mutation {
-                    n += match kind {
-                        WriteKind::Put(v) => m.row.len() + column.len() + v.len(),
-                        WriteKind::Delete => m.row.len() + column.len(),
-                        WriteKind::Rollback => 0,
-                    };
-                }
+        for mutation in &m.mutations {
+            if let Mutation::PutWrite { column, write: WriteRecord { kind, .. }, .. } = mutation {
+                n += match kind {
+                    WriteKind::Put(v) => m.row.len() + column.len() + v.len(),
+                    WriteKind::Delete => m.row.len() + column.len(),
+                    WriteKind::Rollback => 0,
+                };
             }
         }
-        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+        (n > 0).then_some(n as u64)
     }
-}
 
-impl Bigtable for Counting {
-    fn snapshot(&self) -> StoreResult<Option<Box<dyn Snapshot>>> {
-        self.inner.snapshot()
-    }
-    fn apply(&self, ops: Vec<Op>) -> StoreResult<Vec<Outcome>> {
-        let rows: Vec<Option<RowMutation>> =
-            ops.iter().map(|op| if let Op::Row(m) = op { Some(m.clone()) } else { None }).collect();
-        let outcomes = self.inner.apply(ops)?;
-        // One outcome per op: only the row operations that applied wrote anything.
-        let applied: Vec<&RowMutation> = rows
-            .iter()
-            .zip(&outcomes)
-            .filter_map(|(m, o)| m.as_ref().filter(|_| matches!(o, Outcome::Applied)))
-            .collect();
-        self.count(&applied);
-        Ok(outcomes)
-    }
-    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> StoreResult<Vec<CellRead>> {
-        self.inner.read_row(table, row, columns, ts)
-    }
-    fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> StoreResult<Option<(Timestamp, WriteRecord)>> {
-        self.inner.find_write(cell, start_ts)
-    }
-    fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> StoreResult<Option<Vec<u8>>> {
-        self.inner.read_data(cell, start_ts)
-    }
-    fn scan(&self, range: &ScanRange<'_>) -> StoreResult<Vec<ScannedCell>> {
-        self.inner.scan(range)
-    }
-    fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> StoreResult<Vec<RowVersions>> {
-        self.inner.scan_versions(from, limit)
-    }
-    fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> StoreResult<Vec<NotifyEntry>> {
-        self.inner.scan_notify(from, limit)
-    }
-    fn meta_get(&self, key: &str) -> StoreResult<Option<Vec<u8>>> {
-        self.inner.meta_get(key)
-    }
-    fn meta_scan(&self, prefix: &str) -> StoreResult<Vec<(String, Vec<u8>)>> {
-        self.inner.meta_scan(prefix)
-    }
-    fn exclusive(&self) -> bool {
-        self.inner.exclusive()
-    }
-    fn stats(&self) -> BackendStats {
-        self.inner.stats()
-    }
-    fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
-        self.inner.atomic_unit(table, row)
-    }
-    fn apply_atomic(&self, rows: Vec<RowMutation>) -> StoreResult<AtomicOutcome> {
-        let copy = rows.clone();
-        let outcome = self.inner.apply_atomic(rows)?;
-        if outcome == AtomicOutcome::Applied {
-            self.count(&copy.iter().collect::<Vec<_>>());
-        }
-        Ok(outcome)
-    }
-    fn notify_partitions(&self) -> u32 {
-        self.inner.notify_partitions()
-    }
-    fn scan_notify_partition(
-        &self,
-        partition: u32,
-        from: Option<&[u8]>,
-        limit: usize,
-    ) -> StoreResult<Vec<NotifyEntry>> {
-        self.inner.scan_notify_partition(partition, from, limit)
-    }
-    fn try_lock_row(&self, row_key: &[u8], owner: u64, ttl: Duration) -> StoreResult<bool> {
-        self.inner.try_lock_row(row_key, owner, ttl)
-    }
-    fn unlock_row(&self, row_key: &[u8], owner: u64) -> StoreResult<()> {
-        self.inner.unlock_row(row_key, owner)
-    }
-    fn wake(&self, row_keys: &[Vec<u8>]) {
-        self.inner.wake(row_keys);
-    }
-    fn watch_wakes(&self, on_wake: Box<dyn Fn() + Send>, stop: Arc<AtomicBool>) {
-        self.inner.watch_wakes(on_wake, stop);
+    fn applied(&self, notes: Vec<u64>) {
+        self.bytes.fetch_add(notes.iter().sum(), Ordering::Relaxed);
     }
 }
 
@@ -321,7 +240,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let config = Config::load(&dir.join("pipeline.toml"))?;
     let redb =
         RedbBigtable::open(&config.store_path, RedbConfig { durability: args.durability, ..RedbConfig::default() })?;
-    let counting = Arc::new(Counting { inner: Arc::new(redb), bytes: AtomicU64::new(0) });
+    let counting = Arc::new(Observed::new(Arc::new(redb), Counting::default()));
     let store = Store::with_backend(counting.clone(), StoreConfig::default())?;
     let pipeline = Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone()))?);
     pipeline.apply(&config)?;
@@ -387,7 +306,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let loader_cpu = loader_loaded.zip(loader_before).map(|(a, b)| a - b);
     let main_cpu = thread_cpu().zip(loader_before).map(|(a, b)| a - b);
     let after = store.metrics();
-    let bytes = counting.bytes.load(Ordering::Relaxed);
+    let bytes = counting.hook().bytes.load(Ordering::Relaxed);
     let runs = after.observer_runs - before.observer_runs;
     // No GC during the single-page updates below: their bytes written would count its
     // deletions. (The load's bytes written include those of the passes during the load.)
@@ -432,12 +351,12 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
 
     // One update of the hub and one of the leaf, each measured at its second version.
     let mut update = |url: &str, html: String| -> Res<(u64, u64, Duration)> {
-        let (runs, bytes) = (store.metrics().observer_runs, counting.bytes.load(Ordering::Relaxed));
+        let (runs, bytes) = (store.metrics().observer_runs, counting.hook().bytes.load(Ordering::Relaxed));
         let start = Instant::now();
         store.run(|t| t.set(schema::PAGES, url, schema::RAW_HTML, html.as_bytes()))?;
         let took = wait_fixed_point(&store, start, Duration::from_secs(600))?;
         inputs.get_mut(url).ok_or("an update of a page not loaded")?.0 = Some(html.into_bytes());
-        Ok((store.metrics().observer_runs - runs, counting.bytes.load(Ordering::Relaxed) - bytes, took))
+        Ok((store.metrics().observer_runs - runs, counting.hook().bytes.load(Ordering::Relaxed) - bytes, took))
     };
     update(&hub, hub_html(1))?;
     update(&leaf, leaf_html(&hub, 1))?;
