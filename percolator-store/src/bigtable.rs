@@ -483,6 +483,29 @@ pub trait Bigtable: Send + Sync + 'static {
     /// (or at the beginning). For GC and diagnostics.
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>>;
 
+    /// The versions of each of `rows` that has any, in the order given, without the values of
+    /// write records (a `Put` holds an empty value): what GC decides on, for the rows written
+    /// since it last looked. The default reads each row with [`Bigtable::scan_versions`] and
+    /// drops the values; a backend with one read view over all rows reads them in it, and
+    /// does not copy values it would drop.
+    fn row_versions_without_values(&self, rows: &[(String, Vec<u8>)]) -> Result<Vec<RowVersions>> {
+        let mut out = Vec::with_capacity(rows.len());
+        for (table, row) in rows {
+            let Some(mut found) = self.scan_versions(Some((table, row)), 1)?.pop() else { continue };
+            // A row without versions reads as the next row.
+            if &found.table != table || &found.row != row {
+                continue;
+            }
+            for w in found.cells.iter_mut().flat_map(|c| c.writes.iter_mut()) {
+                if let WriteKind::Put(v) = &mut w.1.kind {
+                    *v = Vec::new();
+                }
+            }
+            out.push(found);
+        }
+        Ok(out)
+    }
+
     /// Up to `limit` notify cells from `from` (an encoded notify position, inclusive) in key
     /// order. `None` starts at the beginning. Costs ∝ notify cells, not all cells.
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>>;
@@ -718,6 +741,18 @@ pub(crate) mod codec {
 
     pub(crate) fn is_rollback(b: &[u8]) -> Result<bool> {
         Ok(write_header(b)?.0 == WRITE_ROLLBACK)
+    }
+
+    /// [`decode_write`] with an empty value for a `Put` (what GC decides on; no copy).
+    pub(crate) fn decode_write_without_value(b: &[u8]) -> Result<WriteRecord> {
+        let (tag, start_ts) = write_header(b)?;
+        let kind = match tag {
+            WRITE_PUT => WriteKind::Put(Vec::new()),
+            WRITE_DELETE => WriteKind::Delete,
+            WRITE_ROLLBACK => WriteKind::Rollback,
+            t => return Err(Error::Corrupt(format!("unknown write record tag {t}"))),
+        };
+        Ok(WriteRecord { start_ts, kind })
     }
 
     pub(crate) fn decode_write(b: &[u8]) -> Result<WriteRecord> {

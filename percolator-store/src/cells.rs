@@ -6,7 +6,8 @@
 //! backend cannot drift apart.
 
 use crate::bigtable::codec::{
-    decode_lock, decode_notify, decode_write, encode_lock, encode_notify, encode_write, is_rollback, write_header,
+    decode_lock, decode_notify, decode_write, decode_write_without_value, encode_lock, encode_notify, encode_write,
+    is_rollback, write_header,
 };
 use crate::bigtable::*;
 use crate::error::{Error, Result};
@@ -352,31 +353,102 @@ pub(crate) fn one_row_prefix(range: &ScanRange<'_>) -> Option<(Vec<u8>, Option<V
 pub(crate) fn scan_versions(cells: &dyn KvRead, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
     let start = from.map(|(t, r)| key::row_prefix(t, r)).unwrap_or_default();
     let mut rows: Vec<RowVersions> = Vec::new();
-    let mut stop_after: Option<Vec<u8>> = None;
+    // The raw `enc(table) ‖ enc(row)` of the last row and `enc(column)` of its last cell: a key
+    // that starts with them is decoded no further (most keys: a cell's versions are adjacent).
+    let (mut row_key, mut column_key): (Vec<u8>, Vec<u8>) = (Vec::new(), Vec::new());
     cells.for_range(&start, None, &mut |k, v| {
-        let d = decode_version_key(k)?;
-        let row_key = key::row_prefix(&d.table, &d.row);
-        let new_row = rows.last().is_none_or(|r| r.table != d.table || r.row != d.row);
-        if new_row {
+        if rows.is_empty() || !k.starts_with(&row_key) {
             if rows.len() >= limit {
-                stop_after = Some(row_key);
                 return Ok(false);
             }
-            rows.push(RowVersions { table: d.table.clone(), row: d.row.clone(), cells: Vec::new() });
+            let bad = || Error::Corrupt(format!("malformed cell key {k:02x?}"));
+            let (table, rest) = key::dec(k).ok_or_else(bad)?;
+            let (row, rest) = key::dec(rest).ok_or_else(bad)?;
+            let table = String::from_utf8(table).map_err(|_| bad())?;
+            row_key = k[..k.len() - rest.len()].to_vec();
+            column_key.clear();
+            rows.push(RowVersions { table, row, cells: Vec::new() });
         }
         let r = rows.last_mut().expect("pushed");
-        if r.cells.last().is_none_or(|c| c.column != d.column) {
-            r.cells.push(CellVersions { column: d.column.clone(), ..Default::default() });
-        }
-        let c = r.cells.last_mut().expect("pushed");
-        match d.kind {
-            Kind::Lock => c.locks.push((d.ts, decode_lock(v)?)),
-            Kind::Write => c.writes.push((d.ts, decode_write(v)?)),
-            Kind::Data => c.data.push(d.ts),
-        }
+        push_version(r, &mut column_key, &k[row_key.len()..], v, WriteValues::Copied)?;
         Ok(true)
     })?;
     Ok(rows)
+}
+
+/// Whether a version scan copies the values of write records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteValues {
+    Copied,
+    /// `WriteKind::Put` holds an empty value: what GC needs (no copy of a page's HTML per pass).
+    Left,
+}
+
+/// The versions of each of `rows` that has any, in the order given, with or without the values
+/// of their write records. One range per row: costs ∝ the rows' versions.
+pub(crate) fn versions_of_rows(
+    cells: &dyn KvRead,
+    rows: &[(String, Vec<u8>)],
+    values: WriteValues,
+) -> Result<Vec<RowVersions>> {
+    let mut out = Vec::new();
+    for (table, row) in rows {
+        let prefix = key::row_prefix(table, row);
+        // `enc` is prefix-free: exactly this row's keys start with `prefix`.
+        let end = prefix_end(&prefix);
+        let mut found = RowVersions { table: table.clone(), row: row.clone(), cells: Vec::new() };
+        let mut column_key = Vec::new();
+        cells.for_range(&prefix, end.as_deref(), &mut |k, v| {
+            push_version(&mut found, &mut column_key, &k[prefix.len()..], v, values)?;
+            Ok(true)
+        })?;
+        if !found.cells.is_empty() {
+            out.push(found);
+        }
+    }
+    Ok(out)
+}
+
+/// Adds the version of `row` under `rest` (`enc(column) ‖ kind ‖ !ts`, the key after the row's
+/// prefix) to `row`. `column_key` is the `enc(column)` of `row`'s last cell (empty for none);
+/// a version of another column starts a new cell.
+fn push_version(
+    row: &mut RowVersions,
+    column_key: &mut Vec<u8>,
+    rest: &[u8],
+    v: &[u8],
+    values: WriteValues,
+) -> Result<()> {
+    let bad = || Error::Corrupt(format!("malformed version key suffix {rest:02x?} in row {:?}", row.row));
+    if rest.len() < 9 {
+        return Err(bad());
+    }
+    let (name, version) = rest.split_at(rest.len() - 9);
+    if row.cells.is_empty() || name != column_key.as_slice() {
+        let (column, tail) = key::dec(name).ok_or_else(bad)?;
+        if !tail.is_empty() {
+            return Err(bad());
+        }
+        let column = String::from_utf8(column).map_err(|_| bad())?;
+        column_key.clear();
+        column_key.extend_from_slice(name);
+        row.cells.push(CellVersions { column, ..Default::default() });
+    }
+    let kind = Kind::from_byte(version[0]).ok_or_else(bad)?;
+    let ts = Timestamp::from_raw(!u64::from_be_bytes(version[1..9].try_into().expect("8 bytes")));
+    let c = row.cells.last_mut().expect("pushed");
+    match kind {
+        Kind::Lock => c.locks.push((ts, decode_lock(v)?)),
+        Kind::Write => c.writes.push((
+            ts,
+            match values {
+                WriteValues::Copied => decode_write(v)?,
+                WriteValues::Left => decode_write_without_value(v)?,
+            },
+        )),
+        Kind::Data => c.data.push(ts),
+    }
+    Ok(())
 }
 
 pub(crate) fn scan_notify(notify: &dyn KvRead, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {

@@ -358,11 +358,12 @@ impl Rows {
         match self {
             Rows::All => for_each_row(store, f),
             Rows::Due(rows) => {
-                for (table, row) in rows {
-                    let found = store.inner.backend.scan_versions(Some((table, row)), 1)?;
-                    // A row whose every version is gone reads as the next row: nothing to do.
-                    if let Some(v) = found.first().filter(|v| &v.table == table && &v.row == row) {
-                        f(v)?;
+                // A page of rows per read view, without the values of write records (what is
+                // removed depends on versions, never on values). A row whose every version is
+                // gone is left out: nothing to do.
+                for page in rows.chunks(PAGE) {
+                    for v in store.inner.backend.row_versions_without_values(page)? {
+                        f(&v)?;
                     }
                 }
                 Ok(())

@@ -21,7 +21,7 @@ pub(crate) enum Kind {
 }
 
 impl Kind {
-    fn from_byte(b: u8) -> Option<Kind> {
+    pub(crate) fn from_byte(b: u8) -> Option<Kind> {
         match b {
             1 => Some(Kind::Lock),
             2 => Some(Kind::Write),
@@ -84,34 +84,32 @@ fn validate_name(what: &str, name: &str) -> Result<()> {
 
 /// Appends the order-preserving, prefix-free encoding of `bytes`.
 pub(crate) fn enc(out: &mut Vec<u8>, bytes: &[u8]) {
-    for &b in bytes {
-        if b == 0 {
-            out.extend_from_slice(&[0, 0xFF]);
-        } else {
-            out.push(b);
-        }
+    // Runs without 0x00 (names and most rows are one run) are copied whole.
+    let mut rest = bytes;
+    while let Some(zero) = rest.iter().position(|&b| b == 0) {
+        out.extend_from_slice(&rest[..zero]);
+        out.extend_from_slice(&[0, 0xFF]);
+        rest = &rest[zero + 1..];
     }
+    out.extend_from_slice(rest);
     out.extend_from_slice(&[0, 1]);
 }
 
 /// Decodes one `enc` component from the front of `input`, returning it and the rest.
 pub(crate) fn dec(input: &[u8]) -> Option<(Vec<u8>, &[u8])> {
     let mut out = Vec::new();
-    let mut i = 0;
-    while i < input.len() {
-        if input[i] == 0 {
-            match input.get(i + 1)? {
-                0xFF => out.push(0),
-                1 => return Some((out, &input[i + 2..])),
-                _ => return None,
-            }
-            i += 2;
-        } else {
-            out.push(input[i]);
-            i += 1;
+    let mut rest = input;
+    // Runs of bytes without 0x00 are copied whole; each 0x00 starts an escape or the terminator.
+    loop {
+        let zero = rest.iter().position(|&b| b == 0)?;
+        out.extend_from_slice(&rest[..zero]);
+        match rest.get(zero + 1)? {
+            0xFF => out.push(0),
+            1 => return Some((out, &rest[zero + 2..])),
+            _ => return None,
         }
+        rest = &rest[zero + 2..];
     }
-    None
 }
 
 /// `enc(table) ‖ enc(row)`: the prefix of every key of one row.
@@ -215,6 +213,20 @@ mod tests {
             let d = decode_version_key(&k).unwrap();
             assert_eq!((d.table.as_str(), d.row.as_slice(), d.column.as_str()), ("t", r, "c:x"));
             assert_eq!((d.kind, d.ts), (Kind::Write, Timestamp::from_raw(7)));
+        }
+    }
+
+    #[test]
+    fn dec_inverts_enc_and_refuses_malformed_input() {
+        for x in [&b""[..], b"\0", b"\0\0", b"a\0b", b"\xff\0\xff", b"plain"] {
+            let mut k = Vec::new();
+            enc(&mut k, x);
+            k.extend_from_slice(b"tail");
+            assert_eq!(dec(&k), Some((x.to_vec(), &b"tail"[..])), "{x:?}");
+        }
+        // No terminator, a 0x00 at the end, an unknown escape.
+        for bad in [&b"abc"[..], b"ab\0", b"a\0\x02b\0\x01"] {
+            assert_eq!(dec(bad), None, "{bad:?}");
         }
     }
 

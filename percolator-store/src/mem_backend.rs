@@ -103,6 +103,9 @@ impl Bigtable for MemBigtable {
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
         self.with(|m| cells::scan_versions(&m.cells, from, limit))
     }
+    fn row_versions_without_values(&self, rows: &[(String, Vec<u8>)]) -> Result<Vec<RowVersions>> {
+        self.with(|m| cells::versions_of_rows(&m.cells, rows, cells::WriteValues::Left))
+    }
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
         self.with(|m| cells::scan_notify(&m.notify, from, limit))
     }

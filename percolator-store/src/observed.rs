@@ -90,6 +90,9 @@ impl<H: ApplyHook> Bigtable for Observed<H> {
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
         self.inner.scan_versions(from, limit)
     }
+    fn row_versions_without_values(&self, rows: &[(String, Vec<u8>)]) -> Result<Vec<RowVersions>> {
+        self.inner.row_versions_without_values(rows)
+    }
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
         self.inner.scan_notify(from, limit)
     }

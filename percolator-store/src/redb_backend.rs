@@ -703,6 +703,10 @@ impl Bigtable for RedbBigtable {
         self.shared.read(CELLS, |c| cells::scan_versions(c, from, limit))
     }
 
+    fn row_versions_without_values(&self, rows: &[(String, Vec<u8>)]) -> Result<Vec<RowVersions>> {
+        self.shared.read(CELLS, |c| cells::versions_of_rows(c, rows, cells::WriteValues::Left))
+    }
+
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
         self.shared.read(NOTIFY, |n| cells::scan_notify(n, from, limit))
     }

@@ -289,3 +289,106 @@ fn a_store_opened_over_a_crashed_writers_lock_resolves_it_in_a_full_first_pass()
     assert_eq!(get_u64(&store.begin().unwrap(), "t", "r", "c:x").unwrap(), 1);
     assert!(!store.gc_incremental().unwrap().full, "then passes are incremental");
 }
+
+/// What GC reads of the rows due (`row_versions_without_values`, one read view, keys decoded
+/// only where a row or a column starts) is what a version scan of those rows gives, with the
+/// values of write records left out: on redb and in memory, for rows with several columns and
+/// versions, deletes, rollback records, a lock and staged data, rows holding 0x00 bytes, and rows
+/// that have no versions at all.
+#[test]
+fn gc_reads_the_versions_of_due_rows_as_a_version_scan_does_without_values() {
+    use percolator_store::CellRef;
+    use percolator_store::backends::{LockRecord, MemBigtable, Mutation, Op, RowMutation, RowVersions, WriteRecord};
+    let dir = TempDir::new("gc-row-versions");
+    let stores = [
+        redb_store(&dir, StoreConfig::default()),
+        TestStore::new(std::sync::Arc::new(MemBigtable::new()), StoreConfig::default()),
+    ];
+    for store in &stores {
+        let rows: Vec<Vec<u8>> =
+            vec![b"a".to_vec(), b"a\0".to_vec(), b"\0b\0\0".to_vec(), b"c".to_vec(), vec![0xff; 40]];
+        for round in 0..4u8 {
+            store
+                .run(|t| {
+                    for (i, r) in rows.iter().enumerate() {
+                        if (i + round as usize) % 3 == 2 {
+                            t.delete("t", r.clone(), "c:x")?;
+                        } else {
+                            t.set("t", r.clone(), "c:x", vec![round; 300 * (i + 1)])?;
+                        }
+                        t.set("t", r.clone(), "c:y", vec![round])?;
+                    }
+                    t.set("u", b"a".to_vec(), "c:x", vec![round])?;
+                    Ok(())
+                })
+                .unwrap();
+        }
+        // A rolled-back transaction's record, and one left prewritten (a lock and staged data).
+        let start = store.begin().unwrap().start_ts();
+        let rollback = WriteRecord { start_ts: start, kind: WriteKind::Rollback };
+        let m = RowMutation {
+            table: "t".into(),
+            row: b"c".to_vec(),
+            conditions: vec![],
+            mutations: vec![Mutation::PutWrite { column: "c:x".into(), commit_ts: start, write: rollback }],
+        };
+        store.backend.apply(vec![Op::Row(m)]).unwrap();
+        let lock = LockRecord { primary: CellRef::new("t", rows[1].clone(), "c:z"), wall_ms: 0, ttl_ms: 0, worker: 0 };
+        let prewrite = |row: &Vec<u8>| {
+            Op::Row(RowMutation {
+                table: "t".into(),
+                row: row.clone(),
+                conditions: vec![],
+                mutations: vec![
+                    Mutation::PutLock { column: "c:z".into(), start_ts: start, lock: lock.clone() },
+                    Mutation::PutData { column: "c:z".into(), start_ts: start, value: b"staged".to_vec() },
+                ],
+            })
+        };
+        store.backend.apply(vec![prewrite(&rows[1]), prewrite(&rows[2])]).unwrap();
+
+        let wanted: Vec<(String, Vec<u8>)> = vec![
+            ("t".into(), rows[3].clone()),
+            ("t".into(), b"missing".to_vec()),
+            ("t".into(), rows[1].clone()),
+            ("u".into(), b"a".to_vec()),
+            ("t".into(), rows[4].clone()),
+            ("t".into(), rows[2].clone()),
+            ("t".into(), rows[0].clone()),
+            ("v".into(), b"a".to_vec()),
+        ];
+        let all = store.backend.scan_versions(None, usize::MAX).unwrap();
+        let expected: Vec<RowVersions> = wanted
+            .iter()
+            .filter_map(|(t, r)| all.iter().find(|v| &v.table == t && &v.row == r).cloned())
+            .map(|mut v| {
+                for (_, w) in v.cells.iter_mut().flat_map(|c| c.writes.iter_mut()) {
+                    if let WriteKind::Put(value) = &mut w.kind {
+                        value.clear();
+                    }
+                }
+                v
+            })
+            .collect();
+        assert_eq!(expected.len(), 6);
+        // The scan itself, against what was written: each row's columns, with their versions.
+        for v in &expected {
+            let columns: Vec<(&str, usize)> = v.cells.iter().map(|c| (c.column.as_str(), c.writes.len())).collect();
+            let staged = v.table == "t" && (v.row == rows[1] || v.row == rows[2]);
+            let want: Vec<(&str, usize)> = match (v.table.as_str(), staged) {
+                ("u", _) => vec![("c:x", 4)],
+                (_, false) if v.row == b"c" => vec![("c:x", 5), ("c:y", 4)],
+                (_, false) => vec![("c:x", 4), ("c:y", 4)],
+                (_, true) => vec![("c:x", 4), ("c:y", 4), ("c:z", 0)],
+            };
+            assert_eq!(columns, want, "{:?}/{:?}", v.table, v.row);
+        }
+        assert!(expected.iter().any(|v| v.cells.iter().any(|c| !c.locks.is_empty() && !c.data.is_empty())));
+        assert!(
+            expected
+                .iter()
+                .any(|v| v.cells.iter().any(|c| c.writes.iter().any(|(_, w)| w.kind == WriteKind::Rollback)))
+        );
+        assert_eq!(store.backend.row_versions_without_values(&wanted).unwrap(), expected);
+    }
+}
