@@ -318,7 +318,7 @@ fn gc_reads_the_versions_of_due_rows_as_a_version_scan_does_without_values() {
                         }
                         t.set("t", r.clone(), "c:y", vec![round])?;
                     }
-                    t.set("u", b"a".to_vec(), "c:x", vec![round])?;
+                    t.set("u", b"a", "c:x", vec![round])?;
                     Ok(())
                 })
                 .unwrap();
