@@ -104,7 +104,7 @@ pub use notify::{
 };
 pub use oracle::Oracle;
 pub use oracle_service::{OracleServer, OracleServiceConfig};
-pub use redb_backend::{Durability, RedbConfig};
+pub use redb_backend::{Durability, RedbConfig, Space};
 pub use scanner::{SHARE_REFRESH, Scanner, ScannerConfig, WorkerShare};
 pub use snapshot::{MAX_PIN_TTL, Pin};
 pub use store::{RetryPolicy, Store, StoreConfig};

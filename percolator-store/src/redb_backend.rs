@@ -228,6 +228,43 @@ impl RedbBigtable {
         drop(db);
         Ok((before, size()?))
     }
+
+    /// How the store file's space is used now: the file's size, the pages redb has allocated
+    /// (live data, old versions GC has not collected yet, B-tree overhead), and of those the
+    /// bytes of keys and values. The file grows in large steps and never shrinks while open, so
+    /// its size alone says little about what the store holds. Walks every B-tree inside a write
+    /// transaction (writes wait meanwhile): for benchmarks and diagnostics, not for a hot path.
+    pub fn space(&self) -> Result<Space> {
+        let shared = &self.shared;
+        let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(db) = db.as_ref() else {
+            return Err(shared.failure_error().unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
+        };
+        let stats = || -> Result<redb::DatabaseStats> {
+            let tx = db.begin_write()?;
+            let stats = tx.stats()?;
+            tx.abort()?;
+            Ok(stats)
+        };
+        let stats = stats().map_err(|e| shared.located(e))?;
+        let file_bytes = std::fs::metadata(&shared.path).map_err(|e| shared.located(e.into()))?.len();
+        Ok(Space {
+            file_bytes,
+            allocated_bytes: stats.allocated_pages() * stats.page_size() as u64,
+            stored_bytes: stats.stored_bytes(),
+        })
+    }
+}
+
+/// [`RedbBigtable::space`]: how the store file's bytes are used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Space {
+    /// The file's size.
+    pub file_bytes: u64,
+    /// Pages in use (data, branches, metadata, not yet reusable pages of recent commits).
+    pub allocated_bytes: u64,
+    /// Keys and values in the B-trees' leaves.
+    pub stored_bytes: u64,
 }
 
 impl Shared {

@@ -23,7 +23,12 @@
 //!   column), and input bytes (URL, HTML, PageRank) for scale;
 //! - the redb file's size at the fixed point over the input's size, and over the bytes of the
 //!   batch computation's tables (`store_over_batch_tables`: each cell's row, column and value,
-//!   uncompressed, as a batch run would write them), with old versions collected every second
+//!   uncompressed, as a batch run would write them); the pages redb has allocated in it (live
+//!   data, versions not collected yet, B-tree overhead) over the same (`allocated_over_batch_tables`:
+//!   the file grows in large steps, so its size is a coarse figure); with `--space-every S`, the
+//!   same looked at every S seconds during the load (the worst file / allocated and file /
+//!   stored keys and values, `load_max_*`; each look walks the B-trees, CPU counted in
+//!   `cpu_s`); with old versions collected every second
 //!   during the load (`--no-gc`: never); values of 256 bytes or more are stored deflated
 //!   (`docs/design.md`, "Compressed values");
 //! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
@@ -48,13 +53,13 @@
 //! `--durability fsync|none` (fsync),
 //! `--guests DIR` (the components; default `target/guests`), `--config FILE` (whose
 //! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`, `--no-gc`,
-//! `--workers N` (observer runs in flight; default the host's). Prints `name value` lines; `#`
+//! `--workers N` (observer runs in flight; default the host's), `--space-every S`. Prints `name value` lines; `#`
 //! lines are comments.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use percolator_runtime::Runtime;
@@ -129,6 +134,9 @@ struct Args {
     no_gc: bool,
     /// Observer runs in flight (`[scanner] workers`); `None`: the host's default.
     workers: Option<usize>,
+    /// How often to look at the store file's space during the load (`None`: only at the fixed
+    /// point; each look walks the B-trees, CPU that counts in `cpu_s`).
+    space_every: Option<Duration>,
 }
 
 fn root() -> PathBuf {
@@ -146,6 +154,7 @@ fn parse_args() -> Res<Args> {
         check: true,
         no_gc: false,
         workers: None,
+        space_every: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -173,9 +182,16 @@ fn parse_args() -> Res<Args> {
             "--no-check" => args.check = false,
             "--no-gc" => args.no_gc = true,
             "--workers" => args.workers = Some(value()?.parse().map_err(|e| format!("--workers: {e}"))?),
+            "--space-every" => {
+                let secs: f64 = value()?.parse().map_err(|e| format!("--space-every: {e}"))?;
+                if !(secs.is_finite() && secs >= 0.1) {
+                    return Err(format!("--space-every {secs}: expected seconds, at least 0.1").into());
+                }
+                args.space_every = Some(Duration::from_secs_f64(secs));
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --workers)"
+                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --workers, --space-every)"
                 )
                 .into());
             }
@@ -238,9 +254,11 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     );
     std::fs::write(dir.join("pipeline.toml"), toml)?;
     let config = Config::load(&dir.join("pipeline.toml"))?;
-    let redb =
-        RedbBigtable::open(&config.store_path, RedbConfig { durability: args.durability, ..RedbConfig::default() })?;
-    let counting = Arc::new(Observed::new(Arc::new(redb), Counting::default()));
+    let redb = Arc::new(RedbBigtable::open(
+        &config.store_path,
+        RedbConfig { durability: args.durability, ..RedbConfig::default() },
+    )?);
+    let counting = Arc::new(Observed::new(redb.clone(), Counting::default()));
     let store = Store::with_backend(counting.clone(), StoreConfig::default())?;
     let pipeline = Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone()))?);
     pipeline.apply(&config)?;
@@ -284,24 +302,46 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let thread_cpu = || procfs::cpu_seconds("thread-self").map(|(own, _)| own);
     let loader_before = thread_cpu();
     let start = Instant::now();
-    let list: Vec<_> = inputs.iter().collect();
-    for chunk in list.chunks(LOAD_BATCH) {
-        store.run(|t| {
-            for (url, (html, pagerank)) in chunk {
-                if let Some(h) = html {
-                    t.set(schema::PAGES, url.as_str(), schema::RAW_HTML, h.as_slice())?;
+    let looking = AtomicBool::new(true);
+    let (loaded, loader_loaded, elapsed, cpu, looks) = std::thread::scope(|scope| -> Res<_> {
+        let sampler = args.space_every.map(|every| {
+            let (redb, looking) = (&redb, &looking);
+            scope.spawn(move || {
+                let mut looks = Vec::new();
+                while looking.load(Ordering::Relaxed) {
+                    std::thread::sleep(every);
+                    if let Ok(space) = redb.space() {
+                        looks.push(space);
+                    }
                 }
-                if let Some(p) = pagerank {
-                    t.set(schema::PAGES, url.as_str(), schema::RAW_PAGERANK, p.as_slice())?;
+                looks
+            })
+        });
+        let list: Vec<_> = inputs.iter().collect();
+        for chunk in list.chunks(LOAD_BATCH) {
+            store.run(|t| {
+                for (url, (html, pagerank)) in chunk {
+                    if let Some(h) = html {
+                        t.set(schema::PAGES, url.as_str(), schema::RAW_HTML, h.as_slice())?;
+                    }
+                    if let Some(p) = pagerank {
+                        t.set(schema::PAGES, url.as_str(), schema::RAW_PAGERANK, p.as_slice())?;
+                    }
                 }
-            }
-            Ok(())
-        })?;
-    }
-    let loaded = start.elapsed();
-    let loader_loaded = thread_cpu();
-    let elapsed = wait_fixed_point(&store, start, Duration::from_secs(3 * 3600))?;
-    let cpu = procfs::cpu_seconds("self").map(|(own, _)| own).zip(cpu_before).map(|(a, b)| a - b);
+                Ok(())
+            })?;
+        }
+        let loaded = start.elapsed();
+        let loader_loaded = thread_cpu();
+        let elapsed = wait_fixed_point(&store, start, Duration::from_secs(3 * 3600))?;
+        let cpu = procfs::cpu_seconds("self").map(|(own, _)| own).zip(cpu_before).map(|(a, b)| a - b);
+        looking.store(false, Ordering::Relaxed);
+        let looks = match sampler {
+            Some(s) => s.join().map_err(|_| "the space sampler panicked")?,
+            None => Vec::new(),
+        };
+        Ok((loaded, loader_loaded, elapsed, cpu, looks))
+    })?;
     // The loading thread: its transactions, then polling for the fixed point.
     let loader_cpu = loader_loaded.zip(loader_before).map(|(a, b)| a - b);
     let main_cpu = thread_cpu().zip(loader_before).map(|(a, b)| a - b);
@@ -337,6 +377,20 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     figure("bytes_written_over_input", format!("{:.2}", bytes as f64 / input_bytes as f64));
     figure("store_file_bytes", file.to_string());
     figure("store_over_input", format!("{:.2}", file as f64 / input_bytes as f64));
+    // What of the file redb uses (the file grows in large steps and never shrinks while open).
+    let at_fixed_point = redb.space()?;
+    figure("store_allocated_bytes", at_fixed_point.allocated_bytes.to_string());
+    figure("store_stored_bytes", at_fixed_point.stored_bytes.to_string());
+    if !looks.is_empty() {
+        // During the load: the worst ratios of the file to what redb holds in it.
+        let worst = |f: fn(&percolator_store::Space) -> u64| {
+            looks.iter().map(|s| s.file_bytes as f64 / f(s).max(1) as f64).fold(0.0, f64::max)
+        };
+        figure("space_looks", looks.len().to_string());
+        figure("load_max_file_over_allocated", format!("{:.2}", worst(|s| s.allocated_bytes)));
+        figure("load_max_file_over_stored", format!("{:.2}", worst(|s| s.stored_bytes)));
+        figure("load_max_allocated_bytes", looks.iter().map(|s| s.allocated_bytes).max().unwrap_or(0).to_string());
+    }
     let inlinks = store
         .begin()?
         .scan(
@@ -395,6 +449,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     }
     figure("batch_table_bytes", batch_bytes.to_string());
     figure("store_over_batch_tables", format!("{:.2}", file as f64 / batch_bytes as f64));
+    figure("allocated_over_batch_tables", format!("{:.2}", at_fixed_point.allocated_bytes as f64 / batch_bytes as f64));
     println!("#   load average after: {}", load_average());
     if args.check {
         batch::normalize(&mut expected);
