@@ -13,3 +13,19 @@ pub(crate) fn cpu_seconds(pid: &str) -> Option<(f64, f64)> {
     // utime, stime, cutime, cstime are fields 14–17 of the line: 11–14 after the name and state.
     Some((tick(11)? + tick(12)?, tick(13)? + tick(14)?))
 }
+
+/// CPU seconds of this process's live threads, summed by thread name (`/proc/self/task/*/`:
+/// `comm`, at most 15 bytes, and `stat`). Threads that have exited are not counted.
+#[allow(dead_code)] // not every benchmark binary that includes this file uses it
+pub(crate) fn thread_cpu_by_name() -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
+    for task in tasks.flatten() {
+        let tid = task.file_name().to_string_lossy().into_owned();
+        let Ok(name) = std::fs::read_to_string(task.path().join("comm")) else { continue };
+        if let Some((cpu, _)) = cpu_seconds(&format!("self/task/{tid}")) {
+            *out.entry(name.trim().to_owned()).or_insert(0.0) += cpu;
+        }
+    }
+    out
+}

@@ -18,6 +18,8 @@
 //!   wall); then `webindex::batch::compute` over the same inputs on one thread (its thread CPU
 //!   time, the median of 3 runs, after the pipeline stopped), and the ratios `cpu_over_batch`
 //!   (the whole process) and `pipeline_cpu_over_batch` (the loading thread's CPU left out);
+//! - the same CPU by thread (`thread_cpu_s{observers|scanners|gc|...}`: threads alive at the
+//!   fixed point, by name);
 //! - bytes written per page: row key, column and value of every committed cell version
 //!   (counted in the backend, acks and every table included; deletions count row key and
 //!   column), and input bytes (URL, HTML, PageRank) for scale;
@@ -299,11 +301,12 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let gc = (!args.no_gc).then(|| store.start_gc(Duration::from_secs(1)));
     let before = store.metrics();
     let cpu_before = procfs::cpu_seconds("self").map(|(own, _)| own);
+    let by_thread_before = procfs::thread_cpu_by_name();
     let thread_cpu = || procfs::cpu_seconds("thread-self").map(|(own, _)| own);
     let loader_before = thread_cpu();
     let start = Instant::now();
     let looking = AtomicBool::new(true);
-    let (loaded, loader_loaded, elapsed, cpu, looks) = std::thread::scope(|scope| -> Res<_> {
+    let (loaded, loader_loaded, elapsed, cpu, looks, by_thread) = std::thread::scope(|scope| -> Res<_> {
         let sampler = args.space_every.map(|every| {
             let (redb, looking) = (&redb, &looking);
             scope.spawn(move || {
@@ -335,12 +338,13 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         let loader_loaded = thread_cpu();
         let elapsed = wait_fixed_point(&store, start, Duration::from_secs(3 * 3600))?;
         let cpu = procfs::cpu_seconds("self").map(|(own, _)| own).zip(cpu_before).map(|(a, b)| a - b);
+        let by_thread = procfs::thread_cpu_by_name();
         looking.store(false, Ordering::Relaxed);
         let looks = match sampler {
             Some(s) => s.join().map_err(|_| "the space sampler panicked")?,
             None => Vec::new(),
         };
-        Ok((loaded, loader_loaded, elapsed, cpu, looks))
+        Ok((loaded, loader_loaded, elapsed, cpu, looks, by_thread))
     })?;
     // The loading thread: its transactions, then polling for the fixed point.
     let loader_cpu = loader_loaded.zip(loader_before).map(|(a, b)| a - b);
@@ -367,6 +371,23 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         figure("loader_cpu_s", format!("{loader:.2}"));
         figure("poll_cpu_s", format!("{:.2}", main - loader));
         figure("pipeline_cpu_s", format!("{:.2}", cpu - main));
+    }
+    // By thread, from the first load to the fixed point (thread names are cut to 15 bytes:
+    // `percolator-obse` are the observer workers).
+    let mut roles: BTreeMap<&str, f64> = BTreeMap::new();
+    for (name, cpu) in &by_thread {
+        let cpu = cpu - by_thread_before.get(name).copied().unwrap_or(0.0);
+        let role = match name.as_str() {
+            n if n.starts_with("percolator-obse") => "observers",
+            n if n.starts_with("percolator-scan") => "scanners",
+            "percolator-gc" => "gc",
+            n if n.starts_with("percolator-") || n.starts_with("redb-") => "other store threads",
+            _ => "loader and others",
+        };
+        *roles.entry(role).or_default() += cpu;
+    }
+    for (role, cpu) in &roles {
+        figure(&format!("thread_cpu_s{{{role}}}"), format!("{cpu:.2}"));
     }
     figure("observer_runs", runs.to_string());
     figure("observer_runs_per_page", format!("{:.2}", runs as f64 / pages as f64));
