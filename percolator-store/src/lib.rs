@@ -31,6 +31,7 @@
 //! what a user of the store needs; [`backends`] holds what a backend author needs.
 //! `docs/design.md` in the repository describes the key encoding and protocol.
 
+mod backend_coordination;
 mod bigtable;
 mod cells;
 mod changes;
@@ -38,9 +39,11 @@ mod clock;
 mod combine;
 mod commit;
 mod conflicts;
+mod coordination;
 mod dirty_rows;
 mod error;
 mod etcd;
+mod etcd_coordination;
 mod freshness;
 mod gc;
 mod group_commit;
@@ -73,11 +76,13 @@ mod worker;
 /// code that built the backend (a test inspecting stored versions, a benchmark) keeps an `Arc`
 /// of it.
 pub mod backends {
+    pub use crate::backend_coordination::BackendCoordination;
     pub use crate::bigtable::{
         AtomicOutcome, BackendStats, Bigtable, CellRead, CellVersions, Condition, Found, LockRecord, Mutation,
         NotifyEntry, Op, Outcome, RowMutation, RowVersions, ScanRange, ScannedCell, Snapshot, StorageFailure,
         WriteKind, WriteRecord, Writer, check_atomic_group, notify_position,
     };
+    pub use crate::coordination::{Coordination, Published, Renewed, decode_lease, encode_lease};
     pub use crate::mem_backend::MemBigtable;
     pub use crate::observed::{ApplyHook, Observed};
     pub use crate::redb_backend::RedbBigtable;
@@ -92,6 +97,7 @@ pub use conflicts::{
     CONFLICT_AGING, CONFLICT_BACKOFF, CONFLICT_BACKOFF_MAX, HOT_CELLS_PER_MINUTE, HOT_ROWS_MINUTES, HotRow, RunOutcomes,
 };
 pub use error::{ConflictKind, Error, Result};
+pub use etcd_coordination::EtcdCoordination;
 pub use freshness::{FRESHNESS_BUCKETS, FreshnessCounts, histogram_quantile};
 pub use gc::{Compaction, GcRunner, GcStats};
 pub use key::{

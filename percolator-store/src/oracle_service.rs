@@ -366,11 +366,6 @@ pub(crate) struct RemoteOracle {
 }
 
 impl RemoteOracle {
-    /// The etcd endpoints and namespace of the service.
-    pub(crate) fn service(&self) -> (Vec<String>, String) {
-        (self.shared.etcd.endpoints().to_vec(), self.shared.namespace.clone())
-    }
-
     pub(crate) fn connect(etcd: &[String], namespace: &str) -> Result<RemoteOracle> {
         let shared = Arc::new(ClientShared {
             etcd: Etcd::new(etcd, Duration::from_secs(2))?,

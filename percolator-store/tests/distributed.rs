@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use percolator_store::backends::{Bigtable, Mutation, Op, RedisBigtable, RedisConfig, RowMutation};
-use percolator_store::{OracleServer, StoreConfig, Timestamp};
+use percolator_store::{EtcdCoordination, OracleServer, StoreConfig, Timestamp};
 
 const ACCOUNTS: u64 = 8;
 const INITIAL: u64 = 1000;
@@ -42,7 +42,12 @@ fn host_child() {
     let Ok(namespace) = std::env::var(ENV) else { return };
     let store = open_host(&namespace);
     let out = Mutex::new(std::io::stdout());
-    writeln!(out.lock().unwrap(), "\nORACLE {}", store.oracle().candidate().unwrap().address()).unwrap();
+    writeln!(
+        out.lock().unwrap(),
+        "\nORACLE {}",
+        store.oracle().coordination::<EtcdCoordination>().and_then(|c| c.candidate()).unwrap().address()
+    )
+    .unwrap();
     let seed = std::process::id() as u64;
     std::thread::scope(|s| {
         for w in 0..3u64 {

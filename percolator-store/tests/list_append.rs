@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use elle::{Key, Kind, MicroOp, Outcome, Report, Txn, Value};
 use percolator_store::backends::{RedisBigtable, RedisConfig};
-use percolator_store::{Oracle, OracleServiceConfig, Result, Store, StoreConfig, Transaction};
+use percolator_store::{EtcdCoordination, Oracle, OracleServiceConfig, Result, Store, StoreConfig, Transaction};
 
 const TABLE: &str = "lists";
 const COLUMN: &str = "l:v";
@@ -378,12 +378,13 @@ fn open_host(namespace: &str) -> Store {
         })
         .unwrap(),
     );
-    let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
+    let oracle = EtcdCoordination::with_candidate(OracleServiceConfig {
         etcd: etcd_endpoints().unwrap(),
         namespace: namespace.into(),
         range: 10_000,
         ..OracleServiceConfig::default()
     })
+    .map(Oracle::new)
     .unwrap();
     let config = StoreConfig { lock_ttl: Duration::from_millis(500), ..StoreConfig::default() };
     Store::with_oracle(backend, oracle, config).unwrap()

@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use percolator_store::backends::{RedisBigtable, RedisConfig};
 use percolator_store::{
-    CombineOp, CombineSpec, CombineType, Durability, NotifyKind, ObserverSpec, Oracle, OracleServiceConfig, RedbConfig,
-    Store, StoreConfig,
+    CombineOp, CombineSpec, CombineType, Durability, EtcdCoordination, NotifyKind, ObserverSpec, Oracle,
+    OracleServiceConfig, RedbConfig, Store, StoreConfig,
 };
 
 /// A configuration error, located.
@@ -397,12 +397,13 @@ impl Backend {
                 if r.etcd.is_empty() {
                     return Store::with_backend(backend, config);
                 }
-                let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
+                let oracle = EtcdCoordination::with_candidate(OracleServiceConfig {
                     etcd: r.etcd.clone(),
                     namespace: r.namespace.clone(),
                     listen: r.oracle_listen,
                     ..OracleServiceConfig::default()
-                })?;
+                })
+                .map(Oracle::new)?;
                 Store::with_oracle(backend, oracle, config)
             }
         }

@@ -124,12 +124,13 @@ pub fn shared_store(namespace: &str, config: StoreConfig) -> TestStore {
     let backend = Arc::new(
         RedisBigtable::open(RedisConfig { nodes, namespace: namespace.into(), ..RedisConfig::default() }).unwrap(),
     );
-    let oracle = percolator_store::Oracle::remote_with_candidate(percolator_store::OracleServiceConfig {
+    let oracle = percolator_store::EtcdCoordination::with_candidate(percolator_store::OracleServiceConfig {
         etcd,
         namespace: namespace.into(),
         range: 10_000,
         ..percolator_store::OracleServiceConfig::default()
     })
+    .map(percolator_store::Oracle::new)
     .unwrap();
     TestStore { store: Store::with_oracle(backend.clone(), oracle, config).unwrap(), backend }
 }
