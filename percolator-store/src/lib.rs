@@ -42,8 +42,6 @@ mod conflicts;
 mod coordination;
 mod dirty_rows;
 mod error;
-mod etcd;
-mod etcd_coordination;
 mod freshness;
 mod gc;
 mod group_commit;
@@ -54,9 +52,7 @@ mod metrics;
 mod notify;
 mod observed;
 mod oracle;
-mod oracle_service;
 mod redb_backend;
-mod redis_backend;
 mod registry;
 mod scanner;
 mod secondaries;
@@ -86,8 +82,27 @@ pub mod backends {
     pub use crate::mem_backend::MemBigtable;
     pub use crate::observed::{ApplyHook, Observed};
     pub use crate::redb_backend::RedbBigtable;
-    pub use crate::redis_backend::{RedisBigtable, RedisConfig};
     pub use crate::values::{COMPRESS_FROM, decode_value, encode_value};
+
+    /// The key encoding every backend stores cells under (`docs/design.md`, "Key encoding").
+    pub mod keys {
+        pub use crate::key::{DecodedKey, Kind, cell_prefix, decode_version_key, row_prefix, version_key};
+    }
+
+    /// The meaning of a snapshot read over any ordered map (the read rule, defined once), for
+    /// a backend that runs it in the client over a view of its engine.
+    pub mod cells {
+        pub use crate::cells::{
+            KvRead, Visitor, find_write, meta_scan, one_row_prefix, read_data, read_row, scan, scan_notify,
+            scan_versions,
+        };
+    }
+
+    /// The byte encodings of the records a backend stores, for a backend that writes them
+    /// itself (the Redis backend's server-side row transaction).
+    pub mod codec {
+        pub use crate::bigtable::codec::{decode_lock, encode_lock, encode_write, encode_writer};
+    }
 }
 
 pub use bigtable::{CellRef, StorageFailure};
@@ -97,7 +112,6 @@ pub use conflicts::{
     CONFLICT_AGING, CONFLICT_BACKOFF, CONFLICT_BACKOFF_MAX, HOT_CELLS_PER_MINUTE, HOT_ROWS_MINUTES, HotRow, RunOutcomes,
 };
 pub use error::{ConflictKind, Error, Result};
-pub use etcd_coordination::EtcdCoordination;
 pub use freshness::{FRESHNESS_BUCKETS, FreshnessCounts, histogram_quantile};
 pub use gc::{Compaction, GcRunner, GcStats};
 pub use key::{
@@ -109,7 +123,6 @@ pub use notify::{
     UNBOUND, validate_observer_name,
 };
 pub use oracle::Oracle;
-pub use oracle_service::{OracleServer, OracleServiceConfig};
 pub use redb_backend::{Durability, RedbConfig};
 pub use scanner::{SHARE_REFRESH, Scanner, ScannerConfig, WorkerShare};
 pub use snapshot::{MAX_PIN_TTL, Pin};

@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use percolator_store::backends::{RedisBigtable, RedisConfig};
-use percolator_store::{EtcdCoordination, Oracle, OracleServer, OracleServiceConfig, Store, StoreConfig};
+use percolator_redis::{EtcdCoordination, OracleServer, OracleServiceConfig, RedisBigtable, RedisConfig};
+use percolator_store::{Oracle, Store, StoreConfig};
 use redis::{Connection, Value};
 
 #[path = "../cluster.rs"]

@@ -40,8 +40,8 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use percolator_store::backends::{RedisBigtable, RedisConfig};
-use percolator_store::{EtcdCoordination, Oracle, OracleServiceConfig, Store, StoreConfig, Transaction};
+use percolator_redis::{EtcdCoordination, OracleServiceConfig, RedisBigtable, RedisConfig};
+use percolator_store::{Oracle, Store, StoreConfig, Transaction};
 
 #[path = "../cluster.rs"]
 mod cluster;

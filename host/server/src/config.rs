@@ -13,10 +13,9 @@ use percolator_api::LOADS_TABLE;
 use percolator_runtime::{Access, ClockMode, ColumnRule, Environment, Limits};
 use std::sync::Arc;
 
-use percolator_store::backends::{RedisBigtable, RedisConfig};
+use percolator_redis::{EtcdCoordination, OracleServiceConfig, RedisBigtable, RedisConfig};
 use percolator_store::{
-    CombineOp, CombineSpec, CombineType, Durability, EtcdCoordination, NotifyKind, ObserverSpec, Oracle,
-    OracleServiceConfig, RedbConfig, Store, StoreConfig,
+    CombineOp, CombineSpec, CombineType, Durability, NotifyKind, ObserverSpec, Oracle, RedbConfig, Store, StoreConfig,
 };
 
 /// A configuration error, located.

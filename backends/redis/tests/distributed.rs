@@ -8,7 +8,7 @@
 //! Needs the dev cluster (`PERCOLATOR_REDIS`, `PERCOLATOR_ETCD`, and for (c)
 //! `PERCOLATOR_DEV_CLUSTER_DIR`); skipped without it unless `PERCOLATOR_REQUIRE_REDIS` is set.
 
-mod common;
+use percolator_testkit as common;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -19,8 +19,9 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use common::*;
-use percolator_store::backends::{Bigtable, Mutation, Op, RedisBigtable, RedisConfig, RowMutation};
-use percolator_store::{EtcdCoordination, OracleServer, StoreConfig, Timestamp};
+use percolator_redis::{EtcdCoordination, OracleServer, RedisBigtable, RedisConfig};
+use percolator_store::backends::{Bigtable, Mutation, Op, RowMutation};
+use percolator_store::{StoreConfig, Timestamp};
 
 const ACCOUNTS: u64 = 8;
 const INITIAL: u64 = 1000;

@@ -6,11 +6,11 @@
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::coordination::{Coordination, Published, Renewed, decode_lease, encode_lease};
-use crate::error::Result;
 use crate::etcd::Etcd;
 use crate::oracle_service::{OracleServer, OracleServiceConfig, RemoteOracle};
-use crate::timestamp::Timestamp;
+use percolator_store::Result;
+use percolator_store::Timestamp;
+use percolator_store::backends::{Coordination, Published, Renewed, decode_lease, encode_lease};
 
 /// Milliseconds since the Unix epoch.
 fn now_ms() -> u64 {
@@ -19,7 +19,7 @@ fn now_ms() -> u64 {
 
 /// The coordination of the hosts sharing a backend: a client of the oracle service of a
 /// namespace, found through etcd, and this worker's lease in etcd. Any number of stores may use
-/// one backend with it (each with its own). Give it to [`Oracle::new`](crate::Oracle::new).
+/// one backend with it (each with its own). Give it to [`Oracle::new`](percolator_store::Oracle::new).
 pub struct EtcdCoordination {
     /// Dropped before the candidate.
     client: RemoteOracle,

@@ -23,9 +23,9 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
 use crate::etcd::{Compare, Etcd};
-use crate::timestamp::Timestamp;
+use percolator_store::Timestamp;
+use percolator_store::{Error, Result};
 
 /// Answer codes of the wire protocol: a request is a u32 (LE) count, an answer one code byte and
 /// a u64 (LE) first timestamp.

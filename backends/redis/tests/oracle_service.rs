@@ -3,13 +3,14 @@
 //! issued twice, in real-time order (a timestamp received before another was requested is
 //! smaller), while the leader process is SIGKILLed and replaced, and across a clean handover.
 
-mod common;
+use percolator_testkit as common;
 
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use percolator_store::{Error, EtcdCoordination, Oracle, OracleServer, OracleServiceConfig};
+use percolator_redis::{EtcdCoordination, OracleServer, OracleServiceConfig};
+use percolator_store::{Error, Oracle};
 
 const ENV: &str = "PERCOLATOR_ORACLE_CHILD";
 
