@@ -22,10 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::bigtable::{Bigtable, Op};
+use crate::clock::now_ms;
 use crate::coordination::{Coordination, Published, Renewed, decode_lease, encode_lease};
 use crate::error::{Error, Result};
 use crate::timestamp::Timestamp;
-use crate::worker::now_ms;
 
 /// Metadata key of the persisted high-water mark.
 pub(crate) const HWM_KEY: &str = "oracle/high_water_mark";

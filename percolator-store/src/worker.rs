@@ -9,17 +9,15 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::coordination::Published;
 use crate::error::Result;
 use crate::store::Inner;
 use crate::timestamp::Timestamp;
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
+/// The wall clock of leases (and of locks' TTLs, pins, dead letters): kept importable from here.
+pub(crate) use crate::clock::now_ms;
 
 /// Renews the lease (the heartbeat), then writes what the worker publishes now. A lease found
 /// expired (the worker stalled for a whole period) is replaced: other workers treated this one
