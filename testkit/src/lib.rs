@@ -4,6 +4,7 @@
 //! (`scripts/dev-cluster`), temporary folders, child test processes. A dev-dependency only.
 #![allow(missing_docs)]
 
+use std::io::Write;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -221,4 +222,62 @@ pub fn commit_once(
     let mut t = store.begin().unwrap();
     body(&mut t).unwrap();
     t.commit().unwrap()
+}
+
+/// A tmpfs of a few MiB mounted on a fresh folder, unmounted on drop: a disk for a test to fill.
+/// Mounting needs root (or `CAP_SYS_ADMIN`).
+pub struct SmallDisk {
+    /// Where it is mounted.
+    pub dir: PathBuf,
+}
+
+impl SmallDisk {
+    /// Mounts `size_mib` MiB, or says why it cannot and returns `None` (a failure instead if
+    /// `PERCOLATOR_REQUIRE_MOUNT` is set).
+    pub fn mount(test: &str, size_mib: u32) -> Option<SmallDisk> {
+        let dir = std::env::temp_dir().join(format!("percolator-full-disk-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"])
+            .arg(&dir)
+            .output();
+        let why = match out {
+            Ok(o) if o.status.success() => return Some(SmallDisk { dir }),
+            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
+            Err(e) => format!("cannot run mount: {e}"),
+        };
+        let _ = std::fs::remove_dir(&dir);
+        assert!(
+            std::env::var_os("PERCOLATOR_REQUIRE_MOUNT").is_none(),
+            "{test}: mounting a {size_mib} MiB tmpfs failed ({why}), and PERCOLATOR_REQUIRE_MOUNT is set"
+        );
+        eprintln!(
+            "SKIPPED {test}: mounting a {size_mib} MiB tmpfs to fill failed ({why}); run as root (or with \
+             CAP_SYS_ADMIN) to run it, PERCOLATOR_REQUIRE_MOUNT=1 to make this a failure"
+        );
+        None
+    }
+
+    /// Fills the disk with `file`, then gives back `leave` bytes of it.
+    pub fn fill(&self, file: &Path, leave: u64) {
+        let mut f = std::fs::File::create(file).unwrap();
+        let chunk = vec![0x5Au8; 64 << 10];
+        let mut written = 0u64;
+        loop {
+            match f.write(&chunk) {
+                Ok(0) => break,
+                Ok(n) => written += n as u64,
+                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+                Err(e) => panic!("filling {}: {e}", file.display()),
+            }
+        }
+        f.set_len(written.saturating_sub(leave)).unwrap();
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg("-l").arg(&self.dir).status();
+        let _ = std::fs::remove_dir(&self.dir);
+    }
 }
