@@ -19,60 +19,10 @@ use std::time::{Duration, Instant};
 
 mod common;
 
+use percolator_testkit::SmallDisk;
+
 /// `uppercase` on `docs/raw:text`; a run counted as failed would be a dead letter at once.
 const UPPER: &str = "\n[[binding]]\nname = \"upper\"\nwasm = \"uppercase.wasm\"\ntable = \"docs\"\ncolumn = \"raw:text\"\nwrites = [\"docs/derived:upper\"]\nmax_attempts = 1\n";
-
-/// A tmpfs of a few MiB mounted on a fresh folder, unmounted on drop.
-struct SmallDisk {
-    dir: PathBuf,
-}
-
-impl SmallDisk {
-    fn mount(test: &str, size_mib: u32) -> Option<SmallDisk> {
-        let dir = std::env::temp_dir().join(format!("percolator-full-disk-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out =
-            Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"]).arg(&dir).output();
-        let why = match out {
-            Ok(o) if o.status.success() => return Some(SmallDisk { dir }),
-            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
-            Err(e) => format!("cannot run mount: {e}"),
-        };
-        let _ = std::fs::remove_dir(&dir);
-        assert!(
-            std::env::var_os("PERCOLATOR_REQUIRE_MOUNT").is_none(),
-            "{test}: mounting a {size_mib} MiB tmpfs failed ({why}), and PERCOLATOR_REQUIRE_MOUNT is set"
-        );
-        eprintln!(
-            "SKIPPED {test}: mounting a {size_mib} MiB tmpfs to fill failed ({why}); run as root (or with \
-             CAP_SYS_ADMIN) to run it, PERCOLATOR_REQUIRE_MOUNT=1 to make this a failure"
-        );
-        None
-    }
-
-    /// Fills the disk with `file`, then gives back `leave` bytes of it.
-    fn fill(&self, file: &Path, leave: u64) {
-        let mut f = std::fs::File::create(file).unwrap();
-        let chunk = vec![0x5Au8; 64 << 10];
-        let mut written = 0u64;
-        loop {
-            match f.write(&chunk) {
-                Ok(0) => break,
-                Ok(n) => written += n as u64,
-                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
-                Err(e) => panic!("filling {}: {e}", file.display()),
-            }
-        }
-        f.set_len(written.saturating_sub(leave)).unwrap();
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
 
 /// The configuration, observers, cache and logs (not on the small disk); removed on drop.
 struct Sandbox {
@@ -149,14 +99,7 @@ impl Host {
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !endpoint.is_file() {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("the host exited ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            assert!(Instant::now() < deadline, "the host did not start: {}", std::fs::read_to_string(&log).unwrap());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::wait_for_endpoint(&mut child, &endpoint, &log);
         let url = std::fs::read_to_string(&endpoint).unwrap().trim().to_owned();
         let host = Host { child: Some(child), url, log };
         // Until the pipeline is loaded.
@@ -205,14 +148,8 @@ fn health_without_curl(url: &str) -> serde_json::Value {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            common::stop_process(child);
         }
     }
 }

@@ -120,15 +120,9 @@ impl Host {
             .stderr(std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        while !endpoint.is_file() {
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!("the host exited ({status}): {}", std::fs::read_to_string(&log).unwrap_or_default());
-            }
-            assert!(Instant::now() < deadline, "the host did not start: {}", std::fs::read_to_string(&log).unwrap());
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        common::wait_for_endpoint(&mut child, &endpoint, &log);
         // The API answers first; the pipeline (and its sinks) once the first load is done.
+        let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let out = sb.command().args(["status", "--json"]).output().unwrap();
             let loaded = serde_json::from_slice::<serde_json::Value>(&out.stdout)
@@ -155,14 +149,8 @@ impl Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
-            let deadline = Instant::now() + Duration::from_secs(30);
-            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(child) = self.child.take() {
+            common::stop_process(child);
         }
     }
 }

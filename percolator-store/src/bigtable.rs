@@ -616,6 +616,7 @@ pub fn notify_position(cell: &CellRef) -> Vec<u8> {
 
 // ---- value encodings shared by every backend ------------------------------------------------
 
+/// The byte encodings of the records a backend stores (locks, write records, notify values).
 pub(crate) mod codec {
     use super::*;
     use crate::error::Error;
@@ -656,7 +657,8 @@ pub(crate) mod codec {
     const WRITE_DELETE: u8 = 2;
     const WRITE_ROLLBACK: u8 = 3;
 
-    pub(crate) fn encode_lock(l: &LockRecord) -> Vec<u8> {
+    /// A lock record's bytes.
+    pub fn encode_lock(l: &LockRecord) -> Vec<u8> {
         let mut out = vec![LOCK_V1];
         put_bytes(&mut out, l.primary.table.as_bytes());
         put_bytes(&mut out, &l.primary.row);
@@ -667,7 +669,8 @@ pub(crate) mod codec {
         out
     }
 
-    pub(crate) fn decode_lock(b: &[u8]) -> Result<LockRecord> {
+    /// A lock record from its bytes.
+    pub fn decode_lock(b: &[u8]) -> Result<LockRecord> {
         let mut r = Reader(b);
         if r.u8()? != LOCK_V1 {
             return Err(Error::Corrupt("unknown lock record version".into()));
@@ -691,7 +694,7 @@ pub(crate) mod codec {
     }
 
     /// One writer of a notify value.
-    pub(crate) fn encode_writer(w: &Writer) -> Vec<u8> {
+    pub fn encode_writer(w: &Writer) -> Vec<u8> {
         let mut out = w.start_ts.raw().to_le_bytes().to_vec();
         put_bytes(&mut out, w.primary.table.as_bytes());
         put_bytes(&mut out, &w.primary.row);
@@ -711,7 +714,8 @@ pub(crate) mod codec {
         Ok((ts, writers))
     }
 
-    pub(crate) fn encode_write(w: &WriteRecord) -> Vec<u8> {
+    /// A write record's bytes.
+    pub fn encode_write(w: &WriteRecord) -> Vec<u8> {
         let mut out = Vec::with_capacity(13 + if let WriteKind::Put(v) = &w.kind { v.len() } else { 0 });
         match &w.kind {
             WriteKind::Put(v) => {

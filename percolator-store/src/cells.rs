@@ -15,10 +15,11 @@ use crate::key::{self, Kind, cell_prefix, decode_version_key, prefix_end, versio
 use crate::timestamp::Timestamp;
 
 /// Called on each entry of a range scan; returns whether to continue.
-pub(crate) type Visitor<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> Result<bool>;
+pub type Visitor<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> Result<bool>;
 
 /// Read access to one ordered map.
-pub(crate) trait KvRead {
+pub trait KvRead {
+    /// The value at `key`, if any.
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Calls `f` on each entry with `from <= key < to` in order until it returns `false`.
     fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()>;
@@ -221,21 +222,13 @@ pub(crate) fn read_cell(cells: &dyn KvRead, cell: &[u8], ts: Timestamp) -> Resul
     Ok(out)
 }
 
-pub(crate) fn read_row(
-    cells: &dyn KvRead,
-    table: &str,
-    row: &[u8],
-    columns: &[&str],
-    ts: Timestamp,
-) -> Result<Vec<CellRead>> {
+/// [`Bigtable::read_row`] over the cells map: each of `columns` of one row at `ts`.
+pub fn read_row(cells: &dyn KvRead, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
     columns.iter().map(|c| read_cell(cells, &cell_prefix(table, row, c), ts)).collect()
 }
 
-pub(crate) fn find_write(
-    cells: &dyn KvRead,
-    cell: &CellRef,
-    start_ts: Timestamp,
-) -> Result<Option<(Timestamp, WriteRecord)>> {
+/// [`Bigtable::find_write`] over the cells map.
+pub fn find_write(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
     let prefix = cell_prefix(&cell.table, &cell.row, &cell.column);
     let from = version_key(&prefix, Kind::Write, Timestamp::MAX);
     let to = version_key(&prefix, Kind::Write, start_ts);
@@ -256,11 +249,13 @@ pub(crate) fn find_write(
     Ok(out)
 }
 
-pub(crate) fn read_data(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
+/// [`Bigtable::read_data`] over the cells map.
+pub fn read_data(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
     cells.get(&version_key(&cell_prefix(&cell.table, &cell.row, &cell.column), Kind::Data, start_ts))
 }
 
-pub(crate) fn scan(cells: &dyn KvRead, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
+/// [`Bigtable::scan`] over the cells map.
+pub fn scan(cells: &dyn KvRead, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
     let ScanRange { table, start, after_column, end, columns, prefixes, ts, limit } = *range;
     let mut from = match after_column {
         // Past every version of that cell: enc() is prefix-free, so any later column sorts
@@ -337,7 +332,7 @@ pub(crate) fn scan(cells: &dyn KvRead, range: &ScanRange<'_>) -> Result<Vec<Scan
 
 /// For a scan of one row's columns with one prefix (see [`ScanRange::prefixes`]), the key range
 /// holding exactly them.
-pub(crate) fn one_row_prefix(range: &ScanRange<'_>) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
+pub fn one_row_prefix(range: &ScanRange<'_>) -> Option<(Vec<u8>, Option<Vec<u8>>)> {
     let [prefix] = range.prefixes else { return None };
     let one_row =
         range.end.is_some_and(|e| e.len() == range.start.len() + 1 && e.starts_with(range.start) && e.ends_with(&[0]));
@@ -350,7 +345,8 @@ pub(crate) fn one_row_prefix(range: &ScanRange<'_>) -> Option<(Vec<u8>, Option<V
     Some((lo, hi))
 }
 
-pub(crate) fn scan_versions(cells: &dyn KvRead, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
+/// [`Bigtable::scan_versions`] over the cells map.
+pub fn scan_versions(cells: &dyn KvRead, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
     let start = from.map(|(t, r)| key::row_prefix(t, r)).unwrap_or_default();
     let mut rows: Vec<RowVersions> = Vec::new();
     // The raw `enc(table) ‖ enc(row)` of the last row and `enc(column)` of its last cell: a key
@@ -377,8 +373,9 @@ pub(crate) fn scan_versions(cells: &dyn KvRead, from: Option<(&str, &[u8])>, lim
 }
 
 /// Whether a version scan copies the values of write records.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WriteValues {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteValues {
+    /// As stored (what [`scan_versions`] returns).
     Copied,
     /// `WriteKind::Put` holds an empty value: what GC needs (no copy of a page's HTML per pass).
     Left,
@@ -386,7 +383,8 @@ pub(crate) enum WriteValues {
 
 /// The versions of each of `rows` that has any, in the order given, with or without the values
 /// of their write records. One range per row: costs ∝ the rows' versions.
-pub(crate) fn versions_of_rows(
+/// ([`Bigtable::row_versions_without_values`] over the cells map, with [`WriteValues::Left`].)
+pub fn versions_of_rows(
     cells: &dyn KvRead,
     rows: &[(String, Vec<u8>)],
     values: WriteValues,
@@ -451,7 +449,8 @@ fn push_version(
     Ok(())
 }
 
-pub(crate) fn scan_notify(notify: &dyn KvRead, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
+/// [`Bigtable::scan_notify`] over the notify map.
+pub fn scan_notify(notify: &dyn KvRead, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
     let mut out = Vec::new();
     notify.for_range(from.unwrap_or(&[]), None, &mut |k, v| {
         let ((table, row, column), _) =
@@ -463,7 +462,8 @@ pub(crate) fn scan_notify(notify: &dyn KvRead, from: Option<&[u8]>, limit: usize
     Ok(out)
 }
 
-pub(crate) fn meta_scan(meta: &dyn KvRead, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
+/// [`Bigtable::meta_scan`] over the meta map.
+pub fn meta_scan(meta: &dyn KvRead, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
     let mut out = Vec::new();
     let end = prefix_end(prefix.as_bytes());
     meta.for_range(prefix.as_bytes(), end.as_deref(), &mut |k, v| {

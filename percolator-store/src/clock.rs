@@ -22,9 +22,15 @@
 use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::timestamp::Timestamp;
+
+/// Milliseconds since the Unix epoch: the wall clock of worker leases, locks' TTLs, pins and
+/// dead letters (the oracle's timestamps are logical; see the module docs).
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
 
 /// The fine ring takes a sample at most this often.
 pub(crate) const FINE_EVERY: Duration = Duration::from_millis(1);

@@ -11,7 +11,7 @@ use crate::timestamp::Timestamp;
 
 /// The kind byte of a cell key: what the version holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// Paper column `c:lock`: an uncommitted transaction's lock, keyed by its start_ts.
     Lock = 1,
     /// Paper column `c:write`: a committed write record, keyed by commit_ts.
@@ -113,7 +113,7 @@ pub(crate) fn dec(input: &[u8]) -> Option<(Vec<u8>, &[u8])> {
 }
 
 /// `enc(table) ‖ enc(row)`: the prefix of every key of one row.
-pub(crate) fn row_prefix(table: &str, row: &[u8]) -> Vec<u8> {
+pub fn row_prefix(table: &str, row: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(table.len() + row.len() + 8);
     enc(&mut k, table.as_bytes());
     enc(&mut k, row);
@@ -128,14 +128,14 @@ pub(crate) fn table_prefix(table: &str) -> Vec<u8> {
 }
 
 /// `enc(table) ‖ enc(row) ‖ enc(column)`: one cell, and also its notify key.
-pub(crate) fn cell_prefix(table: &str, row: &[u8], column: &str) -> Vec<u8> {
+pub fn cell_prefix(table: &str, row: &[u8], column: &str) -> Vec<u8> {
     let mut k = row_prefix(table, row);
     enc(&mut k, column.as_bytes());
     k
 }
 
 /// The full key of one version of one cell.
-pub(crate) fn version_key(cell: &[u8], kind: Kind, ts: Timestamp) -> Vec<u8> {
+pub fn version_key(cell: &[u8], kind: Kind, ts: Timestamp) -> Vec<u8> {
     let mut k = Vec::with_capacity(cell.len() + 9);
     k.extend_from_slice(cell);
     k.push(kind as u8);
@@ -158,18 +158,23 @@ pub fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// A decoded cell key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct DecodedKey {
-    pub(crate) table: String,
-    pub(crate) row: Vec<u8>,
-    pub(crate) column: String,
-    pub(crate) kind: Kind,
-    pub(crate) ts: Timestamp,
+pub struct DecodedKey {
+    /// The cell's table.
+    pub table: String,
+    /// The cell's row.
+    pub row: Vec<u8>,
+    /// The cell's column.
+    pub column: String,
+    /// What the version holds.
+    pub kind: Kind,
+    /// The version's timestamp.
+    pub ts: Timestamp,
     /// Length of the `enc(table) ‖ enc(row) ‖ enc(column)` prefix.
-    pub(crate) cell_len: usize,
+    pub cell_len: usize,
 }
 
 /// Decodes a full version key.
-pub(crate) fn decode_version_key(key: &[u8]) -> Result<DecodedKey> {
+pub fn decode_version_key(key: &[u8]) -> Result<DecodedKey> {
     let bad = || Error::Corrupt(format!("malformed cell key {key:02x?}"));
     let (cell, rest) = decode_cell(key).ok_or_else(bad)?;
     if rest.len() != 9 {

@@ -31,6 +31,7 @@
 //! what a user of the store needs; [`backends`] holds what a backend author needs.
 //! `docs/design.md` in the repository describes the key encoding and protocol.
 
+mod backend_coordination;
 mod bigtable;
 mod cells;
 mod changes;
@@ -38,9 +39,9 @@ mod clock;
 mod combine;
 mod commit;
 mod conflicts;
+mod coordination;
 mod dirty_rows;
 mod error;
-mod etcd;
 mod freshness;
 mod gc;
 mod group_commit;
@@ -51,9 +52,7 @@ mod metrics;
 mod notify;
 mod observed;
 mod oracle;
-mod oracle_service;
 mod redb_backend;
-mod redis_backend;
 mod registry;
 mod scanner;
 mod secondaries;
@@ -73,16 +72,37 @@ mod worker;
 /// code that built the backend (a test inspecting stored versions, a benchmark) keeps an `Arc`
 /// of it.
 pub mod backends {
+    pub use crate::backend_coordination::BackendCoordination;
     pub use crate::bigtable::{
         AtomicOutcome, BackendStats, Bigtable, CellRead, CellVersions, Condition, Found, LockRecord, Mutation,
         NotifyEntry, Op, Outcome, RowMutation, RowVersions, ScanRange, ScannedCell, Snapshot, StorageFailure,
         WriteKind, WriteRecord, Writer, check_atomic_group, notify_position,
     };
+    pub use crate::coordination::{Coordination, Published, Renewed, decode_lease, encode_lease};
     pub use crate::mem_backend::MemBigtable;
     pub use crate::observed::{ApplyHook, Observed};
     pub use crate::redb_backend::RedbBigtable;
-    pub use crate::redis_backend::{RedisBigtable, RedisConfig};
     pub use crate::values::{COMPRESS_FROM, decode_value, encode_value};
+
+    /// The key encoding every backend stores cells under (`docs/design.md`, "Key encoding").
+    pub mod keys {
+        pub use crate::key::{DecodedKey, Kind, cell_prefix, decode_version_key, row_prefix, version_key};
+    }
+
+    /// The meaning of a snapshot read over any ordered map (the read rule, defined once), for
+    /// a backend that runs it in the client over a view of its engine.
+    pub mod cells {
+        pub use crate::cells::{
+            KvRead, Visitor, WriteValues, find_write, meta_scan, one_row_prefix, read_data, read_row, scan,
+            scan_notify, scan_versions, versions_of_rows,
+        };
+    }
+
+    /// The byte encodings of the records a backend stores, for a backend that writes them
+    /// itself (the Redis backend's server-side row transaction).
+    pub mod codec {
+        pub use crate::bigtable::codec::{decode_lock, encode_lock, encode_write, encode_writer};
+    }
 }
 
 pub use bigtable::{CellRef, StorageFailure};
@@ -103,7 +123,6 @@ pub use notify::{
     UNBOUND, validate_observer_name,
 };
 pub use oracle::Oracle;
-pub use oracle_service::{OracleServer, OracleServiceConfig};
 pub use redb_backend::{Durability, RedbConfig, Space};
 pub use scanner::{SHARE_REFRESH, Scanner, ScannerConfig, WorkerShare};
 pub use snapshot::{MAX_PIN_TTL, Pin};

@@ -238,7 +238,9 @@ impl RedbBigtable {
         let shared = &self.shared;
         let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
         let Some(db) = db.as_ref() else {
-            return Err(shared.failure_error().unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
+            return Err(shared
+                .failure_error()
+                .unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
         };
         let stats = || -> Result<redb::DatabaseStats> {
             let tx = db.begin_write()?;

@@ -368,7 +368,7 @@ impl Store {
         let inner = &self.inner;
         let total = self.notify_partitions();
         let mut live: Vec<(u64, bool)> =
-            inner.liveness.live(inner.backend.as_ref())?.into_iter().map(|(id, p)| (id, p.scanning)).collect();
+            inner.coordination().live_leases()?.into_iter().map(|(id, p)| (id, p.scanning)).collect();
         // This store is live whatever its lease says this instant (it may be mid-renewal).
         let here = inner.scanners.load(Ordering::SeqCst) > 0;
         live.retain(|(id, _)| *id != inner.worker);
@@ -414,7 +414,7 @@ impl Share {
         if self.total == 1 || inner.backend.exclusive() {
             return;
         }
-        let ids: Vec<u64> = match inner.liveness.live(inner.backend.as_ref()) {
+        let ids: Vec<u64> = match inner.coordination().live_leases() {
             Ok(live) => live.into_iter().filter(|(_, p)| p.scanning).map(|(id, _)| id).collect(),
             Err(e) => {
                 tracing::debug!(error = %e, "scanner: reading the live workers failed; keeping the share");

@@ -7,8 +7,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::time::Duration;
 
+use crate::backend_coordination::{self, HWM_KEY};
 use crate::bigtable::{Bigtable, Op};
 use crate::conflicts::Conflicts;
+use crate::coordination::{Coordination, Published, Renewed};
 use crate::dirty_rows::{DirtyRows, Tracked};
 use crate::error::{Error, Result};
 use crate::freshness::Freshness;
@@ -22,7 +24,7 @@ use crate::secondaries::AsyncSecondaries;
 use crate::timestamp::Timestamp;
 use crate::transaction::Transaction;
 use crate::values::Values;
-use crate::worker::{self, Liveness, Stop, now_ms};
+use crate::worker::{self, Stop, now_ms};
 
 /// How [`Store::run`] retries conflicts.
 #[derive(Clone, Debug)]
@@ -293,10 +295,9 @@ pub(crate) struct Inner {
     pub(crate) backend: Arc<dyn Bigtable>,
     pub(crate) oracle: Oracle,
     pub(crate) config: StoreConfig,
-    /// This store's worker id (liveness token).
+    /// This store's worker id (liveness token); its lease, and every worker's, lives in the
+    /// oracle's coordination (`Inner::coordination`).
     pub(crate) worker: u64,
-    /// Where its lease, and every worker's, lives.
-    pub(crate) liveness: Liveness,
     /// Start timestamps of running transactions (with multiplicity), for GC's safepoint.
     pub(crate) active: Mutex<BTreeMap<Timestamp, usize>>,
     pub(crate) registry: RwLock<Arc<Registry>>,
@@ -347,7 +348,7 @@ impl Drop for Inner {
         }
         self.stop.stop();
         // A clean close frees the shared backend for the next store at once.
-        if let Err(e) = self.liveness.remove(self.backend.as_ref(), self.worker) {
+        if let Err(e) = self.coordination().revoke_lease(self.worker) {
             tracing::warn!(error = %e, "closing the store: removing its worker lease failed (it expires by itself)");
         }
         // A clean close keeps this store's counts in the totals.
@@ -391,29 +392,30 @@ impl Store {
             if let Some(service) = backend.meta_get(SERVICE_KEY)? {
                 return Err(Error::InvalidArgument(format!(
                     "this store's hosts share the timestamp oracle service ({}): open it with that \
-                     service (Oracle::remote, or `etcd` in the [store.redis] configuration), not with \
-                     an oracle of its own",
+                     service (a shared coordination in Oracle::new, or `etcd` in the [store.redis] \
+                     configuration), not with an oracle of its own",
                     String::from_utf8_lossy(&service)
                 )));
             }
             // Before the oracle opens: it reserves timestamp ranges, which is sound only for
-            // the one store using the backend (see `worker::wait_until_sole_worker`).
-            worker::wait_until_sole_worker(backend.as_ref(), config.worker_lease)?;
+            // the one store using the backend (see `backend_coordination::wait_until_sole_worker`).
+            backend_coordination::wait_until_sole_worker(backend.as_ref(), config.worker_lease)?;
         }
         let oracle = Oracle::open(backend.clone())?;
         Store::with_oracle(backend, oracle, config)
     }
 
-    /// Runs Percolator over `backend` with timestamps from `oracle`: with a shared oracle
-    /// ([`Oracle::remote`]), any number of stores (hosts) may use one shared backend at once.
+    /// Runs Percolator over `backend` with timestamps (and worker leases) from `oracle`: with a
+    /// shared coordination under it ([`Coordination::shared`]), any number of stores (hosts) may
+    /// use one shared backend at once.
     /// With an in-process oracle over a shared backend, use [`Store::with_backend`], which
     /// makes sure no other store is using it.
     pub fn with_oracle(backend: Arc<dyn Bigtable>, oracle: Oracle, config: StoreConfig) -> Result<Store> {
         if backend.exclusive() {
-            worker::clear_stale_leases(backend.as_ref())?;
+            oracle.seam().clear_dead_leases()?;
         }
-        if let Some((endpoints, namespace)) = oracle.service() {
-            join_service(backend.as_ref(), &oracle, &endpoints, &namespace, config.worker_lease)?;
+        if let Some(service) = oracle.seam().shared() {
+            join_service(backend.as_ref(), &oracle, &service, config.worker_lease)?;
         }
         let totals = Totals::load(backend.as_ref())?;
         // Before any transaction: every transaction of this store starts above the marker.
@@ -422,12 +424,8 @@ impl Store {
         // Its own id is a fresh timestamp: every transaction it runs starts above it.
         // The lease goes first: a registry change that does not see it committed before the
         // registry is loaded below (see "Several hosts" in docs/design.md).
-        let liveness = match oracle.service() {
-            Some((endpoints, namespace)) => Liveness::etcd(&endpoints, &namespace)?,
-            None => Liveness::Backend,
-        };
-        let published = worker::Published { oldest: Timestamp::from_raw(worker), ..Default::default() };
-        let renewed = liveness.write(backend.as_ref(), worker, config.worker_lease, published)?;
+        let published = Published { oldest: Timestamp::from_raw(worker), ..Default::default() };
+        let renewed = oracle.seam().write_lease(worker, config.worker_lease, published)?;
         let valid_until = match renewed {
             _ if backend.exclusive() => u64::MAX,
             Some(r) => r.expiry.saturating_sub(worker::lease_margin(config.worker_lease)),
@@ -452,7 +450,6 @@ impl Store {
             worker,
             active: Mutex::new(BTreeMap::new()),
             registry: RwLock::new(Arc::new(Registry::default())),
-            liveness,
             acked_registry: AtomicU64::new(0),
             scanners: AtomicUsize::new(0),
             lease_valid_until: AtomicU64::new(valid_until),
@@ -557,16 +554,10 @@ const SERVICE_KEY: &str = "oracle/service";
 /// using the backend (its timestamps and the service's would interleave), the service must
 /// hand out timestamps above every one that oracle handed out (else new snapshots would miss
 /// its commits), and the backend records that it is served by the service from now on.
-fn join_service(
-    backend: &dyn Bigtable,
-    oracle: &Oracle,
-    endpoints: &[String],
-    namespace: &str,
-    lease: Duration,
-) -> Result<()> {
+fn join_service(backend: &dyn Bigtable, oracle: &Oracle, service: &str, lease: Duration) -> Result<()> {
     if backend.meta_get(SERVICE_KEY)?.is_none() {
-        worker::wait_until_sole_worker(backend, lease)?;
-        if let Some(mark) = backend.meta_get(crate::oracle::HWM_KEY)? {
+        backend_coordination::wait_until_sole_worker(backend, lease)?;
+        if let Some(mark) = backend.meta_get(HWM_KEY)? {
             let mark = u64::from_le_bytes(
                 mark.as_slice()
                     .try_into()
@@ -576,13 +567,12 @@ fn join_service(
             if next <= mark {
                 return Err(Error::InvalidArgument(format!(
                     "this store was used with an oracle of its own up to timestamp {mark}, but the oracle \
-                     service of namespace {namespace:?} hands out {next}: its snapshots would miss those \
-                     commits. Use a new namespace for the service, or the store's own oracle"
+                     service ({service}) hands out {next}: its snapshots would miss those commits. Use a \
+                     new namespace for the service, or the store's own oracle"
                 )));
             }
         }
-        let value = format!("etcd {} namespace {namespace}", endpoints.join(","));
-        backend.apply(vec![Op::MetaPut { key: SERVICE_KEY.into(), value: value.into_bytes() }])?;
+        backend.apply(vec![Op::MetaPut { key: SERVICE_KEY.into(), value: service.as_bytes().to_vec() }])?;
     }
     Ok(())
 }
@@ -641,7 +631,7 @@ impl Inner {
     /// Records a renewal of this worker's lease. If the lease had lapsed before the renewal
     /// was sent, other workers may have treated this one as dead meanwhile (GC below its
     /// running transactions' snapshots): the epoch moves on, and those transactions fail.
-    pub(crate) fn lease_renewed(&self, renewed: worker::Renewed) {
+    pub(crate) fn lease_renewed(&self, renewed: Renewed) {
         if self.backend.exclusive() {
             return;
         }
@@ -681,6 +671,11 @@ impl Inner {
         if worker == self.worker {
             return Ok(true);
         }
-        self.liveness.alive(self.backend.as_ref(), worker)
+        self.coordination().lease_alive(worker)
+    }
+
+    /// The store's coordination: the oracle's timestamps and the worker leases.
+    pub(crate) fn coordination(&self) -> &dyn Coordination {
+        self.oracle.seam()
     }
 }

@@ -10,9 +10,7 @@
 //! unless `PERCOLATOR_REQUIRE_MOUNT` is set (`scripts/test` sets it), when it fails.
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -21,60 +19,7 @@ use percolator_store::{
     CellOutcome, Durability, Error, NotifyKind, ObserveError, Observer, ObserverSpec, RedbConfig, ScannerConfig, Store,
     StoreConfig, Transaction,
 };
-
-/// A tmpfs of a few MiB mounted on a fresh folder, unmounted on drop.
-struct SmallDisk {
-    dir: PathBuf,
-}
-
-impl SmallDisk {
-    /// Mounts `size_mib` MiB, or says why it cannot and returns `None` (a failure instead if
-    /// `PERCOLATOR_REQUIRE_MOUNT` is set).
-    fn mount(test: &str, size_mib: u32) -> Option<SmallDisk> {
-        let dir = std::env::temp_dir().join(format!("percolator-full-disk-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let out =
-            Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"]).arg(&dir).output();
-        let why = match out {
-            Ok(o) if o.status.success() => return Some(SmallDisk { dir }),
-            Ok(o) => String::from_utf8_lossy(&o.stderr).trim().to_owned(),
-            Err(e) => format!("cannot run mount: {e}"),
-        };
-        let _ = std::fs::remove_dir(&dir);
-        assert!(
-            std::env::var_os("PERCOLATOR_REQUIRE_MOUNT").is_none(),
-            "{test}: mounting a {size_mib} MiB tmpfs failed ({why}), and PERCOLATOR_REQUIRE_MOUNT is set"
-        );
-        eprintln!(
-            "SKIPPED {test}: mounting a {size_mib} MiB tmpfs to fill failed ({why}); run as root (or with \
-             CAP_SYS_ADMIN) to run it, PERCOLATOR_REQUIRE_MOUNT=1 to make this a failure"
-        );
-        None
-    }
-
-    /// Fills the disk with `file`, then gives back `leave` bytes of it.
-    fn fill(&self, file: &Path, leave: u64) {
-        let mut f = std::fs::File::create(file).unwrap();
-        let chunk = vec![0x5Au8; 64 << 10];
-        let mut written = 0u64;
-        loop {
-            match f.write(&chunk) {
-                Ok(0) => break,
-                Ok(n) => written += n as u64,
-                Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
-                Err(e) => panic!("filling {}: {e}", file.display()),
-            }
-        }
-        f.set_len(written.saturating_sub(leave)).unwrap();
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        let _ = std::fs::remove_dir(&self.dir);
-    }
-}
+use percolator_testkit::SmallDisk;
 
 /// Incompressible bytes (values of 256 bytes and more are deflated), different per `seed`.
 fn noise(seed: u64, len: usize) -> Vec<u8> {

@@ -20,13 +20,12 @@ mod common;
 mod elle;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::*;
 use elle::{Key, Kind, MicroOp, Outcome, Report, Txn, Value};
-use percolator_store::backends::{RedisBigtable, RedisConfig};
-use percolator_store::{Oracle, OracleServiceConfig, Result, Store, StoreConfig, Transaction};
+use percolator_store::{Result, Store, StoreConfig, Transaction};
 
 const TABLE: &str = "lists";
 const COLUMN: &str = "l:v";
@@ -370,23 +369,8 @@ const ENV: &str = "PERCOLATOR_LIST_APPEND_HOST";
 
 /// A host's store: the namespace on the cluster, the oracle service (this process a candidate).
 fn open_host(namespace: &str) -> Store {
-    let backend = Arc::new(
-        RedisBigtable::open(RedisConfig {
-            nodes: redis_nodes().unwrap(),
-            namespace: namespace.into(),
-            ..RedisConfig::default()
-        })
-        .unwrap(),
-    );
-    let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
-        etcd: etcd_endpoints().unwrap(),
-        namespace: namespace.into(),
-        range: 10_000,
-        ..OracleServiceConfig::default()
-    })
-    .unwrap();
     let config = StoreConfig { lock_ttl: Duration::from_millis(500), ..StoreConfig::default() };
-    Store::with_oracle(backend, oracle, config).unwrap()
+    shared_store(namespace, config).store
 }
 
 /// The child: host `h` of the namespace in `PERCOLATOR_LIST_APPEND_HOST`

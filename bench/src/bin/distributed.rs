@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use percolator_store::backends::{RedisBigtable, RedisConfig};
-use percolator_store::{Oracle, OracleServer, OracleServiceConfig, Store, StoreConfig};
+use percolator_redis::{EtcdCoordination, OracleServer, OracleServiceConfig, RedisBigtable, RedisConfig};
+use percolator_store::{Oracle, Store, StoreConfig};
 use redis::{Connection, Value};
 
 #[path = "../cluster.rs"]
@@ -78,11 +78,12 @@ fn main() -> Res<()> {
         namespace: namespace.clone(),
         ..RedisConfig::default()
     })?);
-    let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
+    let oracle = EtcdCoordination::with_candidate(OracleServiceConfig {
         etcd: etcd.clone(),
         namespace: namespace.clone(),
         ..OracleServiceConfig::default()
-    })?;
+    })
+    .map(Oracle::new)?;
     let store = Store::with_oracle(backend, oracle, StoreConfig::default())?;
     // Preload: Percolator rows, and raw keys under one hash tag (one master, as each
     // Percolator row is).
@@ -153,7 +154,9 @@ fn main() -> Res<()> {
 
     // 3. The oracle: one host's client with 64 callers, then 4 clients x 16 callers.
     let oracle_rate = |clients: usize, threads: usize| -> Res<f64> {
-        let oracles: Vec<Oracle> = (0..clients).map(|_| Oracle::remote(&etcd, &namespace)).collect::<Result<_, _>>()?;
+        let oracles: Vec<Oracle> = (0..clients)
+            .map(|_| EtcdCoordination::connect(&etcd, &namespace).map(Oracle::new))
+            .collect::<Result<_, _>>()?;
         let stop = AtomicBool::new(false);
         let count = AtomicU64::new(0);
         let start = Instant::now();

@@ -40,8 +40,8 @@ use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, channel};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use percolator_store::backends::{RedisBigtable, RedisConfig};
-use percolator_store::{Oracle, OracleServiceConfig, Store, StoreConfig, Transaction};
+use percolator_redis::{EtcdCoordination, OracleServiceConfig, RedisBigtable, RedisConfig};
+use percolator_store::{Oracle, Store, StoreConfig, Transaction};
 
 #[path = "../cluster.rs"]
 mod cluster;
@@ -107,11 +107,12 @@ fn open_host(nodes: &[String], etcd: &[String], namespace: &str, durability: Dur
         degraded_writes: durability.degraded_writes,
         ..RedisConfig::default()
     })?);
-    let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
+    let oracle = EtcdCoordination::with_candidate(OracleServiceConfig {
         etcd: etcd.to_vec(),
         namespace: namespace.into(),
         ..OracleServiceConfig::default()
-    })?;
+    })
+    .map(Oracle::new)?;
     Ok(Store::with_oracle(backend, oracle, StoreConfig::default())?)
 }
 
@@ -215,7 +216,12 @@ fn child(args: ChildArgs) -> Res<()> {
     let nodes = env_list("PERCOLATOR_REDIS")?;
     let etcd = env_list("PERCOLATOR_ETCD")?;
     let store = open_host(&nodes, &etcd, &args.namespace, args.durability)?;
-    let oracle = store.oracle().candidate().map(|c| c.address().to_string()).unwrap_or_default();
+    let oracle = store
+        .oracle()
+        .coordination::<EtcdCoordination>()
+        .and_then(|c| c.candidate())
+        .map(|c| c.address().to_string())
+        .unwrap_or_default();
     println!("READY {oracle}");
     std::io::stdout().flush()?;
     let mut go = String::new();

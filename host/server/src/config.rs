@@ -13,10 +13,9 @@ use percolator_api::LOADS_TABLE;
 use percolator_runtime::{Access, ClockMode, ColumnRule, Environment, Limits};
 use std::sync::Arc;
 
-use percolator_store::backends::{RedisBigtable, RedisConfig};
+use percolator_redis::{EtcdCoordination, OracleServiceConfig, RedisBigtable, RedisConfig};
 use percolator_store::{
-    CombineOp, CombineSpec, CombineType, Durability, NotifyKind, ObserverSpec, Oracle, OracleServiceConfig, RedbConfig,
-    Store, StoreConfig,
+    CombineOp, CombineSpec, CombineType, Durability, NotifyKind, ObserverSpec, Oracle, RedbConfig, Store, StoreConfig,
 };
 
 /// A configuration error, located.
@@ -397,12 +396,13 @@ impl Backend {
                 if r.etcd.is_empty() {
                     return Store::with_backend(backend, config);
                 }
-                let oracle = Oracle::remote_with_candidate(OracleServiceConfig {
+                let oracle = EtcdCoordination::with_candidate(OracleServiceConfig {
                     etcd: r.etcd.clone(),
                     namespace: r.namespace.clone(),
                     listen: r.oracle_listen,
                     ..OracleServiceConfig::default()
-                })?;
+                })
+                .map(Oracle::new)?;
                 Store::with_oracle(backend, oracle, config)
             }
         }

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use percolator_api::{ApiResult, ErrorKind, Remote};
-use percolator_store::backends::RedisConfig;
-use percolator_store::{Durability, ObserveError, Observer, OracleServiceConfig, Store, StoreConfig, Transaction};
+use percolator_redis::{OracleServiceConfig, RedisConfig};
+use percolator_store::{Durability, ObserveError, Observer, Store, StoreConfig, Transaction};
 
 use crate::config::{Backend, Config, DEFAULT_LISTEN, ETCD_ENV, HttpConfig, REDIS_NODES_ENV, RedisSettings, env_list};
 use crate::ops::{self, Context, Op};

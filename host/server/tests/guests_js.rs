@@ -4,12 +4,8 @@
 //! each contained with why it failed, while the host keeps serving; and the SDK's combine
 //! (deltas of every kind, and refused ones) through the host.
 
-use std::time::Duration;
-
 #[path = "../../tests/common/mod.rs"]
 mod common;
-
-const QUIET: Duration = Duration::from_secs(120);
 
 #[test]
 fn a_javascript_observer_runs_with_its_parameters() {
@@ -23,28 +19,9 @@ fn javascript_combine_deltas_of_every_kind_reach_the_host() {
 
 #[test]
 fn hostile_javascript_guests_are_contained_and_say_what_they_met() {
-    let h = common::start_cached(
-        "js-hostile",
-        &[("hostile.wasm", "hostile_js"), ("upper.wasm", "uppercase_js")],
-        &(common::hostile_binding("spin", "timeout_ms = 300\n")
-            + &common::hostile_binding("bomb", "memory_mb = 64\n")
-            + &common::hostile_binding("fetch", "")
-            + &common::hostile_binding("throw", "")
-            + &common::docs_binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")),
-        2,
-    );
-    for mode in ["spin", "bomb", "fetch", "throw"] {
-        h.store.run(|t| t.set("docs", "r1", &format!("in:{mode}"), "go")).unwrap();
-    }
-    h.store.run(|t| t.set("docs", "healthy", "raw:text", "still serving")).unwrap();
-    assert!(h.store.wait_quiescent(QUIET).unwrap());
-    let dead = h.store.dead_letters().unwrap();
-    let error = |o: &str| {
-        dead.iter()
-            .find(|d| d.observer == o)
-            .map(|d| d.error.clone())
-            .unwrap_or_else(|| panic!("no dead letter of {o}: {dead:?}"))
-    };
+    let modes = [("spin", "timeout_ms = 300\n"), ("bomb", "memory_mb = 64\n"), ("fetch", ""), ("throw", "")];
+    let (h, dead) = common::run_hostile_modes("js-hostile", "hostile_js", "uppercase_js", &modes, |_| {});
+    let error = |o: &str| common::dead_letter_error(&dead, o);
     assert!(error("spin").contains("deadline of 300 ms exceeded"), "{}", error("spin"));
     // SpiderMonkey gives up on its own out-of-memory with an `unreachable` trap and no message
     // (when the cap refused a growth first, the host says so): contained either way.

@@ -27,32 +27,19 @@ fn python_combine_deltas_of_every_kind_reach_the_host() {
 
 #[test]
 fn hostile_python_guests_are_contained_and_say_what_they_met() {
-    let h = common::start_cached(
-        "py-hostile",
-        &[("hostile.wasm", "hostile_py"), ("upper.wasm", "uppercase_py")],
-        &(common::hostile_binding("spin", "timeout_ms = 300\n")
-            + &common::hostile_binding("bomb", "memory_mb = 64\n")
-            + &common::hostile_binding("file", "")
-            + &common::hostile_binding("socket", "")
-            + &common::hostile_binding("env", "")
-            + &common::hostile_binding("clock", "clock = \"fixed\"\nrandom_seed = 7\n")
-            + &common::hostile_binding("raise", "")
-            + &common::docs_binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n")),
-        2,
-    );
-    for mode in ["spin", "bomb", "file", "socket", "env", "clock", "raise"] {
-        h.store.run(|t| t.set("docs", "r1", &format!("in:{mode}"), "go")).unwrap();
-    }
-    h.store.run(|t| t.set("docs", "r2", "in:clock", "again")).unwrap();
-    h.store.run(|t| t.set("docs", "healthy", "raw:text", "still serving")).unwrap();
-    assert!(h.store.wait_quiescent(QUIET).unwrap());
-    let dead = h.store.dead_letters().unwrap();
-    let error = |o: &str| {
-        dead.iter()
-            .find(|d| d.observer == o)
-            .map(|d| d.error.clone())
-            .unwrap_or_else(|| panic!("no dead letter of {o}: {dead:?}"))
-    };
+    let modes = [
+        ("spin", "timeout_ms = 300\n"),
+        ("bomb", "memory_mb = 64\n"),
+        ("file", ""),
+        ("socket", ""),
+        ("env", ""),
+        ("clock", "clock = \"fixed\"\nrandom_seed = 7\n"),
+        ("raise", ""),
+    ];
+    let (h, dead) = common::run_hostile_modes("py-hostile", "hostile_py", "uppercase_py", &modes, |store| {
+        store.run(|t| t.set("docs", "r2", "in:clock", "again")).unwrap();
+    });
+    let error = |o: &str| common::dead_letter_error(&dead, o);
     assert!(error("spin").contains("deadline of 300 ms exceeded"), "{}", error("spin"));
     assert!(error("bomb").contains("memory limit of 64 MiB"), "{}", error("bomb"));
     // No folder is preopened: the open fails inside the guest, which sees an OSError.

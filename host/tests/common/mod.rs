@@ -231,3 +231,65 @@ pub fn combine_deltas_of_every_kind_reach_the_host(name: &str, guest: &str) {
     assert_eq!(text("sum:f").as_deref(), Some("2.5"));
     assert_eq!(text("set:s").as_deref(), Some(r#"["a","b","c"]"#));
 }
+
+/// Stops a `percolator` process the way its supervisor would (SIGTERM, by PID), waits up to
+/// 30 s for it to exit, then kills it: what a test's host guard does on drop.
+pub fn stop_process(mut child: std::process::Child) {
+    let _ = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().ok().flatten().is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A host running the hostile guest `hostile` (a Python or JavaScript component) once per
+/// misbehaviour in `modes` (mode, its binding's extra lines), beside `upper` (the uppercase
+/// guest of the same language) on `docs/raw:text`: each mode's input written to `docs/r1`, then
+/// `more` (further writes), then a healthy document, and the host waited on until quiescent.
+/// Returns the host and a lookup of the dead letter of each mode, by mode.
+pub fn run_hostile_modes(
+    name: &str,
+    hostile: &str,
+    upper: &str,
+    modes: &[(&str, &str)],
+    more: impl FnOnce(&Store),
+) -> (Host, Vec<percolator_store::DeadLetter>) {
+    let bindings: String = modes.iter().map(|(mode, extra)| hostile_binding(mode, extra)).collect::<String>()
+        + &docs_binding("upper", "upper.wasm", "raw:text", "writes = [\"docs/derived:upper\"]\n");
+    let h = start_cached(name, &[("hostile.wasm", hostile), ("upper.wasm", upper)], &bindings, 2);
+    for (mode, _) in modes {
+        h.store.run(|t| t.set("docs", "r1", &format!("in:{mode}"), "go")).unwrap();
+    }
+    more(&h.store);
+    h.store.run(|t| t.set("docs", "healthy", "raw:text", "still serving")).unwrap();
+    assert!(h.store.wait_quiescent(std::time::Duration::from_secs(120)).unwrap());
+    let dead = h.store.dead_letters().unwrap();
+    (h, dead)
+}
+
+/// The error of `observer`'s dead letter in `dead`; fails the test if it has none.
+pub fn dead_letter_error(dead: &[percolator_store::DeadLetter], observer: &str) -> String {
+    dead.iter()
+        .find(|d| d.observer == observer)
+        .map(|d| d.error.clone())
+        .unwrap_or_else(|| panic!("no dead letter of {observer}: {dead:?}"))
+}
+
+/// Waits (up to 120 s) until a starting `percolator up` has written its endpoint file; fails
+/// the test with the host's log if it exits or does not start in time.
+pub fn wait_for_endpoint(child: &mut std::process::Child, endpoint: &Path, log: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !endpoint.is_file() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the host exited ({status}): {}", std::fs::read_to_string(log).unwrap_or_default());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the host did not start: {}",
+            std::fs::read_to_string(log).unwrap()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -8,7 +8,7 @@
 //! Needs the dev cluster (`PERCOLATOR_REDIS`, `PERCOLATOR_ETCD`, and for (c)
 //! `PERCOLATOR_DEV_CLUSTER_DIR`); skipped without it unless `PERCOLATOR_REQUIRE_REDIS` is set.
 
-mod common;
+use percolator_testkit as common;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -19,8 +19,9 @@ use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use common::*;
-use percolator_store::backends::{Bigtable, Mutation, Op, RedisBigtable, RedisConfig, RowMutation};
-use percolator_store::{OracleServer, StoreConfig, Timestamp};
+use percolator_redis::{EtcdCoordination, OracleServer, RedisBigtable, RedisConfig};
+use percolator_store::backends::{Bigtable, Mutation, Op, RowMutation};
+use percolator_store::{StoreConfig, Timestamp};
 
 const ACCOUNTS: u64 = 8;
 const INITIAL: u64 = 1000;
@@ -42,7 +43,12 @@ fn host_child() {
     let Ok(namespace) = std::env::var(ENV) else { return };
     let store = open_host(&namespace);
     let out = Mutex::new(std::io::stdout());
-    writeln!(out.lock().unwrap(), "\nORACLE {}", store.oracle().candidate().unwrap().address()).unwrap();
+    writeln!(
+        out.lock().unwrap(),
+        "\nORACLE {}",
+        store.oracle().coordination::<EtcdCoordination>().and_then(|c| c.candidate()).unwrap().address()
+    )
+    .unwrap();
     let seed = std::process::id() as u64;
     std::thread::scope(|s| {
         for w in 0..3u64 {

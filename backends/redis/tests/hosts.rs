@@ -7,14 +7,15 @@
 //! Needs the dev cluster (`PERCOLATOR_REDIS`, `PERCOLATOR_ETCD`); skipped without it unless
 //! `PERCOLATOR_REQUIRE_REDIS` is set.
 
-mod common;
+use percolator_testkit as common;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::*;
-use percolator_store::backends::{Bigtable, RedisBigtable, RedisConfig};
+use percolator_redis::{RedisBigtable, RedisConfig};
+use percolator_store::backends::Bigtable;
 use percolator_store::{NotifyKind, ObserveError, Observer, ObserverSpec, ScannerConfig, StoreConfig, Transaction};
 
 /// Copies `raw:text` to `derived:copy`, counting its runs.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use redis::{Cmd, Connection, Value};
 
-use crate::error::{Error, Result};
+use percolator_store::{Error, Result};
 
 /// Slots in a Redis Cluster.
 pub(crate) const SLOTS: usize = 16384;

@@ -7,7 +7,7 @@
 //! checks the conditions and applies the mutations server-side: the paper's conditional row
 //! mutation in one round trip. A bucket holds two sorted sets (score 0, ordered bytewise) whose
 //! members are key ‖ value: the cells (the same version keys as redb's `cells` table,
-//! [`crate::key`]) and the notify cells; no key is a prefix of another, so members sort by key
+//! [`keys`](percolator_store::backends::keys)) and the notify cells; no key is a prefix of another, so members sort by key
 //! and a plain `ZRANGE BYLEX` reads keys with their values. Metadata lives under
 //! `{<namespace>:meta}`, a sorted set of keys beside a hash of values (its keys are free-form).
 //!
@@ -31,12 +31,12 @@ use std::time::Duration;
 use redis::{Cmd, Value};
 
 use self::cluster::{Cluster, Timeouts, describe, slot_of_tag};
-use crate::bigtable::codec::{decode_lock, encode_lock, encode_write, encode_writer};
-use crate::bigtable::*;
-use crate::cells::{self, KvRead, Visitor};
-use crate::error::{Error, Result};
-use crate::key::{Kind, cell_prefix, decode_version_key, row_prefix, version_key};
-use crate::timestamp::Timestamp;
+use percolator_store::backends::cells::{self, KvRead, Visitor};
+use percolator_store::backends::codec::{decode_lock, encode_lock, encode_write, encode_writer};
+use percolator_store::backends::keys::{Kind, cell_prefix, decode_version_key, row_prefix, version_key};
+use percolator_store::backends::*;
+use percolator_store::{CellRef, Timestamp};
+use percolator_store::{Error, Result};
 
 /// The server-side functions, loaded on every master when the backend opens.
 const LIBRARY: &str = include_str!("percolator.lua");
@@ -922,7 +922,7 @@ impl KvRead for Merged<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{cell_prefix, version_key};
+    use percolator_store::backends::keys::{cell_prefix, version_key};
 
     #[test]
     fn packed_members_split_at_the_end_of_their_key() {

@@ -7,13 +7,13 @@
 //! Needs a Redis Cluster (`PERCOLATOR_REDIS`, see `scripts/dev-cluster`); skipped without one
 //! unless `PERCOLATOR_REQUIRE_REDIS` is set.
 
-mod common;
+use percolator_testkit as common;
 
 use std::time::Duration;
 
+use percolator_redis::{RedisBigtable, RedisConfig};
 use percolator_store::backends::{
-    Bigtable, Condition, LockRecord, MemBigtable, Mutation, Op, RedisBigtable, RedisConfig, RowMutation, ScanRange,
-    WriteKind, WriteRecord, Writer,
+    Bigtable, Condition, LockRecord, MemBigtable, Mutation, Op, RowMutation, ScanRange, WriteKind, WriteRecord, Writer,
 };
 use percolator_store::{CellRef, Error, Timestamp};
 use proptest::prelude::*;

@@ -23,9 +23,9 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::error::{Error, Result};
 use crate::etcd::{Compare, Etcd};
-use crate::timestamp::Timestamp;
+use percolator_store::Timestamp;
+use percolator_store::{Error, Result};
 
 /// Answer codes of the wire protocol: a request is a u32 (LE) count, an answer one code byte and
 /// a u64 (LE) first timestamp.
@@ -366,11 +366,6 @@ pub(crate) struct RemoteOracle {
 }
 
 impl RemoteOracle {
-    /// The etcd endpoints and namespace of the service.
-    pub(crate) fn service(&self) -> (Vec<String>, String) {
-        (self.shared.etcd.endpoints().to_vec(), self.shared.namespace.clone())
-    }
-
     pub(crate) fn connect(etcd: &[String], namespace: &str) -> Result<RemoteOracle> {
         let shared = Arc::new(ClientShared {
             etcd: Etcd::new(etcd, Duration::from_secs(2))?,

@@ -13,7 +13,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 
-use crate::error::{Error, Result};
+use percolator_store::{Error, Result};
 
 /// A key's value and revisions.
 #[derive(Clone, Debug, PartialEq, Eq)]

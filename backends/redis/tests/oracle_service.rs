@@ -3,13 +3,14 @@
 //! issued twice, in real-time order (a timestamp received before another was requested is
 //! smaller), while the leader process is SIGKILLed and replaced, and across a clean handover.
 
-mod common;
+use percolator_testkit as common;
 
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use percolator_store::{Error, Oracle, OracleServer, OracleServiceConfig};
+use percolator_redis::{EtcdCoordination, OracleServer, OracleServiceConfig};
+use percolator_store::{Error, Oracle};
 
 const ENV: &str = "PERCOLATOR_ORACLE_CHILD";
 
@@ -117,7 +118,7 @@ fn timestamps_increase_across_a_killed_leader() {
                 let (etcd, namespace, stop) = (etcd.clone(), namespace.clone(), &stop);
                 s.spawn(move || {
                     // Each client is a host's oracle client, with callers on 4 threads.
-                    let oracle = Oracle::remote(&etcd, &namespace).unwrap();
+                    let oracle = EtcdCoordination::connect(&etcd, &namespace).map(Oracle::new).unwrap();
                     let calls = std::sync::Mutex::new(Vec::<Calls>::new());
                     std::thread::scope(|s2| {
                         for _ in 0..4 {
@@ -169,7 +170,7 @@ fn a_stopped_leader_hands_over_at_once() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let b = OracleServer::start(config(etcd.clone(), &namespace)).unwrap();
-    let oracle = Oracle::remote(&etcd, &namespace).unwrap();
+    let oracle = EtcdCoordination::connect(&etcd, &namespace).map(Oracle::new).unwrap();
     assert!(oracle.is_shared());
     let before = oracle.next().unwrap();
     // Past one reserved range, so the high-water mark moved.
@@ -189,10 +190,10 @@ fn a_stopped_leader_hands_over_at_once() {
 
 #[test]
 fn without_etcd_or_leader_the_errors_say_so() {
-    let e = Oracle::remote(&["localhost:2379".into()], "x").err().unwrap();
+    let e = EtcdCoordination::connect(&["localhost:2379".into()], "x").map(Oracle::new).err().unwrap();
     assert!(matches!(&e, Error::InvalidArgument(m) if m.contains("not an http:// URL")), "{e}");
     let Some(etcd) = common::etcd_endpoints() else { return };
-    let oracle = Oracle::remote(&etcd, &common::unique_namespace()).unwrap();
+    let oracle = EtcdCoordination::connect(&etcd, &common::unique_namespace()).map(Oracle::new).unwrap();
     let started = Instant::now();
     let e = oracle.next().unwrap_err();
     assert!(matches!(&e, Error::Unavailable(m) if m.contains("no oracle leader is elected")), "{e}");
