@@ -393,6 +393,14 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     figure("observer_runs_per_page", format!("{:.2}", runs as f64 / pages as f64));
     figure("conflicts_per_page", format!("{:.2}", (after.conflicts - before.conflicts) as f64 / pages as f64));
     figure("commits", (after.commits - before.commits).to_string());
+    // The backend's own commits (redb write transactions: group-commit rounds) and the row ops
+    // they applied.
+    let rounds = after.backend_commits - before.backend_commits;
+    figure("backend_commits", rounds.to_string());
+    figure(
+        "backend_ops_per_commit",
+        format!("{:.1}", (after.backend_ops - before.backend_ops) as f64 / rounds.max(1) as f64),
+    );
     figure("bytes_written", bytes.to_string());
     figure("bytes_written_per_page", format!("{:.0}", bytes as f64 / pages as f64));
     figure("bytes_written_over_input", format!("{:.2}", bytes as f64 / input_bytes as f64));
