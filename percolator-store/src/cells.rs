@@ -101,27 +101,29 @@ fn first_failed(cells: &dyn KvRead, m: &RowMutation) -> Result<Option<(usize, Fo
     Ok(None)
 }
 
+/// A lock as found in a scan: its start_ts and its record, not decoded yet.
+type RawLock = (Timestamp, Vec<u8>);
+
 /// `NoLock { column }` and `NoWriteSince { column, since }` in one range scan: a cell's lock
 /// keys sort just before its write keys (newest first), so one seek to the cell's newest lock
 /// visits its locks, then its write records down to `since`. Returns what each condition
 /// finds, as [`check`] would: the newest lock (its start_ts and its still encoded record);
 /// the newest write record after `since` that is not a rollback, or any record at exactly
 /// `since`.
-#[allow(clippy::type_complexity)]
 fn check_unlocked_unwritten(
     cells: &dyn KvRead,
     table: &str,
     row: &[u8],
     column: &str,
     since: Timestamp,
-) -> Result<(Option<(Timestamp, Vec<u8>)>, Option<Found>)> {
+) -> Result<(Option<RawLock>, Option<Found>)> {
     let cell = cell_prefix(table, row, column);
     let from = version_key(&cell, Kind::Lock, Timestamp::MAX);
     let at_since = version_key(&cell, Kind::Write, since);
     // The smallest key after `at_since`: the scan includes the record at exactly `since`.
     let mut to = at_since.clone();
     to.push(0);
-    let mut lock: Option<(Timestamp, Vec<u8>)> = None;
+    let mut lock: Option<RawLock> = None;
     let mut write = None;
     cells.for_range(&from, Some(&to), &mut |k, v| {
         // Every key in the range is `cell ‖ kind ‖ !ts` (the cell encoding is prefix-free).
