@@ -181,10 +181,13 @@ impl<W: Work, O> GroupCommit<W, O> {
             };
             q = self.queue.lock().map_err(|_| Error::Closed)?;
             q.gathering = false;
-            if let Some(e) = failed {
-                // So do the callers still queued that the round would have taken: the round
-                // failed for them too (this is what answering a failed round meant when the
-                // queue was taken whole before the commit began).
+            if let Some(e) = failed
+                && taken.is_empty()
+            {
+                // Refused before it took anyone (a storage failure): it fails the callers it
+                // would have taken, or they (this leader among them) would be offered to the
+                // same refusal again and again. A round that failed after taking work fails
+                // only those; the others are the next round's.
                 let mut n = weight;
                 while !q.pending.is_empty() && (n == 0 || n + q.pending[0].work.weight() <= MAX_BATCH_OPS) {
                     let p = q.pending.pop_front().expect("checked non-empty");
@@ -377,11 +380,10 @@ mod tests {
         assert!(rounds.len() < 8 * 150, "no round held more than one caller");
     }
 
-    /// A failed round answers its error to every caller it took, and to the callers still
-    /// queued; none of them waits for ever, none is answered as committed, and the rounds
-    /// after it go on.
+    /// A failed round answers its error to every caller it took; none of them waits for ever,
+    /// none is answered as committed, and the rounds after it go on.
     #[test]
-    fn a_failed_round_fails_exactly_its_callers_and_the_queue_and_the_next_rounds_go_on() {
+    fn a_failed_round_fails_exactly_its_callers_and_the_next_rounds_go_on() {
         let log = Log { rounds: Mutex::new(Vec::new()), committed: AtomicUsize::new(0), fails: |id| id % 3 == 1 };
         let answers = run(&log);
         let rounds = log.rounds.into_inner().unwrap();
@@ -394,15 +396,55 @@ mod tests {
                     ok += 1;
                 }
                 Err(Error::Storage(m)) => {
-                    // The round that failed it held it, or it was still queued then: either
-                    // way it is in no committed round.
+                    // Exactly the round that failed it held it.
                     let held: Vec<usize> = (0..rounds.len()).filter(|r| rounds[*r].contains(work)).collect();
-                    assert!(held.iter().all(|r| r % 3 == 1), "work {work} failed ({m}) but a committed round holds it");
+                    assert_eq!(held.len(), 1, "work {work} failed ({m}) but is in rounds {held:?}");
+                    assert_eq!(
+                        m,
+                        &format!("round {} failed", held[0]),
+                        "work {work} failed with another round's error"
+                    );
                     failed += 1;
                 }
                 Err(e) => panic!("unexpected error {e}"),
             }
         }
         assert!(ok > 0 && failed > 0, "{ok} committed, {failed} failed");
+    }
+
+    /// A round refused before it takes anyone (a backend whose storage failed refuses at once)
+    /// answers its error to the callers it would have taken: without that, the leader would be
+    /// offered the same refusal again and again and nobody would be answered.
+    #[test]
+    fn a_round_refused_before_taking_work_answers_the_queue() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::mpsc;
+
+        let refusing = AtomicBool::new(true);
+        let group: GroupCommit<u64, u64> = GroupCommit::new();
+        let commit = |next: &mut dyn FnMut() -> Option<u64>| -> Result<Vec<u64>> {
+            if refusing.load(Ordering::SeqCst) {
+                return Err(Error::Storage("refused".into()));
+            }
+            Ok(std::iter::from_fn(next).collect())
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            for w in 0..4u64 {
+                let (group, tx, commit) = (&group, tx.clone(), &commit);
+                s.spawn(move || tx.send(group.submit(w, commit)).unwrap());
+            }
+            let answers: Vec<_> = (0..4).map(|_| rx.recv_timeout(Duration::from_secs(5))).collect();
+            // Let the callers finish whatever happened, then judge.
+            refusing.store(false, Ordering::SeqCst);
+            for answer in answers {
+                match answer {
+                    Ok(Err(Error::Storage(m))) => assert_eq!(m, "refused"),
+                    Ok(other) => panic!("a caller of a refused round got {other:?}"),
+                    Err(_) => panic!("a caller of a refused round was not answered within 5 s"),
+                }
+            }
+        });
+        assert_eq!(group.submit(9, &commit).unwrap(), 9, "the rounds after the refusal go on");
     }
 }
