@@ -1,17 +1,21 @@
 //! Group commit: many callers' operations, one underlying commit.
 //!
 //! Leader/follower, with no dedicated thread: a caller enqueues its ops; if no commit is in
-//! progress it becomes the leader, drains the whole queue, runs one backend commit (for redb:
-//! one write transaction and one fsync) and hands every caller its own outcomes; callers that
-//! arrived meanwhile wait and are served by the next round. An uncontended caller therefore
-//! pays no thread hand-off, and under contention the fsync cost is shared.
+//! progress it becomes the leader, opens one backend commit (for redb: one write transaction
+//! and one fsync), applies the queued callers' work in it, commits, and hands every caller its
+//! own outcomes; callers that arrive after the round is closed wait and are served by the next
+//! round. An uncontended caller therefore pays no thread hand-off, and under contention the
+//! fsync cost is shared.
 //!
 //! Gathering: without help, a round holds only the callers that queued while the previous
 //! round committed — about half of the concurrent callers, since the other half are still
 //! preparing their next operation. So a leader waits, at most as long as the previous commit
-//! took (bounded by [`MAX_GATHER`]), until as many callers have queued as took part in the
-//! previous round or arrived during it. A lone caller never waits.
+//! took (bounded by [`MAX_GATHER`]), until as many callers have been taken as took part in the
+//! previous round or arrived during it. A lone caller never waits. It waits with the round
+//! open: the work already taken is applied while the others prepare theirs
+//! (`docs/design.md`, "Applying while gathering").
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -46,7 +50,7 @@ struct Queue<W, O> {
     expected: usize,
     /// How long the last underlying commit took: the most a leader waits to gather.
     last_commit: Duration,
-    /// A leader is gathering (waiting for more callers before it commits).
+    /// A leader's round is open (it may wait for more callers before it commits).
     gathering: bool,
     /// Set by [`GroupCommit::hurry`]: the gathering leader commits what it has.
     hurry: bool,
@@ -65,9 +69,11 @@ impl<W, O> Default for Queue<W, O> {
     }
 }
 
-/// Commits a batch (one work item per caller) in one underlying transaction, returning one
-/// outcome per item.
-pub(crate) type CommitFn<'a, W, O> = dyn Fn(&[&W]) -> Result<Vec<O>> + 'a;
+/// Applies one round in one underlying transaction: calls `next` for each caller's work, in
+/// queue order, until it answers `None` (the round is closed: `next` may wait a little for more
+/// callers first, see the module docs), then commits; returns one outcome per work item taken,
+/// in order, or an error that fails the round.
+pub(crate) type CommitFn<'a, W, O> = dyn Fn(&mut dyn FnMut() -> Option<W>) -> Result<Vec<O>> + 'a;
 
 /// Batches work from concurrent callers into shared commits.
 pub(crate) struct GroupCommit<W, O> {
@@ -78,14 +84,28 @@ pub(crate) struct GroupCommit<W, O> {
     arrived: Condvar,
 }
 
+/// What a leader knows of the round it is filling.
+struct Round<O> {
+    /// The callers taken into it, in order, to be answered after its commit.
+    taken: Vec<Slot<O>>,
+    /// Their ops, against [`MAX_BATCH_OPS`].
+    weight: usize,
+    /// How many callers the leader waits for (the gathering rule).
+    expected: usize,
+    /// The most it waits for them.
+    deadline: Instant,
+    /// Time spent waiting for callers (not part of the commit's duration).
+    waited: Duration,
+}
+
 impl<W: Work, O> GroupCommit<W, O> {
     pub(crate) fn new() -> GroupCommit<W, O> {
         GroupCommit { queue: Mutex::new(Queue::default()), leader_done: Condvar::new(), arrived: Condvar::new() }
     }
 
-    /// Submits `work` and returns its outcome once it is committed. `commit` applies a batch in
-    /// one underlying transaction; it returns one outcome per submitted item, or an error that
-    /// fails the whole batch.
+    /// Submits `work` and returns its outcome once it is committed. `commit` applies one round
+    /// in one underlying transaction, taking each caller's work from the `next` it is given
+    /// ([`CommitFn`]); it returns one outcome per item taken, or an error that fails the round.
     pub(crate) fn submit(&self, work: W, commit: &CommitFn<'_, W, O>) -> Result<O> {
         let slot: Slot<O> = Arc::new(Mutex::new(None));
         let mut q = self.queue.lock().map_err(|_| Error::Closed)?;
@@ -103,65 +123,116 @@ impl<W: Work, O> GroupCommit<W, O> {
             }
             q = self.leader_done.wait(q).map_err(|_| Error::Closed)?;
         }
-        // Lead: drain and commit rounds until our own slot is filled.
+        // Lead: commit rounds until our own slot is filled.
         q.leader_active = true;
         // If `commit` panics, hand leadership back so the other callers are not stuck forever.
         let _leader = LeaderGuard(self);
         loop {
-            let deadline = Instant::now() + q.last_commit.min(MAX_GATHER);
-            q.gathering = true;
-            q.hurry = false;
-            while q.pending.len() < q.expected && !q.hurry {
-                let now = Instant::now();
-                if now >= deadline {
-                    break;
-                }
-                q = self.arrived.wait_timeout(q, deadline - now).map_err(|_| Error::Closed)?.0;
-            }
-            q.gathering = false;
-            let mut batch = Vec::new();
-            let mut n = 0;
-            while !q.pending.is_empty() && (n == 0 || n + q.pending[0].work.weight() <= MAX_BATCH_OPS) {
-                let p = q.pending.pop_front().expect("checked non-empty");
-                n += p.work.weight();
-                batch.push(p);
-            }
-            drop(q);
-            if batch.is_empty() {
+            if q.pending.is_empty() {
                 // Our own op was taken by an earlier round that failed before delivering (a
                 // panic): give up rather than spin.
                 return Err(Error::Closed);
             }
-            let groups: Vec<&W> = batch.iter().map(|p| &p.work).collect();
+            let round = RefCell::new(Round {
+                taken: Vec::new(),
+                weight: 0,
+                expected: q.expected,
+                deadline: Instant::now() + q.last_commit.min(MAX_GATHER),
+                waited: Duration::ZERO,
+            });
+            // The round is open: a hurry from now on closes it once the queue is empty.
+            q.gathering = true;
+            q.hurry = false;
+            drop(q);
             let started = Instant::now();
-            // If `commit` panics, every caller of this round gets an error instead of waiting
-            // forever for an answer.
-            let undelivered = Undelivered(&batch);
-            let result = commit(&groups);
+            // If `commit` panics, every caller taken into this round gets an error instead of
+            // waiting forever for an answer.
+            let undelivered = Undelivered(&round);
+            let result = commit(&mut || self.next_work(&round));
             std::mem::forget(undelivered);
-            let took = started.elapsed();
-            match result {
+            let Round { taken, weight, waited, .. } = round.into_inner();
+            let took = started.elapsed().saturating_sub(waited);
+            let result = match result {
+                Ok(outcomes) if outcomes.len() != taken.len() => Err(Error::Storage(format!(
+                    "group commit: the round answered {} outcomes for {} callers",
+                    outcomes.len(),
+                    taken.len()
+                ))),
+                Ok(_) if taken.is_empty() => {
+                    Err(Error::Storage("group commit: the round took no caller's work".into()))
+                }
+                r => r,
+            };
+            let failed = match result {
                 Ok(outcomes) => {
-                    for (p, o) in batch.iter().zip(outcomes) {
-                        deliver(&p.slot, Ok(o));
+                    for (slot, o) in taken.iter().zip(outcomes) {
+                        deliver(slot, Ok(o));
                     }
+                    None
                 }
                 Err(e) => {
                     // Every caller of the round gets the same error, as it was (not wrapped
                     // again: its variant is what callers branch on).
-                    for p in &batch {
-                        deliver(&p.slot, Err(e.clone()));
+                    for slot in &taken {
+                        deliver(slot, Err(e.clone()));
                     }
+                    Some(e)
+                }
+            };
+            q = self.queue.lock().map_err(|_| Error::Closed)?;
+            q.gathering = false;
+            if let Some(e) = failed
+                && taken.is_empty()
+            {
+                // Refused before it took anyone (a storage failure): it fails the callers it
+                // would have taken, or they (this leader among them) would be offered to the
+                // same refusal again and again. A round that failed after taking work fails
+                // only those; the others are the next round's.
+                let mut n = weight;
+                while !q.pending.is_empty() && (n == 0 || n + q.pending[0].work.weight() <= MAX_BATCH_OPS) {
+                    let p = q.pending.pop_front().expect("checked non-empty");
+                    n += p.work.weight();
+                    deliver(&p.slot, Err(e.clone()));
                 }
             }
-            q = self.queue.lock().map_err(|_| Error::Closed)?;
-            q.expected = batch.len() + q.pending.len();
+            q.expected = taken.len() + q.pending.len();
             q.last_commit = took;
             let mine = slot.lock().map_err(|_| Error::Closed)?.take();
             if let Some(r) = mine {
                 drop(q);
                 return r;
             }
+        }
+    }
+
+    /// The next caller's work for the open round, in queue order; `None` closes the round.
+    /// With the queue empty, waits for more callers while the round has fewer than it expects,
+    /// until its deadline or a hurry (the leader's write transaction stays open meanwhile, with
+    /// the work taken so far already applied).
+    fn next_work(&self, round: &RefCell<Round<O>>) -> Option<W> {
+        // A poisoned queue closes the round: the leader then answers what it took.
+        let mut q = self.queue.lock().ok()?;
+        loop {
+            let mut r = round.borrow_mut();
+            if let Some(front) = q.pending.front() {
+                if !r.taken.is_empty() && r.weight + front.work.weight() > MAX_BATCH_OPS {
+                    q.gathering = false;
+                    return None;
+                }
+                let p = q.pending.pop_front().expect("checked non-empty");
+                r.weight += p.work.weight();
+                r.taken.push(p.slot);
+                return Some(p.work);
+            }
+            let now = Instant::now();
+            if r.taken.len() >= r.expected || q.hurry || now >= r.deadline {
+                q.gathering = false;
+                return None;
+            }
+            let wait = r.deadline - now;
+            drop(r);
+            q = self.arrived.wait_timeout(q, wait).ok()?.0;
+            round.borrow_mut().waited += now.elapsed();
         }
     }
 }
@@ -181,13 +252,15 @@ impl<W, O> GroupCommit<W, O> {
     }
 }
 
-/// Answers every caller of a round with `Closed` if the round unwinds before answering.
-struct Undelivered<'a, W, O>(&'a [Pending<W, O>]);
+/// Answers every caller taken into a round with `Closed` if the round unwinds before answering.
+struct Undelivered<'a, O>(&'a RefCell<Round<O>>);
 
-impl<W, O> Drop for Undelivered<'_, W, O> {
+impl<O> Drop for Undelivered<'_, O> {
     fn drop(&mut self) {
-        for p in self.0 {
-            deliver(&p.slot, Err(Error::Closed));
+        if let Ok(round) = self.0.try_borrow() {
+            for slot in &round.taken {
+                deliver(slot, Err(Error::Closed));
+            }
         }
     }
 }
@@ -206,5 +279,172 @@ impl<W, O> Drop for LeaderGuard<'_, W, O> {
 fn deliver<O>(slot: &Slot<O>, r: Result<O>) {
     if let Ok(mut g) = slot.lock() {
         *g = Some(r);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    impl Work for u64 {
+        fn weight(&self) -> usize {
+            1
+        }
+    }
+
+    /// A backend for the tests: each round is logged with the work it took, in the order it
+    /// took it, and counted as committed only after a pause (standing for the fsync); a round
+    /// whose number `fails` picks fails after taking its work.
+    struct Log {
+        rounds: Mutex<Vec<Vec<u64>>>,
+        committed: AtomicUsize,
+        fails: fn(usize) -> bool,
+    }
+
+    impl Log {
+        fn commit(&self, next: &mut dyn FnMut() -> Option<u64>) -> Result<Vec<(usize, u64)>> {
+            let mut round = Vec::new();
+            while let Some(w) = next() {
+                round.push(w);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+            let mut rounds = self.rounds.lock().unwrap();
+            let id = rounds.len();
+            rounds.push(round.clone());
+            if (self.fails)(id) {
+                return Err(Error::Storage(format!("round {id} failed")));
+            }
+            self.committed.store(id + 1, Ordering::SeqCst);
+            Ok(round.into_iter().map(|w| (id, w)).collect())
+        }
+    }
+
+    /// A caller's work and the answer it got: the round that committed it and the work.
+    type Answer = (u64, Result<(usize, u64)>);
+
+    /// 8 callers × 150 submissions each. Returns, per caller, the answers it got in order.
+    fn run(log: &Log) -> Vec<Vec<Answer>> {
+        let group: GroupCommit<u64, (usize, u64)> = GroupCommit::new();
+        std::thread::scope(|s| {
+            let callers: Vec<_> = (0..8u64)
+                .map(|c| {
+                    let group = &group;
+                    s.spawn(move || {
+                        let mut answers = Vec::new();
+                        for i in 0..150u64 {
+                            let work = c * 1000 + i;
+                            let answer = group.submit(work, &|next| log.commit(next));
+                            if let Ok((round, _)) = &answer {
+                                // Answered only once its round is committed (durable, for redb
+                                // at durability fsync).
+                                assert!(log.committed.load(Ordering::SeqCst) > *round, "answered before its commit");
+                            }
+                            answers.push((work, answer));
+                        }
+                        answers
+                    })
+                })
+                .collect();
+            callers.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    /// Every caller is answered with its own work's outcome, only after the round that holds it
+    /// committed; a caller's submissions are applied in its own order, each in a later round
+    /// than the one before; every piece of work is applied exactly once; and rounds hold
+    /// several callers (the work taken while the round gathers).
+    #[test]
+    fn callers_are_answered_with_their_own_outcome_after_their_rounds_commit_in_order() {
+        let log = Log { rounds: Mutex::new(Vec::new()), committed: AtomicUsize::new(0), fails: |_| false };
+        let answers = run(&log);
+        let rounds = log.rounds.into_inner().unwrap();
+        for (c, answers) in answers.iter().enumerate() {
+            let mut last_round = None;
+            for (work, answer) in answers {
+                let (round, answered) = answer.as_ref().expect("no round fails");
+                assert_eq!(answered, work, "caller {c} got another's outcome");
+                assert!(rounds[*round].contains(work), "work {work} answered from a round that did not hold it");
+                assert!(last_round < Some(*round), "caller {c}: work {work} applied no later than its predecessor");
+                last_round = Some(*round);
+            }
+        }
+        let mut applied: Vec<u64> = rounds.iter().flatten().copied().collect();
+        let total = applied.len();
+        applied.sort_unstable();
+        applied.dedup();
+        assert_eq!((applied.len(), total), (8 * 150, 8 * 150), "every piece of work applied exactly once");
+        assert!(rounds.len() < 8 * 150, "no round held more than one caller");
+    }
+
+    /// A failed round answers its error to every caller it took; none of them waits for ever,
+    /// none is answered as committed, and the rounds after it go on.
+    #[test]
+    fn a_failed_round_fails_exactly_its_callers_and_the_next_rounds_go_on() {
+        let log = Log { rounds: Mutex::new(Vec::new()), committed: AtomicUsize::new(0), fails: |id| id % 3 == 1 };
+        let answers = run(&log);
+        let rounds = log.rounds.into_inner().unwrap();
+        let (mut ok, mut failed) = (0, 0);
+        for (work, answer) in answers.iter().flatten() {
+            match answer {
+                Ok((round, w)) => {
+                    assert_eq!(w, work);
+                    assert!(round % 3 != 1, "answered as committed from a failed round");
+                    ok += 1;
+                }
+                Err(Error::Storage(m)) => {
+                    // Exactly the round that failed it held it.
+                    let held: Vec<usize> = (0..rounds.len()).filter(|r| rounds[*r].contains(work)).collect();
+                    assert_eq!(held.len(), 1, "work {work} failed ({m}) but is in rounds {held:?}");
+                    assert_eq!(
+                        m,
+                        &format!("round {} failed", held[0]),
+                        "work {work} failed with another round's error"
+                    );
+                    failed += 1;
+                }
+                Err(e) => panic!("unexpected error {e}"),
+            }
+        }
+        assert!(ok > 0 && failed > 0, "{ok} committed, {failed} failed");
+    }
+
+    /// A round refused before it takes anyone (a backend whose storage failed refuses at once)
+    /// answers its error to the callers it would have taken: without that, the leader would be
+    /// offered the same refusal again and again and nobody would be answered.
+    #[test]
+    fn a_round_refused_before_taking_work_answers_the_queue() {
+        use std::sync::atomic::AtomicBool;
+        use std::sync::mpsc;
+
+        let refusing = AtomicBool::new(true);
+        let group: GroupCommit<u64, u64> = GroupCommit::new();
+        let commit = |next: &mut dyn FnMut() -> Option<u64>| -> Result<Vec<u64>> {
+            if refusing.load(Ordering::SeqCst) {
+                return Err(Error::Storage("refused".into()));
+            }
+            Ok(std::iter::from_fn(next).collect())
+        };
+        let (tx, rx) = mpsc::channel();
+        std::thread::scope(|s| {
+            for w in 0..4u64 {
+                let (group, tx, commit) = (&group, tx.clone(), &commit);
+                s.spawn(move || tx.send(group.submit(w, commit)).unwrap());
+            }
+            let answers: Vec<_> = (0..4).map(|_| rx.recv_timeout(Duration::from_secs(5))).collect();
+            // Let the callers finish whatever happened, then judge.
+            refusing.store(false, Ordering::SeqCst);
+            for answer in answers {
+                match answer {
+                    Ok(Err(Error::Storage(m))) => assert_eq!(m, "refused"),
+                    Ok(other) => panic!("a caller of a refused round got {other:?}"),
+                    Err(_) => panic!("a caller of a refused round was not answered within 5 s"),
+                }
+            }
+        });
+        assert_eq!(group.submit(9, &commit).unwrap(), 9, "the rounds after the refusal go on");
     }
 }

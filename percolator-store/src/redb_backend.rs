@@ -404,7 +404,7 @@ impl Shared {
             let due = self.opened.elapsed().as_millis() as u64 >= self.next_durable_ms.load(Ordering::Relaxed);
             if due && self.unsynced.load(Ordering::Acquire) && !self.failing.load(Ordering::Acquire) {
                 // Through the group commit, as any commit: its leader decides it is durable.
-                if let Err(e) = self.group.submit(Batch::Ops(Vec::new()), &|groups| self.commit_batch(groups)) {
+                if let Err(e) = self.group.submit(Batch::Ops(Vec::new()), &|next| self.commit_batch(next)) {
                     tracing::debug!(error = %e, "a durable commit of the last commits failed");
                 }
             }
@@ -454,7 +454,9 @@ impl Shared {
         db.begin_read().map_err(|e| self.located(e.into()))
     }
 
-    fn commit_batch(self: &Arc<Self>, groups: &[&Batch]) -> Result<Vec<Done>> {
+    /// One group-commit round: the callers' work taken from `next` (see [`crate::group_commit`])
+    /// applied in one write transaction.
+    fn commit_batch(self: &Arc<Self>, next: &mut dyn FnMut() -> Option<Batch>) -> Result<Vec<Done>> {
         if self.failing.load(Ordering::Acquire)
             && let Some(e) = self.failure_error()
         {
@@ -465,10 +467,10 @@ impl Shared {
         let Some(db) = db.as_ref() else {
             return Err(self.failure_error().unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
         };
-        self.commit_in(db, groups).map_err(|e| self.located(e))
+        self.commit_in(db, next).map_err(|e| self.located(e))
     }
 
-    fn commit_in(&self, db: &Database, groups: &[&Batch]) -> Result<Vec<Done>> {
+    fn commit_in(&self, db: &Database, next: &mut dyn FnMut() -> Option<Batch>) -> Result<Vec<Done>> {
         let mut tx = db.begin_write()?;
         let durable = match self.config.durability {
             Durability::Fsync => true,
@@ -478,15 +480,19 @@ impl Shared {
             }
         };
         tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
-        let mut out = Vec::with_capacity(groups.len());
+        let mut out = Vec::new();
+        let mut ops = 0;
         {
             // Tables are opened when first used: a commit that writes no notify cell or metadata
             // (most one-phase commits) does not pay for opening and re-rooting those tables.
             let mut cells = Lazy::new(&tx, CELLS);
             let mut notify = Lazy::new(&tx, NOTIFY);
             let mut meta = Lazy::new(&tx, META);
-            for group in groups {
-                out.push(match group {
+            // Each caller's work as the group commit hands it over: those queued at once, then
+            // those that arrive while the round gathers.
+            while let Some(group) = next() {
+                ops += group.weight() as u64;
+                out.push(match &group {
                     Batch::Ops(ops) => {
                         let mut outcomes = Vec::with_capacity(ops.len());
                         for op in ops {
@@ -507,7 +513,7 @@ impl Shared {
             self.next_durable_ms.store(now + NONE_DURABLE_EVERY_MS, Ordering::Relaxed);
         }
         self.commits.fetch_add(1, Ordering::Relaxed);
-        self.ops.fetch_add(groups.iter().map(|g| g.weight() as u64).sum(), Ordering::Relaxed);
+        self.ops.fetch_add(ops, Ordering::Relaxed);
         Ok(out)
     }
 
@@ -699,7 +705,7 @@ impl Bigtable for RedbBigtable {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        match self.shared.group.submit(Batch::Ops(ops), &|groups| self.shared.commit_batch(groups))? {
+        match self.shared.group.submit(Batch::Ops(ops), &|next| self.shared.commit_batch(next))? {
             Done::Ops(outcomes) => Ok(outcomes),
             Done::Atomic(_) => Err(Error::Storage("group commit answered ops with an atomic outcome".into())),
         }
@@ -716,7 +722,7 @@ impl Bigtable for RedbBigtable {
         }
         // Group-committed like any op: it shares the write transaction (and the fsync) of
         // whatever else is queued, and stays all-or-nothing inside it.
-        match self.shared.group.submit(Batch::Atomic(rows), &|groups| self.shared.commit_batch(groups))? {
+        match self.shared.group.submit(Batch::Atomic(rows), &|next| self.shared.commit_batch(next))? {
             Done::Atomic(outcome) => Ok(outcome),
             Done::Ops(_) => Err(Error::Storage("group commit answered an atomic group with op outcomes".into())),
         }
