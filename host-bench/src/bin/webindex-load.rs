@@ -100,14 +100,55 @@ fn load_average() -> String {
 #[derive(Default)]
 struct Counting {
     bytes: AtomicU64,
+    /// Applied row mutations by table: how many, and their mutations (each one B-tree insert
+    /// or delete, or one of the notify table) by kind ([`KINDS`]).
+    tables: std::sync::Mutex<BTreeMap<String, (u64, [u64; KINDS.len()])>>,
+}
+
+/// The kinds of [`Mutation`], as [`kind`] numbers them.
+const KINDS: [&str; 10] = [
+    "PutLock",
+    "DeleteLock",
+    "PutData",
+    "DeleteData",
+    "PutWrite",
+    "PutWrite(rollback)",
+    "DeleteWrite",
+    "SetNotify",
+    "DropNotifyWriter",
+    "ClearNotify",
+];
+
+fn kind(m: &Mutation) -> usize {
+    match m {
+        Mutation::PutLock { .. } => 0,
+        Mutation::DeleteLock { .. } => 1,
+        Mutation::PutData { .. } => 2,
+        Mutation::DeleteData { .. } => 3,
+        Mutation::PutWrite { write: WriteRecord { kind: WriteKind::Rollback, .. }, .. } => 5,
+        Mutation::PutWrite { .. } => 4,
+        Mutation::DeleteWrite { .. } => 6,
+        Mutation::SetNotify { .. } => 7,
+        Mutation::DropNotifyWriter { .. } => 8,
+        Mutation::ClearNotify { .. } => 9,
+    }
+}
+
+/// What [`Counting`] keeps of a row mutation: bytes written, its table, its mutations by kind.
+struct Counted {
+    bytes: u64,
+    table: String,
+    kinds: [u64; KINDS.len()],
 }
 
 impl ApplyHook for Counting {
-    type Note = u64;
+    type Note = Counted;
 
-    fn note(&self, m: &RowMutation) -> Option<u64> {
+    fn note(&self, m: &RowMutation) -> Option<Counted> {
         let mut n = 0;
+        let mut kinds = [0; KINDS.len()];
         for mutation in &m.mutations {
+            kinds[kind(mutation)] += 1;
             if let Mutation::PutWrite { column, write: WriteRecord { kind, .. }, .. } = mutation {
                 n += match kind {
                     WriteKind::Put(v) => m.row.len() + column.len() + v.len(),
@@ -116,11 +157,22 @@ impl ApplyHook for Counting {
                 };
             }
         }
-        (n > 0).then_some(n as u64)
+        Some(Counted { bytes: n as u64, table: m.table.clone(), kinds })
     }
 
-    fn applied(&self, notes: Vec<u64>) {
-        self.bytes.fetch_add(notes.iter().sum(), Ordering::Relaxed);
+    fn applied(&self, notes: Vec<Counted>) {
+        self.bytes.fetch_add(notes.iter().map(|c| c.bytes).sum(), Ordering::Relaxed);
+        let mut tables = self.tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        for c in notes {
+            let (rows, kinds) = match tables.get_mut(&c.table) {
+                Some(t) => t,
+                None => tables.entry(c.table).or_default(),
+            };
+            *rows += 1;
+            for (total, n) in kinds.iter_mut().zip(c.kinds) {
+                *total += n;
+            }
+        }
     }
 }
 
@@ -402,6 +454,17 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         format!("{:.1}", (after.backend_ops - before.backend_ops) as f64 / rounds.max(1) as f64),
     );
     figure("bytes_written", bytes.to_string());
+    // What the backend applied to the fixed point (GC's removals included): row mutations by
+    // table, and their mutations (one B-tree insert or delete each) by table and kind.
+    let tables = counting.hook().tables.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let per_page = |n: u64| format!("{:.1}", n as f64 / pages as f64);
+    figure("mutations_per_page", per_page(tables.values().flat_map(|(_, k)| k).sum()));
+    for (table, (rows, kinds)) in &tables {
+        figure(&format!("row_mutations_per_page{{{table}}}"), per_page(*rows));
+        for (name, n) in KINDS.iter().zip(kinds).filter(|(_, n)| **n > 0) {
+            figure(&format!("mutations_per_page{{{table} {name}}}"), per_page(*n));
+        }
+    }
     figure("bytes_written_per_page", format!("{:.0}", bytes as f64 / pages as f64));
     figure("bytes_written_over_input", format!("{:.2}", bytes as f64 / input_bytes as f64));
     figure("store_file_bytes", file.to_string());
