@@ -847,7 +847,6 @@ fn compact_shrinks_a_store_no_host_serves() {
     let newest = format!("{}\n", text(2, 7));
     // A host serves it: refused, nothing changes.
     let mut host = Host::start(&sb);
-    let before = std::fs::metadata(sb.path("store.redb")).unwrap().len();
     let e = sb.fails(&["compact"]);
     assert!(
         e.contains(&format!("a host serves store {} at {}: stop it first", sb.path("store.redb").display(), host.url)),
@@ -862,7 +861,9 @@ fn compact_shrinks_a_store_no_host_serves() {
     let e = sb.fails(&["compact"]);
     assert!(e.contains("is in use by another process: stop it first"), "{e}");
     drop(store);
-    assert!(std::fs::metadata(sb.path("store.redb")).unwrap().len() >= before);
+    // The refusals changed nothing: the compaction below still finds every old version to
+    // remove. (Not the file's size: redb gives trailing free pages back at any commit — the
+    // host's own, at its close, under load — so the size is no witness.)
 
     let out = sb.ok(&["compact"]);
     let sizes: Vec<u64> = out
