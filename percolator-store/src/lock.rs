@@ -74,6 +74,7 @@ pub(crate) fn primary_status(inner: &Inner, primary: &CellRef, start_ts: Timesta
                 // Neither locked nor decided: the primary was never prewritten (or its rollback
                 // record was garbage-collected). Leave a rollback record so a delayed prewrite
                 // fails; the condition keeps us from racing a prewrite that lands right now.
+                fail::fail_point!("resolve-before-rollback-record");
                 let op = RowMutation {
                     table: primary.table.clone(),
                     row: primary.row.clone(),
@@ -84,11 +85,15 @@ pub(crate) fn primary_status(inner: &Inner, primary: &CellRef, start_ts: Timesta
                         write: WriteRecord { start_ts, kind: WriteKind::Rollback },
                     }],
                 };
-                if inner.backend.apply(vec![Op::Row(op)])?[0] == Outcome::Applied {
-                    Ok(TxnStatus::RolledBack)
-                } else {
-                    continue;
-                }
+                // Applied or not, look again rather than answer "rolled back": the condition
+                // only says no lock is there *now*, and the owner may have prewritten and
+                // committed its primary since the two reads above (a lock and a commit record
+                // both gone unseen). After the record no prewrite of the primary succeeds, so
+                // the next look is final: its commit record if it committed before the record
+                // was written (the rollback record beside it is then inert: reads skip it, and
+                // `find_write` meets the commit first), else this rollback record.
+                inner.backend.apply(vec![Op::Row(op)])?;
+                continue;
             }
         };
     }

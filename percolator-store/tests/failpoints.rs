@@ -469,3 +469,64 @@ fn reads_fail_once_the_workers_lease_lapsed() {
     assert!(matches!(old.get("t", "r", "c:v"), Err(Error::Unavailable(_))), "the old transaction stays failed");
     scenario.teardown();
 }
+
+/// A resolver meets a secondary lock whose primary is neither locked nor decided (the
+/// prewrite of the primary, sent in parallel with the secondaries, has not landed yet), and
+/// decides to leave a rollback record there. If the owner prewrites and commits its primary
+/// between the resolver's reads and that record (`LockAbsent` still holds: the commit removed
+/// the lock), the transaction committed, and the resolver must not roll its secondary back:
+/// that lost a committed write (an append of the list-append test on three hosts over Redis,
+/// overwritten by a concurrent transaction that then prewrote the cell unhindered). The
+/// failpoint stops the resolver right there while the owner's primary commits.
+#[test]
+fn a_primary_committed_while_its_rollback_was_decided_is_rolled_forward() {
+    use percolator_store::CellRef;
+    use percolator_store::backends::{LockRecord, Mutation, Op, RowMutation, WriteKind, WriteRecord, encode_value};
+    let scenario = FailScenario::setup();
+    let s = test_store(two_phase());
+    let column = "c:v";
+    let row = |row: &str, mutations: Vec<Mutation>| {
+        Op::Row(RowMutation { table: "t".into(), row: row.as_bytes().to_vec(), conditions: vec![], mutations })
+    };
+    // The owner's secondary `t/k` is prewritten; its primary `t/p` not yet.
+    let start = s.oracle().next().unwrap();
+    let lock = LockRecord { primary: CellRef::new("t", "p", column), wall_ms: 0, ttl_ms: u64::MAX / 2, worker: 0 };
+    s.backend
+        .apply(vec![row(
+            "k",
+            vec![
+                Mutation::PutLock { column: column.into(), start_ts: start, lock },
+                Mutation::PutData { column: column.into(), start_ts: start, value: encode_value(b"owner's") },
+            ],
+        )])
+        .unwrap();
+    // Between the resolver's reads of the primary and its rollback record, the owner's primary
+    // is prewritten and committed (what is left of it: its commit record).
+    let (store, backend) = (s.store.clone(), s.backend.clone());
+    let committed = Arc::new(AtomicU64::new(0));
+    let at = committed.clone();
+    fail::cfg_callback("resolve-before-rollback-record", move || {
+        if at.load(Ordering::SeqCst) != 0 {
+            return;
+        }
+        let commit_ts = store.oracle().next().unwrap();
+        let write = WriteRecord { start_ts: start, kind: WriteKind::Put(encode_value(b"owner's")) };
+        backend.apply(vec![row("p", vec![Mutation::PutWrite { column: column.into(), commit_ts, write }])]).unwrap();
+        at.store(commit_ts.raw(), Ordering::SeqCst);
+    })
+    .unwrap();
+    // A reader meets the secondary lock and resolves it through the primary.
+    let reader = s.begin().unwrap();
+    assert_eq!(reader.get("t", "k", column).unwrap(), None, "the owner committed after the reader started");
+    fail::remove("resolve-before-rollback-record");
+    assert_ne!(committed.load(Ordering::SeqCst), 0, "the resolver never decided to leave a rollback record");
+    let after = s.begin().unwrap();
+    let (primary, secondary) = (after.get("t", "p", column).unwrap(), after.get("t", "k", column).unwrap());
+    scenario.teardown();
+    assert_eq!(primary.as_deref(), Some(&b"owner's"[..]), "the primary's commit record");
+    assert_eq!(
+        secondary.as_deref(),
+        Some(&b"owner's"[..]),
+        "the primary committed, but the resolver rolled its secondary back: a committed write lost"
+    );
+}

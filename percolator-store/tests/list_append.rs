@@ -279,6 +279,7 @@ fn check_feed(store: &Store, records: &[Record], unrecorded: impl Fn(Value) -> b
         feed.extend(page.changes);
         token = page.next;
     }
+    dump_history(records, &feed, what);
     assert!(feed.windows(2).all(|w| w[0].commit_ts <= w[1].commit_ts), "{what}: the feed is out of commit order");
     // Who appended each value, and what every committed transaction wrote (key → last value).
     let mut by_value: HashMap<Value, &Record> = HashMap::new();
@@ -336,6 +337,27 @@ fn check_feed(store: &Store, records: &[Record], unrecorded: impl Fn(Value) -> b
         }
     }
     eprintln!("{what}: change feed of {} changes checked ({} committed writes)", feed.len(), expected.len());
+}
+
+/// With `PERCOLATOR_LIST_APPEND_DUMP=<dir>`: the records (`AT <time> <txn>`, as the hosts print
+/// them) and the feed (`FEED <commit_ts> <row> <list>`) of the history being checked, written to
+/// a file of their own in `<dir>` before the checks, so a failed check can be read again.
+fn dump_history(records: &[Record], feed: &[percolator_store::Change], what: &str) {
+    use std::io::Write;
+    let Some(dir) = std::env::var_os("PERCOLATOR_LIST_APPEND_DUMP") else { return };
+    let name: String = what.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
+    let path = Path::new(&dir).join(format!("{name}.{}.history", std::process::id()));
+    let mut out = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let mut sorted: Vec<&Record> = records.iter().collect();
+    sorted.sort_by_key(|(at, _)| *at);
+    for (at, txn) in sorted {
+        writeln!(out, "AT {at} {}", txn.to_line()).unwrap();
+    }
+    for change in feed {
+        let value = change.value.as_deref().map_or("<deleted>".into(), String::from_utf8_lossy);
+        writeln!(out, "FEED {} {} {value}", change.commit_ts, String::from_utf8_lossy(&change.cell.row)).unwrap();
+    }
+    eprintln!("{what}: history written to {}", path.display());
 }
 
 /// Tests of this file that use the Redis Cluster run one at a time: one kills a master.
