@@ -642,7 +642,7 @@ fn without_conflicts_no_row_is_hot() {
 /// commit drops the names again: a one-phase commit (and one with weak notifications only)
 /// writes none and drops none — a `DropNotifyWriter` per weak notification, all no-ops, was
 /// 8 % of the web index's mutations. Either way the notification is pending at the commit
-/// timestamp with no writer named, and its observer runs.
+/// timestamp with no writer named, and its observer runs (at least once: weak runs may repeat).
 #[test]
 fn only_a_two_phase_commit_drops_the_writer_names_of_its_weak_notifications() {
     use percolator_store::backends::{ApplyHook, Observed, RowMutation};
@@ -694,6 +694,9 @@ fn only_a_two_phase_commit_drops_the_writer_names_of_its_weak_notifications() {
         let scanner = store.start_scanner(ScannerConfig::default());
         assert!(store.wait_quiescent(QUIET).unwrap());
         scanner.stop();
-        assert_eq!(runs.load(Ordering::Relaxed), 2, "{what}");
+        // Each ran (weak runs may repeat: two scanner threads can take one cell), and both
+        // notifications were cleared.
+        assert!(runs.load(Ordering::Relaxed) >= 2, "{what}: {} runs", runs.load(Ordering::Relaxed));
+        assert!(backend.scan_notify(None, 10).unwrap().is_empty(), "{what}");
     }
 }
