@@ -418,6 +418,12 @@ pub struct BackendStats {
     pub commits: u64,
     /// Operations applied in those commits.
     pub ops: u64,
+    /// For redb at durability fsync: rounds made durable by an fdatasync of the redo log
+    /// (their redb commits wrote no page).
+    pub log_syncs: u64,
+    /// For redb at durability fsync: checkpoints (durable redb commits that emptied the redo
+    /// log).
+    pub checkpoints: u64,
 }
 
 /// Why a backend refuses writes now ([`Bigtable::storage_failure`],

@@ -53,6 +53,7 @@ mod notify;
 mod observed;
 mod oracle;
 mod redb_backend;
+mod redo;
 mod registry;
 mod scanner;
 mod secondaries;

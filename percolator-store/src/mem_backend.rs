@@ -120,6 +120,6 @@ impl Bigtable for MemBigtable {
     }
     fn stats(&self) -> BackendStats {
         let c = self.commits.load(Ordering::Relaxed);
-        BackendStats { commits: c, ops: c }
+        BackendStats { commits: c, ops: c, ..BackendStats::default() }
     }
 }

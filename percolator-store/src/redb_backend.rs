@@ -5,6 +5,12 @@
 //! (oracle high-water mark, worker leases, dead letters). redb holds an exclusive lock on the
 //! file, so this process is the only reader and writer ([`Bigtable::exclusive`]).
 //!
+//! At durability fsync a round is made durable by the redo log (`<store>.redo`, [`crate::redo`]):
+//! its key-level changes are appended and fdatasynced, then redb commits it without writing
+//! pages; a checkpoint each second (a durable redb commit) empties the log, and opening the
+//! store replays what the log holds after the last checkpoint (`docs/design.md`, "A redo log
+//! in front of redb").
+//!
 //! After an I/O error (a full disk) redb refuses every later operation until the file is
 //! closed and opened again. The backend then refuses writes with the first error
 //! ([`Error::Io`]), reopens the file at once so that reads work, and tries a probe write (1 MiB) with
@@ -12,6 +18,7 @@
 //! acknowledged are not durable yet (durability none), which a reopen would drop: then the
 //! failure stays until the process is restarted ([`StorageFailure::needs_restart`]).
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
@@ -23,6 +30,7 @@ use crate::bigtable::*;
 use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, LATCHED, Result};
 use crate::group_commit::{GroupCommit, Work};
+use crate::redo::{self, Changes, RedoLog, Table};
 use crate::timestamp::Timestamp;
 
 const CELLS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("cells");
@@ -50,11 +58,22 @@ pub struct RedbConfig {
     pub durability: Durability,
     /// redb page cache size in bytes.
     pub cache_bytes: usize,
+    /// At [`Durability::Fsync`], make rounds durable with the redo log rather than with redb's
+    /// durable commit (the default; off only to compare the two in benchmarks).
+    pub redo_log: bool,
+    /// How often a round is a checkpoint (a durable redb commit that empties the redo log):
+    /// longer means fewer page writes and more to replay after a crash.
+    pub checkpoint_every: Duration,
 }
 
 impl Default for RedbConfig {
     fn default() -> RedbConfig {
-        RedbConfig { durability: Durability::Fsync, cache_bytes: 256 << 20 }
+        RedbConfig {
+            durability: Durability::Fsync,
+            cache_bytes: 256 << 20,
+            redo_log: true,
+            checkpoint_every: redo::CHECKPOINT_EVERY,
+        }
     }
 }
 
@@ -113,6 +132,13 @@ struct Shared {
     /// The last commit that succeeded was not durable ([`Durability::None`]): a reopen now
     /// would go back before commits that callers were told succeeded.
     unsynced: AtomicBool,
+    /// The redo log, when rounds are made durable by it ([`RedbConfig::redo_log`] at
+    /// [`Durability::Fsync`]). Locked by a round's leader for the whole round, and by a reopen
+    /// (always after `db`).
+    redo: Mutex<Option<RedoLog>>,
+    /// Rounds made durable by the log, and checkpoints ([`BackendStats`]).
+    log_syncs: AtomicU64,
+    checkpoints: AtomicU64,
 }
 
 #[derive(Default)]
@@ -150,6 +176,86 @@ fn open_database(path: &Path, cache_bytes: usize) -> Result<Database> {
     })
 }
 
+/// Replays the redo log of the store at `path` into `db`: the records after `redo/applied`, in
+/// order, in one write transaction that also moves `redo/applied` to the last of them. At open
+/// (`durable`) that commit is a checkpoint and the log is emptied; after a reopen for a
+/// failure it is not durable (the disk may be full) and the next round makes the checkpoint.
+/// Returns the log if this store keeps one (`logging`); otherwise a log left by an earlier
+/// configuration is replayed and removed.
+fn recover(
+    db: &Database,
+    path: &Path,
+    logging: bool,
+    durable: bool,
+    checkpoint_every: Duration,
+) -> Result<Option<RedoLog>> {
+    if !logging && !redo::path_of(path).exists() {
+        return Ok(None);
+    }
+    let applied = {
+        let tx = db.begin_read()?;
+        let meta = tx.open_table(META)?;
+        let value = meta.get(redo::APPLIED_KEY.as_bytes())?;
+        match value.as_ref().map(|v| <[u8; 8]>::try_from(v.value())) {
+            None => 0,
+            Some(Ok(seq)) => u64::from_be_bytes(seq),
+            Some(Err(_)) => {
+                return Err(Error::Storage(format!(
+                    "{}: meta {} is not an 8-byte sequence number",
+                    path.display(),
+                    redo::APPLIED_KEY
+                )));
+            }
+        }
+    };
+    let (mut log, records) = RedoLog::open(path, applied, checkpoint_every)?;
+    if !records.is_empty() || !log.is_empty() {
+        let mut tx = db.begin_write()?;
+        tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
+        {
+            let mut tables = [tx.open_table(CELLS)?, tx.open_table(NOTIFY)?, tx.open_table(META)?];
+            for record in &records {
+                let changes = redo::decode(&record.changes).ok_or_else(|| {
+                    Error::Storage(format!("{}: record {} does not decode", redo::path_of(path).display(), record.seq))
+                })?;
+                for change in changes {
+                    match change {
+                        redo::Change::Put(t, key, value) => {
+                            tables[t as usize].insert(key, value)?;
+                        }
+                        redo::Change::Delete(t, key) => {
+                            tables[t as usize].remove(key)?;
+                        }
+                    }
+                }
+            }
+            tables[Table::Meta as usize]
+                .insert(redo::APPLIED_KEY.as_bytes(), log.last_seq().to_be_bytes().as_slice())?;
+        }
+        tx.commit()?;
+        if !records.is_empty() {
+            tracing::info!(
+                records = records.len(),
+                last = log.last_seq(),
+                "replayed the redo log: rounds acknowledged after the last checkpoint"
+            );
+        }
+        if durable {
+            log.checkpointed()?;
+        } else {
+            log.force_checkpoint();
+        }
+    }
+    if logging {
+        Ok(Some(log))
+    } else {
+        if durable {
+            log.remove();
+        }
+        Ok(None)
+    }
+}
+
 impl RedbBigtable {
     /// Opens or creates the store file at `path`. Fails with [`Error::AlreadyOpen`] if another
     /// process, or another handle in this process, has the file open.
@@ -164,10 +270,13 @@ impl RedbBigtable {
             tx.commit()?;
             Ok(())
         };
-        created().map_err(|e| match e {
+        let located = |e| match e {
             Error::Io { message, disk_full, .. } => Error::Io { path: path.to_owned(), message, disk_full },
             e => e,
-        })?;
+        };
+        created().map_err(located)?;
+        let logging = config.durability == Durability::Fsync && config.redo_log;
+        let redo = recover(&db, path, logging, true, config.checkpoint_every).map_err(located)?;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
@@ -183,6 +292,9 @@ impl RedbBigtable {
                 wake_prober: Condvar::new(),
                 reopens: AtomicU64::new(0),
                 unsynced: AtomicBool::new(false),
+                redo: Mutex::new(redo),
+                log_syncs: AtomicU64::new(0),
+                checkpoints: AtomicU64::new(0),
             }),
         };
         if backend.shared.config.durability == Durability::None {
@@ -212,6 +324,11 @@ impl RedbBigtable {
         let size = || -> Result<u64> { Ok(std::fs::metadata(path)?.len()) };
         if !path.is_file() {
             return Err(Error::NotFound(format!("no store file at {}", path.display())));
+        }
+        if redo::path_of(path).exists() {
+            // Rounds after the last checkpoint are only in the log: a clean open and close
+            // puts them into the file (and removes the log) before the file is compacted.
+            drop(RedbBigtable::open(path, RedbConfig::default())?);
         }
         let before = size()?;
         let mut db = Database::builder().open(path).map_err(|e| match e {
@@ -419,7 +536,15 @@ impl Shared {
         // Closing first: redb locks the file while it is open. A database that met an I/O
         // error writes nothing on close.
         drop(db.take());
-        *db = Some(open_database(&self.path, self.config.cache_bytes)?);
+        let reopened = open_database(&self.path, self.config.cache_bytes)?;
+        let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
+        if redo.is_some() {
+            // The file went back to its last durable commit: the rounds logged since are
+            // applied again, not durably (the disk may be full); the log stays until the
+            // checkpoint the next round makes.
+            *redo = recover(&reopened, &self.path, true, false, self.config.checkpoint_every)?;
+        }
+        *db = Some(reopened);
         self.reopens.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -470,10 +595,12 @@ impl Shared {
         self.commit_in(db, next).map_err(|e| self.located(e))
     }
 
-    fn commit_in(&self, db: &Database, next: &mut dyn FnMut() -> Option<Batch>) -> Result<Vec<Done>> {
+    fn commit_in(self: &Arc<Self>, db: &Database, next: &mut dyn FnMut() -> Option<Batch>) -> Result<Vec<Done>> {
+        let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
         let mut tx = db.begin_write()?;
         let durable = match self.config.durability {
-            Durability::Fsync => true,
+            // With the log, a round is durable in redb only when it is a checkpoint.
+            Durability::Fsync => redo.as_ref().is_none_or(RedoLog::checkpoint_due),
             // Only the group commit's leader gets here: one at a time.
             Durability::None => {
                 self.opened.elapsed().as_millis() as u64 >= self.next_durable_ms.load(Ordering::Relaxed)
@@ -482,12 +609,15 @@ impl Shared {
         tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
         let mut out = Vec::new();
         let mut ops = 0;
+        // What the round changes, for the log (a round that is a checkpoint is not logged).
+        let changes = RefCell::new(Changes::default());
+        let log = (redo.is_some() && !durable).then_some(&changes);
         {
             // Tables are opened when first used: a commit that writes no notify cell or metadata
             // (most one-phase commits) does not pay for opening and re-rooting those tables.
-            let mut cells = Lazy::new(&tx, CELLS);
-            let mut notify = Lazy::new(&tx, NOTIFY);
-            let mut meta = Lazy::new(&tx, META);
+            let mut cells = Lazy::new(&tx, CELLS, log.map(|c| (c, Table::Cells)));
+            let mut notify = Lazy::new(&tx, NOTIFY, log.map(|c| (c, Table::Notify)));
+            let mut meta = Lazy::new(&tx, META, log.map(|c| (c, Table::Meta)));
             // Each caller's work as the group commit hands it over: those queued at once, then
             // those that arrive while the round gathers.
             while let Some(group) = next() {
@@ -505,9 +635,42 @@ impl Shared {
                     Batch::Atomic(rows) => Done::Atomic(cells::apply_rows_atomically(&mut cells, &mut notify, rows)?),
                 });
             }
+            if durable && let Some(redo) = redo.as_ref() {
+                // A checkpoint: every logged round is in redb once this commit is durable.
+                meta.put(redo::APPLIED_KEY.as_bytes(), &redo.last_seq().to_be_bytes())?;
+            }
         }
-        tx.commit()?;
-        self.unsynced.store(!durable, Ordering::Release);
+        match redo.as_mut() {
+            Some(log) if !durable && !changes.borrow().is_empty() => {
+                // Write-ahead: durable in the log before any reader can see it. A failed append
+                // fails the round (the transaction is dropped, so aborted) and, being an I/O
+                // error, has the file reopened, which reads the log again.
+                log.append(&changes.borrow())?;
+                self.log_syncs.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = tx.commit() {
+                    // Logged but not committed: a reopen replays it (its callers hear an
+                    // error, which never promised "not committed"). Recorded as a failure
+                    // whatever its kind, so that the prober reopens.
+                    let e = Error::from(e);
+                    return Err(match e {
+                        Error::Io { .. } => e,
+                        e => self.fail(e),
+                    });
+                }
+                fail::fail_point!("redo-after-commit");
+            }
+            Some(log) if durable => {
+                tx.commit()?;
+                self.checkpoints.fetch_add(1, Ordering::Relaxed);
+                if let Err(e) = log.checkpointed() {
+                    // The records stay, below `redo/applied`: a later open skips them.
+                    tracing::warn!(error = %e, "emptying the redo log after a checkpoint failed; trying again at the next");
+                }
+            }
+            _ => tx.commit()?,
+        }
+        // A round the log holds is durable although redb's commit was not.
+        self.unsynced.store(!durable && redo.is_none(), Ordering::Release);
         if durable && self.config.durability == Durability::None {
             let now = self.opened.elapsed().as_millis() as u64;
             self.next_durable_ms.store(now + NONE_DURABLE_EVERY_MS, Ordering::Relaxed);
@@ -556,16 +719,22 @@ fn for_range_impl<T: ReadableTable<&'static [u8], &'static [u8]>>(
     Ok(())
 }
 
-/// A table of a write transaction, opened when first used.
+/// A table of a write transaction, opened when first used; its changes are recorded in `log`
+/// (a round's redo record) when there is one.
 struct Lazy<'t> {
     tx: &'t redb::WriteTransaction,
     def: TableDefinition<'static, &'static [u8], &'static [u8]>,
     table: std::cell::OnceCell<W<'t>>,
+    log: Option<(&'t RefCell<Changes>, Table)>,
 }
 
 impl<'t> Lazy<'t> {
-    fn new(tx: &'t redb::WriteTransaction, def: TableDefinition<'static, &'static [u8], &'static [u8]>) -> Lazy<'t> {
-        Lazy { tx, def, table: std::cell::OnceCell::new() }
+    fn new(
+        tx: &'t redb::WriteTransaction,
+        def: TableDefinition<'static, &'static [u8], &'static [u8]>,
+        log: Option<(&'t RefCell<Changes>, Table)>,
+    ) -> Lazy<'t> {
+        Lazy { tx, def, table: std::cell::OnceCell::new(), log }
     }
 
     fn table(&self) -> Result<&W<'t>> {
@@ -592,10 +761,18 @@ impl KvRead for Lazy<'_> {
 
 impl KvWrite for Lazy<'_> {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.table_mut()?.put(key, value)
+        self.table_mut()?.put(key, value)?;
+        if let Some((log, table)) = self.log {
+            log.borrow_mut().put(table, key, value);
+        }
+        Ok(())
     }
     fn delete(&mut self, key: &[u8]) -> Result<()> {
-        self.table_mut()?.delete(key)
+        self.table_mut()?.delete(key)?;
+        if let Some((log, table)) = self.log {
+            log.borrow_mut().delete(table, key);
+        }
+        Ok(())
     }
 }
 
@@ -650,6 +827,27 @@ impl Drop for RedbBigtable {
             let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
             if let Some(Ok(tx)) = db.as_ref().map(Database::begin_write) {
                 let _ = tx.commit();
+            }
+        }
+        // With the log: a last checkpoint, then the log file goes (a crash before leaves it,
+        // and the next open replays it).
+        let log = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(mut log) = log
+            && !shared.failing.load(Ordering::Acquire)
+        {
+            let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
+            let mut checkpoint = || -> Result<()> {
+                let db = db.as_ref().ok_or_else(|| Error::Storage("the store's file is not open".into()))?;
+                let tx = db.begin_write()?;
+                tx.open_table(META)?.insert(redo::APPLIED_KEY.as_bytes(), log.last_seq().to_be_bytes().as_slice())?;
+                tx.commit()?;
+                log.checkpointed()
+            };
+            match checkpoint() {
+                Ok(()) => log.remove(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "the last checkpoint at close failed; the next open replays the redo log")
+                }
             }
         }
     }
@@ -778,7 +976,12 @@ impl Bigtable for RedbBigtable {
 
     fn stats(&self) -> BackendStats {
         let s = &self.shared;
-        BackendStats { commits: s.commits.load(Ordering::Relaxed), ops: s.ops.load(Ordering::Relaxed) }
+        BackendStats {
+            commits: s.commits.load(Ordering::Relaxed),
+            ops: s.ops.load(Ordering::Relaxed),
+            log_syncs: s.log_syncs.load(Ordering::Relaxed),
+            checkpoints: s.checkpoints.load(Ordering::Relaxed),
+        }
     }
 
     fn storage_failure(&self) -> Option<StorageFailure> {

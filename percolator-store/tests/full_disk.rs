@@ -80,7 +80,7 @@ fn check_disk_full(e: &Error, file: &Path) {
 fn a_full_disk_refuses_writes_names_the_cause_and_recovers_without_a_restart() {
     let Some(disk) = SmallDisk::mount("recovers", 8) else { return };
     let file = disk.dir.join("store.redb");
-    let redb = RedbConfig { durability: Durability::Fsync, cache_bytes: 4 << 20 };
+    let redb = RedbConfig { durability: Durability::Fsync, cache_bytes: 4 << 20, ..RedbConfig::default() };
     let store = Store::open(&file, StoreConfig::default(), redb.clone()).unwrap();
     let length = Arc::new(Length { runs: AtomicU64::new(0) });
     // One attempt: a run counted as failed would become a dead letter at once.
@@ -183,7 +183,7 @@ fn a_full_disk_refuses_writes_names_the_cause_and_recovers_without_a_restart() {
 fn at_durability_none_a_full_disk_after_unsynced_commits_waits_for_a_restart() {
     let Some(disk) = SmallDisk::mount("none", 8) else { return };
     let file = disk.dir.join("store.redb");
-    let redb = RedbConfig { durability: Durability::None, cache_bytes: 4 << 20 };
+    let redb = RedbConfig { durability: Durability::None, cache_bytes: 4 << 20, ..RedbConfig::default() };
     // A durable baseline: a clean close makes every commit durable.
     let store = Store::open(&file, StoreConfig::default(), redb.clone()).unwrap();
     let baseline: BTreeMap<u64, Vec<u8>> = (0..20).map(|i| (i, write(&store, i, 4096).unwrap())).collect();

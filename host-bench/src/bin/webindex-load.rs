@@ -453,6 +453,10 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         "backend_ops_per_commit",
         format!("{:.1}", (after.backend_ops - before.backend_ops) as f64 / rounds.max(1) as f64),
     );
+    // Of the whole run: rounds made durable by the redo log's fdatasync, and checkpoints.
+    let redb_stats = redb.stats();
+    figure("backend_log_syncs", redb_stats.log_syncs.to_string());
+    figure("backend_checkpoints", redb_stats.checkpoints.to_string());
     figure("bytes_written", bytes.to_string());
     // What the backend applied to the fixed point (GC's removals included): row mutations by
     // table, and their mutations (one B-tree insert or delete each) by table and kind.
@@ -577,6 +581,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     drop(pipeline);
     drop(store);
     drop(counting);
+    drop(redb);
     let (before, after) = RedbBigtable::compact(&config.store_path)?;
     figure("store_file_bytes_before_compaction", before.to_string());
     figure("compacted_file_bytes", after.to_string());

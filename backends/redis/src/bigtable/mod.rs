@@ -577,7 +577,11 @@ impl Bigtable for RedisBigtable {
     }
 
     fn stats(&self) -> BackendStats {
-        BackendStats { commits: self.commits.load(Ordering::Relaxed), ops: self.ops.load(Ordering::Relaxed) }
+        BackendStats {
+            commits: self.commits.load(Ordering::Relaxed),
+            ops: self.ops.load(Ordering::Relaxed),
+            ..BackendStats::default()
+        }
     }
 
     fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
