@@ -1611,14 +1611,7 @@ fn changes_prints_each_committed_change_once_and_resumes_from_its_token() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = follow.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        use std::io::BufRead;
-        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+    let rx = percolator_testkit::lines_of(&mut follow);
     let first_line = rx.recv_timeout(Duration::from_secs(30)).expect("the change already committed");
     assert_eq!(json(&first_line)["value"], "uno");
     sb.write("live.jsonl", "{\"row\": \"c\", \"text\": \"live\"}\n");

@@ -96,7 +96,6 @@ pub fn spawn_child_test(
     env: &str,
     value: &str,
 ) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
-    use std::io::BufRead;
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", name, "--ignored", "--nocapture", "--test-threads=1"])
         .env(env, value)
@@ -104,14 +103,21 @@ pub fn spawn_child_test(
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let stdout = child.stdout.take().unwrap();
+    let lines = lines_of(&mut child);
+    (child, lines)
+}
+
+/// The lines `child` prints on its stdout (piped), as they come; the channel ends at its EOF.
+pub fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let stdout = child.stdout.take().expect("the child's stdout is piped");
     let (tx, lines) = std::sync::mpsc::channel::<String>();
     std::thread::spawn(move || {
         for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
             let _ = tx.send(line);
         }
     });
-    (child, lines)
+    lines
 }
 
 /// A fresh, empty Redis store (its own namespace) on the test cluster.
