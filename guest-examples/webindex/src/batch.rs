@@ -120,15 +120,20 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
     }
 
     // Forwarding half: a target's inlinks go to its canonical, or stay with it; the terms of
-    // their anchors are counted there, exported or not.
+    // their anchors are counted there, exported or not, and in the target's summary.
     let mut anchor_counts: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
     for (target, sources) in &inlinks {
         let dest = canonical.get(target).copied().unwrap_or(target);
-        out.set(PAGES, target, FWD_TO, dest);
-        let counts = anchor_counts.entry(dest).or_default();
+        let mut terms = BTreeMap::new();
         for anchors in sources.values() {
-            text::count_terms(counts, anchors);
+            text::count_terms(&mut terms, anchors);
         }
+        let counts = anchor_counts.entry(dest).or_default();
+        for (term, n) in &terms {
+            *counts.entry(term.clone()).or_default() += n;
+        }
+        let fwd = Fwd { dest: dest.to_owned(), inlinks: sources.len() as u64, terms };
+        out.set(PAGES, target, FWD_TO, encode_fwd(&fwd));
     }
     for (dest, counts) in &anchor_counts {
         if counts.is_empty() {
@@ -304,8 +309,8 @@ mod tests {
         assert_eq!(get(&t, INLINKS, &format!("{B} {C}"), LINK_ANCHOR), Some("mirror copy"));
         assert_eq!(t[INLINKS].len(), 2);
         // B's inlinks go to its canonical A: their anchors are counted there.
-        assert_eq!(get(&t, PAGES, B, FWD_TO), Some(A));
-        assert_eq!(get(&t, PAGES, A, FWD_TO), Some(A));
+        assert_eq!(get(&t, PAGES, B, FWD_TO), Some(&*format!("{A}\n1\ncopy\t1\nmirror\t1\n")));
+        assert_eq!(get(&t, PAGES, A, FWD_TO), Some(&*format!("{A}\n1\nwild\t1\nzebra\t1\n")));
         assert_eq!(get(&t, PAGES, C, FWD_TO), None, "no inlinks, no forwarding");
         for term in ["wild", "zebra", "mirror", "copy"] {
             assert_eq!(get(&t, INDEX, &format!("{term} {A}"), ANCHOR_COUNT), Some("1"), "{term}");
@@ -331,7 +336,7 @@ mod tests {
         let html = "<title>T</title><a href=\"http://gone.example/x\">lost page</a>";
         let t = compute(&inputs(&[(A, Some(html), Some("1"))])).unwrap();
         let gone = "http://gone.example/x";
-        assert_eq!(get(&t, PAGES, gone, FWD_TO), Some(gone));
+        assert_eq!(get(&t, PAGES, gone, FWD_TO), Some(&*format!("{gone}\n1\nlost\t1\npage\t1\n")));
         assert_eq!(get(&t, INDEX, &format!("lost {gone}"), ANCHOR_COUNT), Some("1"), "anchors are counted");
         assert_eq!(get(&t, INDEX, &format!("lost {gone}"), HIT_COUNT), None, "not crawled, not exported");
         assert_eq!(get(&t, INDEX, &format!(" {gone}"), HIT_COUNT), None);
@@ -342,7 +347,7 @@ mod tests {
         let html = format!("<a href=\"{B}\"></a>");
         let t = compute(&inputs(&[(A, Some(&html), None)])).unwrap();
         assert_eq!(get(&t, INLINKS, &format!("{B} {A}"), LINK_ANCHOR), Some(""));
-        assert_eq!(get(&t, PAGES, B, FWD_TO), Some(B));
+        assert_eq!(get(&t, PAGES, B, FWD_TO), Some(&*format!("{B}\n1\n")), "an inlink without terms");
         assert_eq!(get(&t, PAGES, A, EXPORT_TERMS), None);
         // A is exported without terms (its length is 0); nothing is counted at B.
         let index: Vec<(&[u8], &str)> = t[INDEX].keys().map(|(r, c)| (r.as_slice(), c.as_str())).collect();

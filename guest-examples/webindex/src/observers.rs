@@ -6,18 +6,19 @@
 //! |---|---|---|---|
 //! | [`DocumentProcessor`] | `raw:html` | `doc:*` | `export:dirty` |
 //! | [`Clustering`] | `doc:hash`, `raw:pagerank` | `clusters/*`, `cluster:*` | `export:dirty` |
-//! | [`LinkInversion`] | `doc:links`; `link:dirty` (weak), `cluster:canonical` | `inlinks/*`, `pending/*`, `link:out`; `fwd:to`, `index/*/anchor:count` | `link:dirty` |
+//! | [`LinkInversion`] | `doc:links`; `pending/link:dirty` (weak), `cluster:canonical` | `inlinks/*`, `pending/*`, `link:out`; `fwd:to`, `index/*/anchor:count` | `pending/link:dirty` |
 //! | [`Exporter`] | `export:dirty` (weak) | `index/*/hit:count`, `export:terms` | |
 //!
-//! The trigger columns `link:dirty` and `export:dirty` are weak-notify columns: never written,
-//! only notified with `Txn::notify_weak`, so runs that notify one popular page (a site's home
-//! page gaining links) do not conflict on it. Their runs may repeat; each is an idempotent
+//! The trigger columns `pending/link:dirty` (of a site) and `pages/export:dirty` are weak-notify
+//! columns: never written, only notified with `Txn::notify_weak`, so runs that notify one
+//! popular row (a site gaining links) do not conflict on it. Their runs may repeat; each is an idempotent
 //! recomputation.
 //!
 //! Every observer works from whatever state it finds (a run may come before, after or between
 //! the runs it depends on), writes only what differs from the output it recorded before, and
 //! writes its serialization point (`canon:url` and `cluster:hash`, `link:out`, `fwd:to`,
-//! `export:terms`) on every run that could change it, as the specification's invariants require. Bad input (an
+//! `export:terms`) on every run that could change it (forwarding: on every run that changes
+//! anything), as the specification's invariants require. Bad input (an
 //! unparsable `raw:pagerank`, a row key that is not a normalized URL; `raw:html` in any
 //! encoding is fine, see [`crate::charset`]) and unreadable values the pipeline wrote itself fail the run with [`Error::Failed`]
 //! naming the cell.
@@ -134,7 +135,7 @@ fn put(txn: &mut impl Txn, table: &str, row: &[u8], column: &str, value: Option<
     }
 }
 
-/// Weakly notifies the trigger column `column` (`link:dirty`, `export:dirty`) of `pages/url`:
+/// Weakly notifies the trigger column `column` (`export:dirty`) of `pages/url`:
 /// its observer runs after this transaction commits, on a snapshot that includes its writes.
 fn notify(txn: &mut impl Txn, url: &str, column: &str) -> Result<()> {
     txn.notify_weak(PAGES, url.as_bytes(), column)
@@ -144,25 +145,27 @@ fn notify(txn: &mut impl Txn, url: &str, column: &str) -> Result<()> {
 mod test_util {
     use percolator_guest::mem::MemStore;
 
-    use crate::schema::{EXPORT_DIRTY, LINK_DIRTY, PAGES};
+    use crate::schema::{EXPORT_DIRTY, LINK_DIRTY, PAGES, PENDING};
 
     /// An empty store whose trigger columns are weak-notify, as `config/web-index.toml` binds
     /// them: writing one fails.
     pub(super) fn store() -> MemStore {
         let store = MemStore::new();
-        store.bind_weak(PAGES, LINK_DIRTY);
+        store.bind_weak(PENDING, LINK_DIRTY);
         store.bind_weak(PAGES, EXPORT_DIRTY);
         store
     }
 
     /// Takes the weak notifications committed since the last call, which must all be of
-    /// `pages/<url>/column`: the URLs, sorted, each once.
+    /// `<table>/<row>/column` (`pending/<site>/link:dirty`, else `pages/<url>/column`): the rows,
+    /// sorted, each once.
     pub(super) fn take_notified(store: &MemStore, column: &str) -> Vec<String> {
+        let table = if column == LINK_DIRTY { PENDING } else { PAGES };
         let mut urls: Vec<String> = store
             .take_weak_notifications()
             .into_iter()
             .map(|c| {
-                assert_eq!((c.table.as_str(), c.column.as_str()), (PAGES, column), "{c:?}");
+                assert_eq!((c.table.as_str(), c.column.as_str()), (table, column), "{c:?}");
                 String::from_utf8(c.row).unwrap()
             })
             .collect();

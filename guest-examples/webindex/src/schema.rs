@@ -15,7 +15,8 @@ pub const PAGES: &str = "pages";
 pub const CLUSTERS: &str = "clusters";
 /// Inverted links, `"<target> <source>"`.
 pub const INLINKS: &str = "inlinks";
-/// Inlink changes not yet forwarded, `"<target> <source>"`.
+/// Inlink changes not yet forwarded, `"<site> <source>"` ([`site`]); and the sites' trigger
+/// rows `"<site>"`.
 pub const PENDING: &str = "pending";
 /// The inverted index, `"<term> <url>"`.
 pub const INDEX: &str = "index";
@@ -38,9 +39,10 @@ pub const CLUSTER_HASH: &str = "cluster:hash";
 pub const CLUSTER_CANONICAL: &str = "cluster:canonical";
 /// Targets with published inlinks from this page.
 pub const LINK_OUT: &str = "link:out";
-/// Trigger, weak-notify (never written, only notified): this URL's inlinks changed.
+/// Trigger, weak-notify (never written, only notified), of `pending/<site>`: the site has
+/// pending inlink changes.
 pub const LINK_DIRTY: &str = "link:dirty";
-/// Where this URL's inlinks are forwarded.
+/// Where this URL's inlinks are forwarded, and what is counted there: [`encode_fwd`].
 pub const FWD_TO: &str = "fwd:to";
 /// Trigger, weak-notify (never written, only notified): re-export this URL.
 pub const EXPORT_DIRTY: &str = "export:dirty";
@@ -52,7 +54,8 @@ pub const MEMBER_PAGERANK: &str = "member:pagerank";
 pub const CANON_URL: &str = "canon:url";
 /// Anchors of source → target (in `inlinks`).
 pub const LINK_ANCHOR: &str = "link:anchor";
-/// What an inlink was when it was last forwarded (in `pending`): [`encode_was`].
+/// What the changed inlinks of one source to one site's targets were when last forwarded (in
+/// `pending`): [`encode_pending`].
 pub const LINK_WAS: &str = "link:was";
 /// Occurrences of a term in the exported document's title and text (in `index`); in a
 /// [`length_row`], all of them: present exactly for exported documents.
@@ -100,6 +103,24 @@ pub fn length_row(url: &str) -> Vec<u8> {
 /// The row range `[" ", "!")` of every [`length_row`]: one row per exported document.
 pub fn length_range() -> (Vec<u8>, Vec<u8>) {
     prefix_range("")
+}
+
+/// The site of a URL, its pending rows' first part: the scheme and authority, up to the first
+/// `/` after `://`, or the whole string if it has no `://` (or nothing after the authority).
+///
+/// ```
+/// use webindex::schema::site;
+/// assert_eq!(site("http://a.example:8080/docs/x.html"), "http://a.example:8080");
+/// assert_eq!(site("https://a.example"), "https://a.example");
+/// assert_eq!(site("t:a"), "t:a");
+/// ```
+pub fn site(url: &str) -> &str {
+    let Some(scheme_end) = url.find("://") else { return url };
+    let authority = scheme_end + 3;
+    match url[authority..].find('/') {
+        Some(slash) => &url[..authority + slash],
+        None => url,
+    }
 }
 
 /// Splits `"a b"` at its first space.
@@ -194,6 +215,90 @@ pub fn decode_was(value: &str) -> Result<Option<&str>, String> {
         None if value == "-" => Ok(None),
         None => Err(format!("{value:?} is neither \"-\" nor \"+\" followed by anchors")),
     }
+}
+
+/// `pending/"<site> <source>"/link:was`: one line per target on the site whose inlink from the
+/// source changed since it was last forwarded, `target\t` then [`encode_was`] of what the
+/// inlink was then, sorted by target.
+///
+/// ```
+/// use webindex::schema::{decode_pending, encode_pending};
+/// let value = encode_pending([("http://a/x", Some("docs")), ("http://a/y", None)]);
+/// assert_eq!(value, "http://a/x\t+docs\nhttp://a/y\t-\n");
+/// assert_eq!(decode_pending(&value).unwrap()["http://a/y"], None);
+/// ```
+pub fn encode_pending<'a>(entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> String {
+    let mut out = String::new();
+    for (target, was) in entries {
+        out.push_str(target);
+        out.push('\t');
+        out.push_str(&encode_was(was));
+        out.push('\n');
+    }
+    out
+}
+
+/// Reads an [`encode_pending`] value: target → what its inlink was (`None`: no inlink). At
+/// least one entry, targets non-empty, without whitespace, each once.
+pub fn decode_pending(value: &str) -> Result<BTreeMap<&str, Option<&str>>, String> {
+    let mut out = BTreeMap::new();
+    for pair in pairs(value)? {
+        let (target, was) = pair?;
+        if target.is_empty() || target.contains(char::is_whitespace) {
+            return Err(format!("target {target:?} is empty or contains whitespace"));
+        }
+        let was = decode_was(was).map_err(|e| format!("target {target:?}: {e}"))?;
+        if out.insert(target, was).is_some() {
+            return Err(format!("target {target:?} has two entries"));
+        }
+    }
+    if out.is_empty() {
+        return Err("no entries".to_owned());
+    }
+    Ok(out)
+}
+
+/// What a target's inlinks count at its destination: the `fwd:to` value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Fwd {
+    /// The destination: the target's canonical, or the target itself.
+    pub dest: String,
+    /// How many inlinks (sources) the target has; positive.
+    pub inlinks: u64,
+    /// Occurrences of each term in their anchors, all of them together (no zeros).
+    pub terms: BTreeMap<String, u64>,
+}
+
+/// `fwd:to`: `dest\ninlinks\n`, then `term\tcount\n` per term ([`encode_term_counts`]).
+///
+/// ```
+/// use webindex::schema::{Fwd, decode_fwd, encode_fwd};
+/// let fwd = Fwd { dest: "http://a/".into(), inlinks: 2, terms: [("docs".into(), 2)].into() };
+/// assert_eq!(encode_fwd(&fwd), "http://a/\n2\ndocs\t2\n");
+/// assert_eq!(decode_fwd(&encode_fwd(&fwd)), Ok(fwd));
+/// ```
+pub fn encode_fwd(fwd: &Fwd) -> String {
+    format!("{}\n{}\n{}", fwd.dest, fwd.inlinks, encode_term_counts(&fwd.terms))
+}
+
+/// Reads an [`encode_fwd`] value.
+pub fn decode_fwd(value: &str) -> Result<Fwd, String> {
+    let mut parts = value.splitn(3, '\n');
+    let (Some(dest), Some(inlinks), Some(terms)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("{value:?} is not a destination line, an inlink count line and term counts"));
+    };
+    if dest.is_empty() || dest.contains(char::is_whitespace) {
+        return Err(format!("destination {dest:?} is empty or contains whitespace"));
+    }
+    let inlinks = match inlinks.parse::<u64>() {
+        Ok(n) if n > 0 => n,
+        _ => return Err(format!("inlink count {inlinks:?} is not a positive decimal number")),
+    };
+    let terms = decode_term_counts(terms)?;
+    if let Some((term, _)) = terms.iter().find(|(_, n)| **n == 0) {
+        return Err(format!("term {term:?} has count 0"));
+    }
+    Ok(Fwd { dest: dest.to_owned(), inlinks, terms })
 }
 
 /// `export:terms`: `term\tcount\n` per term, sorted by term.
@@ -326,6 +431,32 @@ mod tests {
 
         assert_eq!(decode_count(&encode_count(42)), Ok(42));
         assert!(decode_count("4 2").is_err());
+    }
+
+    #[test]
+    fn sites_pending_rows_and_fwd_round_trip() {
+        assert_eq!(site("http://a.example/"), "http://a.example");
+        assert_eq!(site("http://u@[::1]:80/a/b?c"), "http://u@[::1]:80");
+        assert_eq!(site("http://a.example"), "http://a.example");
+        assert_eq!(site("mailto:x"), "mailto:x");
+
+        let value = "t:a\t+one two\nt:b\t-\n";
+        let entries = decode_pending(value).unwrap();
+        assert_eq!(entries, [("t:a", Some("one two")), ("t:b", None)].into());
+        assert_eq!(encode_pending(entries), value);
+        assert!(decode_pending("").unwrap_err().contains("no entries"));
+        assert!(decode_pending("t:a\t-\nt:a\t+x\n").unwrap_err().contains("two entries"));
+        assert!(decode_pending("t:a\tx\n").unwrap_err().contains("neither"));
+        assert!(decode_pending("t:a\n").is_err());
+
+        let fwd = Fwd { dest: "t:c".into(), inlinks: 3, terms: BTreeMap::new() };
+        assert_eq!(encode_fwd(&fwd), "t:c\n3\n");
+        assert_eq!(decode_fwd("t:c\n3\n"), Ok(fwd));
+        assert!(decode_fwd("t:c").is_err());
+        assert!(decode_fwd("t:c\n0\n").unwrap_err().contains("positive"));
+        assert!(decode_fwd("t:c\n1\nx\t0\n").unwrap_err().contains("count 0"));
+        assert!(decode_fwd("t:c\n1\nx\t1").is_err());
+        assert!(decode_fwd("\n1\n").is_err());
     }
 
     #[test]

@@ -27,11 +27,11 @@ fn page_cell<'t>(t: &'t Tables, url: &str, column: &str) -> Option<&'t str> {
 /// Every exported page (its own canonical): URL → (its terms: `export:terms` plus those of the
 /// anchors of every inlink forwarded to it, `inlinks` and `fwd:to`; its PageRank).
 fn exported(t: &Tables) -> BTreeMap<String, (BTreeMap<String, u64>, f64)> {
-    let mut anchors: BTreeMap<&str, BTreeMap<String, u64>> = BTreeMap::new();
+    let mut anchors: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
     for ((row, column), value) in &t[INLINKS] {
         assert_eq!(column, LINK_ANCHOR);
         let (target, _) = split_row(row).unwrap();
-        let dest = page_cell(t, target, FWD_TO).unwrap();
+        let dest = decode_fwd(page_cell(t, target, FWD_TO).unwrap()).unwrap().dest;
         text::count_terms(anchors.entry(dest).or_default(), std::str::from_utf8(value).unwrap());
     }
     t[PAGES]

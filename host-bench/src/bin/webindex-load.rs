@@ -36,7 +36,10 @@
 //! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
 //!   linking to it (a new anchor), each from an idle pipeline to its fixed point again:
 //!   observer runs and bytes written. Each page is first updated once to a fixed version, so
-//!   the measured update changes the same bytes whatever the crawl.
+//!   the measured update changes the same bytes whatever the crawl. Then the hub moved to
+//!   another canonical and back (`hub_move*`: a copy of it loaded with a PageRank above every
+//!   page's, then below the hub's), which forwards all its inlinks elsewhere each time: the
+//!   same, and the wall time of the forwarding bindings' runs (`*_forwarding_run_ms`).
 //!
 //! Then the tables are checked equal to `webindex::batch::compute` of the final inputs
 //! (`--no-check` skips it: for guests of another version of the pipeline, whose tables this
@@ -516,6 +519,37 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         figure(&format!("{name}_update_observer_runs"), runs.to_string());
         figure(&format!("{name}_update_bytes_written"), bytes.to_string());
         figure(&format!("{name}_update_ms"), format!("{:.1}", took.as_secs_f64() * 1e3));
+    }
+    // The hub moved to another canonical and back: a copy of it (same title and text) with a
+    // PageRank above every page's becomes its cluster's canonical, then falls below it again;
+    // each time all the hub's inlinks are forwarded elsewhere. The wall time of the forwarding
+    // bindings' runs, from their run-time counters.
+    let forwarding_run_time = || -> Duration {
+        pipeline
+            .status()
+            .bindings
+            .iter()
+            .filter(|b| b.name.starts_with("link-forwarding"))
+            .map(|b| b.counts.run_time)
+            .sum()
+    };
+    let copy = "http://copy.example/".to_owned();
+    let hub_now = inputs[&hub].0.clone().ok_or("the hub has no HTML")?;
+    for (name, pagerank) in [("hub_move", "1000000"), ("hub_move_back", "0")] {
+        let (runs, bytes, fwd) =
+            (store.metrics().observer_runs, counting.hook().bytes.load(Ordering::Relaxed), forwarding_run_time());
+        let start = Instant::now();
+        store.run(|t| {
+            t.set(schema::PAGES, copy.as_bytes(), schema::RAW_HTML, hub_now.clone())?;
+            t.set(schema::PAGES, copy.as_bytes(), schema::RAW_PAGERANK, pagerank)
+        })?;
+        let took = wait_fixed_point(&store, start, Duration::from_secs(600))?;
+        inputs.insert(copy.clone(), (Some(hub_now.clone()), Some(pagerank.as_bytes().to_vec())));
+        figure(&format!("{name}_observer_runs"), (store.metrics().observer_runs - runs).to_string());
+        figure(&format!("{name}_bytes_written"), (counting.hook().bytes.load(Ordering::Relaxed) - bytes).to_string());
+        figure(&format!("{name}_ms"), format!("{:.1}", took.as_secs_f64() * 1e3));
+        let fwd = forwarding_run_time().saturating_sub(fwd);
+        figure(&format!("{name}_forwarding_run_ms"), format!("{:.2}", fwd.as_secs_f64() * 1e3));
     }
     scanner.stop();
     let m = store.metrics();

@@ -1,6 +1,6 @@
 //! The four observers together against one `MemStore`, driven to their fixed point by a small
 //! scheduler that imitates the host: a write to a bound column, or a weak notification of
-//! `link:dirty` / `export:dirty`, queues a notification once its transaction commits; runs
+//! `pending/link:dirty` / `pages/export:dirty`, queues a notification once its transaction commits; runs
 //! start and commit in random interleavings, racing like concurrent workers (a conflict
 //! requeues the notification). Weak notifications are sometimes queued twice, as the host may
 //! deliver them more than once. Every schedule must reach the same tables.
@@ -119,8 +119,9 @@ impl Pipeline {
                 }
             } else {
                 let (cell, txn) = in_flight.swap_remove(self.rng.below(in_flight.len()));
+                // Bound columns: written ones of `pages`, notified ones of `pages` and `pending`.
                 let written: Vec<Cell> =
-                    txn.buffered().keys().chain(txn.buffered_weak()).filter(|c| c.table == PAGES).cloned().collect();
+                    txn.buffered().keys().filter(|c| c.table == PAGES).chain(txn.buffered_weak()).cloned().collect();
                 match txn.commit() {
                     Ok(_) => {
                         for cell in written {
@@ -236,11 +237,11 @@ fn sequential_pipeline_reaches_the_expected_index() {
     assert_eq!(
         column(&p.store, PAGES, FWD_TO),
         rows(&[
-            ("http://a.org/", "http://a.org/"),
-            ("http://a.org/x", "http://a.org/x"),
-            ("http://b.org/", "http://b2.org/"),
-            ("http://b2.org/", "http://b2.org/"),
-            ("http://b2.org/elsewhere", "http://b2.org/elsewhere"),
+            ("http://a.org/", "http://a.org/\n1\napple\t1\n"),
+            ("http://a.org/x", "http://a.org/x\n1\nex\t1\n"),
+            ("http://b.org/", "http://b2.org/\n2\nbanana\t2\nbest\t1\n"),
+            ("http://b2.org/", "http://b2.org/\n1\n"),
+            ("http://b2.org/elsewhere", "http://b2.org/elsewhere\n1\napple\t1\n"),
         ])
     );
     assert!(dump(&p.store, PENDING).is_empty(), "every change was forwarded");
