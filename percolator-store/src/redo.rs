@@ -172,7 +172,9 @@ impl RedoLog {
                 }
                 return Err(Error::Storage(format!(
                     "{}: the redo log is damaged at byte {at} (a record that does not check out, with {} bytes after \
-                     it): not opening the store, since a later record may hold commits that were acknowledged",
+                     it): not opening the store, since a later record may hold commits that were acknowledged; to \
+                     open the store without the commits this log holds (those of about the last second before the \
+                     process stopped), move the file aside",
                     path.display(),
                     rest.len()
                 )));

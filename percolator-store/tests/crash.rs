@@ -301,6 +301,7 @@ fn a_damaged_record_in_the_middle_of_the_redo_log_stops_the_open() {
     let e = RedbBigtable::open(&path, RedbConfig::default()).err().expect("the open fails");
     let text = e.to_string();
     assert!(text.contains(&log.display().to_string()) && text.contains("damaged at byte 0"), "{text}");
+    assert!(text.contains("move the file aside"), "the way out is not said: {text}");
     assert_eq!(std::fs::read(&log).unwrap(), damaged, "the log was changed");
     // Put right (say, from a copy), it opens with every commit.
     std::fs::write(&log, &before).unwrap();
