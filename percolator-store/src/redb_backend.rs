@@ -188,6 +188,7 @@ fn recover(
     logging: bool,
     durable: bool,
     checkpoint_every: Duration,
+    durable_len: Option<u64>,
 ) -> Result<Option<RedoLog>> {
     if !logging && !redo::path_of(path).exists() {
         return Ok(None);
@@ -208,7 +209,7 @@ fn recover(
             }
         }
     };
-    let (mut log, records) = RedoLog::open(path, applied, checkpoint_every)?;
+    let (mut log, records) = RedoLog::open(path, applied, checkpoint_every, durable_len)?;
     if !records.is_empty() || !log.is_empty() {
         let mut tx = db.begin_write()?;
         tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
@@ -276,7 +277,7 @@ impl RedbBigtable {
         };
         created().map_err(located)?;
         let logging = config.durability == Durability::Fsync && config.redo_log;
-        let redo = recover(&db, path, logging, true, config.checkpoint_every).map_err(located)?;
+        let redo = recover(&db, path, logging, true, config.checkpoint_every, None).map_err(located)?;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
@@ -538,11 +539,12 @@ impl Shared {
         drop(db.take());
         let reopened = open_database(&self.path, self.config.cache_bytes)?;
         let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
-        if redo.is_some() {
+        if let Some(log) = redo.as_ref() {
             // The file went back to its last durable commit: the rounds logged since are
-            // applied again, not durably (the disk may be full); the log stays until the
-            // checkpoint the next round makes.
-            *redo = recover(&reopened, &self.path, true, false, self.config.checkpoint_every)?;
+            // applied again, not durably (the disk may be full), up to the last one whose
+            // fsync returned; the log stays until the checkpoint the next round makes.
+            let durable_len = Some(log.durable_len());
+            *redo = recover(&reopened, &self.path, true, false, self.config.checkpoint_every, durable_len)?;
         }
         *db = Some(reopened);
         self.reopens.fetch_add(1, Ordering::SeqCst);

@@ -150,13 +150,27 @@ impl RedoLog {
     /// caller of it was answered; it is cut off before anything is appended). A damaged record
     /// followed by more data is not a torn tail: an error naming the file and offset (a
     /// record after it may have been acknowledged).
-    pub(crate) fn open(store: &Path, applied: u64, checkpoint_every: Duration) -> Result<(RedoLog, Vec<Record>)> {
+    ///
+    /// `durable_len`: at a reopen after a failure, the end of the last record whose fsync
+    /// returned (what this process's log knew to be durable); anything after it — a record
+    /// whose append or fsync failed, whose callers heard an error — is cut off unread, so that
+    /// no reader sees a round the disk may not hold.
+    pub(crate) fn open(
+        store: &Path,
+        applied: u64,
+        checkpoint_every: Duration,
+        durable_len: Option<u64>,
+    ) -> Result<(RedoLog, Vec<Record>)> {
         let path = path_of(store);
         let io = |e: std::io::Error| Error::io(&path, &e);
         let mut file =
             OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io)?;
+        if let Some(durable) = durable_len {
+            bytes.truncate(durable.min(bytes.len() as u64) as usize);
+        }
+        let file_len = file.metadata().map_err(io)?.len();
         let mut records = Vec::new();
         let mut at = 0usize;
         let mut last_seq = applied;
@@ -185,7 +199,7 @@ impl RedoLog {
             }
             at += size;
         }
-        if (at as u64) < bytes.len() as u64 {
+        if (at as u64) < file_len {
             // Cut the torn tail off, durably, so that appends follow the last whole record.
             file.set_len(at as u64).map_err(io)?;
             file.sync_data().map_err(io)?;
@@ -218,7 +232,12 @@ impl RedoLog {
         record[4..8].copy_from_slice(&crc.to_le_bytes());
         let io = |e: std::io::Error| Error::io(&self.path, &e);
         self.file.write_all_at(&record, self.len).map_err(io)?;
-        fail::fail_point!("redo-after-append");
+        // A failpoint's "return" stands for an fsync that failed after the write.
+        fail::fail_point!("redo-after-append", |_| Err(Error::Io {
+            path: self.path.clone(),
+            message: "failpoint redo-after-append".into(),
+            disk_full: false,
+        }));
         self.file.sync_data().map_err(io)?;
         fail::fail_point!("redo-after-fsync");
         self.len += record.len() as u64;
@@ -243,6 +262,11 @@ impl RedoLog {
     /// Nothing is in the log.
     pub(crate) fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The end of the last record whose fsync returned.
+    pub(crate) fn durable_len(&self) -> u64 {
+        self.len
     }
 
     /// Makes the next round a checkpoint.
@@ -324,13 +348,13 @@ mod tests {
     #[test]
     fn records_read_back_in_order_after_applied() {
         let store = dir().join("s.redb");
-        let (mut log, none) = RedoLog::open(&store, 0, CHECKPOINT_EVERY).unwrap();
+        let (mut log, none) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
         assert!(none.is_empty());
         for n in 1..=4 {
             assert_eq!(log.append(&round(n)).unwrap(), n as u64);
         }
         drop(log);
-        let (log, records) = RedoLog::open(&store, 2, CHECKPOINT_EVERY).unwrap();
+        let (log, records) = RedoLog::open(&store, 2, CHECKPOINT_EVERY, None).unwrap();
         assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 4]);
         assert_eq!(log.last_seq(), 4);
         let changes = decode(&records[0].changes).unwrap();
@@ -350,7 +374,7 @@ mod tests {
     fn a_torn_tail_is_cut_off_and_appends_follow_the_last_whole_record() {
         for tear in ["short", "zeros", "bad crc at the end"] {
             let store = dir().join(format!("{}.redb", tear.replace(' ', "_")));
-            let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY).unwrap();
+            let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
             log.append(&round(1)).unwrap();
             log.append(&round(2)).unwrap();
             let whole = std::fs::metadata(path_of(&store)).unwrap().len();
@@ -361,12 +385,12 @@ mod tests {
                 "zeros" => f.set_len(whole + 4096).unwrap(),
                 _ => f.write_all_at(&[0xff], whole - 1).unwrap(),
             }
-            let (mut log, records) = RedoLog::open(&store, 0, CHECKPOINT_EVERY).unwrap();
+            let (mut log, records) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
             let expected: &[u64] = if tear == "zeros" { &[1, 2] } else { &[1] };
             assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), expected, "{tear}");
             let seq = log.append(&round(9)).unwrap();
             drop(log);
-            let (_, records) = RedoLog::open(&store, 0, CHECKPOINT_EVERY).unwrap();
+            let (_, records) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
             assert_eq!(records.last().map(|r| r.seq), Some(seq), "{tear}: the append after the tear reads back");
         }
     }
@@ -376,26 +400,45 @@ mod tests {
     #[test]
     fn a_damaged_record_in_the_middle_fails_the_open() {
         let store = dir().join("s.redb");
-        let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY).unwrap();
+        let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
         log.append(&round(1)).unwrap();
         log.append(&round(2)).unwrap();
         drop(log);
         let f = OpenOptions::new().write(true).open(path_of(&store)).unwrap();
         f.write_all_at(&[0xee], 20).unwrap();
-        let e = RedoLog::open(&store, 0, CHECKPOINT_EVERY).err().expect("a damaged record fails the open").to_string();
+        let e = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None)
+            .err()
+            .expect("a damaged record fails the open")
+            .to_string();
         assert!(e.contains("s.redb.redo") && e.contains("byte 0"), "{e}");
+    }
+
+    /// At a reopen, what follows the last record whose fsync returned is cut off unread, even
+    /// a whole record (its fsync failed: nobody was told it committed).
+    #[test]
+    fn a_reopen_reads_only_up_to_the_last_fsynced_record() {
+        let store = dir().join("s.redb");
+        let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
+        log.append(&round(1)).unwrap();
+        let durable = log.durable_len();
+        log.append(&round(2)).unwrap(); // stands for a record whose fsync failed
+        drop(log);
+        let (log, records) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, Some(durable)).unwrap();
+        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1]);
+        assert_eq!((log.last_seq(), log.durable_len()), (1, durable));
+        assert_eq!(std::fs::metadata(path_of(&store)).unwrap().len(), durable, "the rest is cut off");
     }
 
     #[test]
     fn a_checkpoint_empties_the_log_and_seq_goes_on() {
         let store = dir().join("s.redb");
-        let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY).unwrap();
+        let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
         log.append(&round(1)).unwrap();
         log.checkpointed().unwrap();
         assert_eq!(std::fs::metadata(path_of(&store)).unwrap().len(), 0);
         assert_eq!(log.append(&round(2)).unwrap(), 2);
         drop(log);
-        let (log, records) = RedoLog::open(&store, 1, CHECKPOINT_EVERY).unwrap();
+        let (log, records) = RedoLog::open(&store, 1, CHECKPOINT_EVERY, None).unwrap();
         assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2]);
         assert_eq!(log.last_seq(), 2);
     }

@@ -530,3 +530,29 @@ fn a_primary_committed_while_its_rollback_was_decided_is_rolled_forward() {
         "the primary committed, but the resolver rolled its secondary back: a committed write lost"
     );
 }
+
+/// A round whose log fsync fails after its record was written whole (the failpoint returns
+/// the fsync's error): its caller hears the error, the store reopens by itself, and the round
+/// is not replayed — no reader sees committed what nobody was told committed — while every
+/// acknowledged commit is there and writes go on.
+#[test]
+fn a_round_whose_log_fsync_failed_is_not_replayed_at_the_reopen() {
+    let scenario = FailScenario::setup();
+    let dir = TempDir::new("redo-fsync-failed");
+    let store = TestStore::open(&dir.file("s.redb"), StoreConfig::default(), percolator_store::Durability::Fsync);
+    store.run(|t| set_u64(t, "t", "acked", "c:v", 1)).unwrap();
+    fail::cfg("redo-after-append", "1*return").unwrap();
+    let e = store.run(|t| set_u64(t, "t", "failed", "c:v", 2)).unwrap_err();
+    assert!(e.is_storage_failure(), "{e}");
+    let start = Instant::now();
+    while store.storage_failure().is_some() {
+        assert!(start.elapsed() < Duration::from_secs(20), "writes did not come back");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = store.begin().unwrap();
+    assert_eq!(get_u64(&t, "t", "acked", "c:v").unwrap(), 1, "an acknowledged commit is gone");
+    assert_eq!(t.get("t", "failed", "c:v").unwrap(), None, "the round whose fsync failed was replayed");
+    drop(t);
+    store.run(|t| set_u64(t, "t", "after", "c:v", 3)).unwrap();
+    scenario.teardown();
+}
