@@ -136,6 +136,10 @@ struct Shared {
     /// [`Durability::Fsync`]). Locked by a round's leader for the whole round, and by a reopen
     /// (always after `db`).
     redo: Mutex<Option<RedoLog>>,
+    /// A round failed after touching the log (its append failed, or redb's commit after it):
+    /// the prober reopens again before it lets writes resume, even if it reopened since the
+    /// failure it is handling was recorded (the log and redb must be read back together).
+    reopen_needed: AtomicBool,
     /// Rounds made durable by the log, and checkpoints ([`BackendStats`]).
     log_syncs: AtomicU64,
     checkpoints: AtomicU64,
@@ -188,28 +192,26 @@ fn recover(
     logging: bool,
     durable: bool,
     checkpoint_every: Duration,
-    durable_len: Option<u64>,
 ) -> Result<Option<RedoLog>> {
     if !logging && !redo::path_of(path).exists() {
         return Ok(None);
     }
-    let applied = {
+    let (applied, store_id) = {
         let tx = db.begin_read()?;
         let meta = tx.open_table(META)?;
-        let value = meta.get(redo::APPLIED_KEY.as_bytes())?;
-        match value.as_ref().map(|v| <[u8; 8]>::try_from(v.value())) {
-            None => 0,
-            Some(Ok(seq)) => u64::from_be_bytes(seq),
-            Some(Err(_)) => {
-                return Err(Error::Storage(format!(
-                    "{}: meta {} is not an 8-byte sequence number",
-                    path.display(),
-                    redo::APPLIED_KEY
-                )));
+        let number = |key: &str| -> Result<Option<u64>> {
+            let value = meta.get(key.as_bytes())?;
+            match value.as_ref().map(|v| <[u8; 8]>::try_from(v.value())) {
+                None => Ok(None),
+                Some(Ok(n)) => Ok(Some(u64::from_be_bytes(n))),
+                Some(Err(_)) => Err(Error::Storage(format!("{}: meta {key} is not an 8-byte number", path.display()))),
             }
-        }
+        };
+        let store_id = number(redo::STORE_ID_KEY)?
+            .ok_or_else(|| Error::Storage(format!("{}: meta {} is missing", path.display(), redo::STORE_ID_KEY)))?;
+        (number(redo::APPLIED_KEY)?.unwrap_or(0), store_id)
     };
-    let (mut log, records) = RedoLog::open(path, applied, checkpoint_every, durable_len)?;
+    let (mut log, records) = RedoLog::open(path, applied, store_id, checkpoint_every)?;
     if !records.is_empty() || !log.is_empty() {
         let mut tx = db.begin_write()?;
         tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
@@ -267,7 +269,13 @@ impl RedbBigtable {
             let tx = db.begin_write()?;
             tx.open_table(CELLS)?;
             tx.open_table(NOTIFY)?;
-            tx.open_table(META)?;
+            {
+                // The store file's id, which its redo log's header repeats.
+                let mut meta = tx.open_table(META)?;
+                if meta.get(redo::STORE_ID_KEY.as_bytes())?.is_none() {
+                    meta.insert(redo::STORE_ID_KEY.as_bytes(), rand::random::<u64>().to_be_bytes().as_slice())?;
+                }
+            }
             tx.commit()?;
             Ok(())
         };
@@ -277,7 +285,7 @@ impl RedbBigtable {
         };
         created().map_err(located)?;
         let logging = config.durability == Durability::Fsync && config.redo_log;
-        let redo = recover(&db, path, logging, true, config.checkpoint_every, None).map_err(located)?;
+        let redo = recover(&db, path, logging, true, config.checkpoint_every).map_err(located)?;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
@@ -294,6 +302,7 @@ impl RedbBigtable {
                 reopens: AtomicU64::new(0),
                 unsynced: AtomicBool::new(false),
                 redo: Mutex::new(redo),
+                reopen_needed: AtomicBool::new(false),
                 log_syncs: AtomicU64::new(0),
                 checkpoints: AtomicU64::new(0),
             }),
@@ -406,9 +415,10 @@ impl Shared {
                 message: LATCHED.into(),
                 disk_full: false,
             }),
-            Error::Io { message, disk_full, .. } => {
-                let e = Error::Io { path: self.path.clone(), message, disk_full };
-                self.fail(e)
+            Error::Io { path, message, disk_full } => {
+                // redb's errors name no file: this one; the redo log's name theirs.
+                let path = if path.as_os_str().is_empty() { self.path.clone() } else { path };
+                self.fail(Error::Io { path, message, disk_full })
             }
             Error::Storage(_) if self.failing.load(Ordering::Acquire) => self.failure_error().unwrap_or(e),
             e => e,
@@ -477,6 +487,8 @@ impl Shared {
             let probed = self.probe();
             let mut h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
             match probed {
+                // A round failed on the log after the last reopen: read both back once more.
+                Ok(()) if self.reopen_needed.load(Ordering::Acquire) => {}
                 Ok(()) => {
                     if let Some(f) = h.failure.take() {
                         let down = f.since.elapsed().unwrap_or_default();
@@ -537,14 +549,17 @@ impl Shared {
         // Closing first: redb locks the file while it is open. A database that met an I/O
         // error writes nothing on close.
         drop(db.take());
+        self.reopen_needed.store(false, Ordering::Release);
         let reopened = open_database(&self.path, self.config.cache_bytes)?;
         let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(log) = redo.as_ref() {
-            // The file went back to its last durable commit: the rounds logged since are
-            // applied again, not durably (the disk may be full), up to the last one whose
-            // fsync returned; the log stays until the checkpoint the next round makes.
-            let durable_len = Some(log.durable_len());
-            *redo = recover(&reopened, &self.path, true, false, self.config.checkpoint_every, durable_len)?;
+        if redo.is_some() {
+            // The file holds its last durable commit, or (closed without an I/O error: redb
+            // persists its non-durable commits then) every round committed: the whole records
+            // of the log are applied again, in order, onto either — not durably (the disk may
+            // be full); the log stays until the checkpoint the next round makes. A whole
+            // record whose fsync failed is replayed too (its callers heard an error, which
+            // never promised "not committed").
+            *redo = recover(&reopened, &self.path, true, false, self.config.checkpoint_every)?;
         }
         *db = Some(reopened);
         self.reopens.fetch_add(1, Ordering::SeqCst);
@@ -645,14 +660,21 @@ impl Shared {
         match redo.as_mut() {
             Some(log) if !durable && !changes.borrow().is_empty() => {
                 // Write-ahead: durable in the log before any reader can see it. A failed append
-                // fails the round (the transaction is dropped, so aborted) and, being an I/O
-                // error, has the file reopened, which reads the log again.
-                log.append(&changes.borrow())?;
+                // or fsync fails the round (the transaction is dropped, so aborted) and, being
+                // an I/O error, has the file reopened, which reads the log and redb back
+                // together.
+                log.append(&changes.borrow()).inspect_err(|e| {
+                    if e.is_storage_failure() {
+                        // Whatever reached the file is read back at the reopen, with redb.
+                        self.reopen_needed.store(true, Ordering::Release);
+                    }
+                })?;
                 self.log_syncs.fetch_add(1, Ordering::Relaxed);
                 if let Err(e) = tx.commit() {
                     // Logged but not committed: a reopen replays it (its callers hear an
                     // error, which never promised "not committed"). Recorded as a failure
                     // whatever its kind, so that the prober reopens.
+                    self.reopen_needed.store(true, Ordering::Release);
                     let e = Error::from(e);
                     return Err(match e {
                         Error::Io { .. } => e,

@@ -6,8 +6,11 @@
 //! also writes `redo/applied`) empties the log every second or [`CHECKPOINT_BYTES`]; opening
 //! the store replays the records after the last checkpoint.
 //!
-//! A record: `len: u32 ‖ crc32: u32 ‖ seq: u64 ‖ changes`, little-endian, where `len` counts
-//! the bytes after the crc (`seq` and `changes`) and the crc covers them. A change:
+//! The file starts with a header, `"PRCLREDO" ‖ store id: u64`: the id is the store file's
+//! (meta `redo/store_id`, made at its first open), so a log is never replayed into another
+//! store file. Then records: `len: u32 ‖ crc32: u32 ‖ seq: u64 ‖ changes`, little-endian,
+//! where `len` counts the bytes after the crc (`seq` and `changes`) and the crc covers them;
+//! `seq`s are consecutive. A change:
 //! `tag: u8 ‖ key_len: u32 ‖ key` then, for a put, `value_len: u32 ‖ value`; `tag` is the
 //! table's number times two, plus one for a put.
 
@@ -22,6 +25,12 @@ use crate::error::{Error, Result};
 /// The metadata key of the checkpoint: the `seq` of the last record whose round redb holds
 /// durably (8 bytes, big-endian).
 pub(crate) const APPLIED_KEY: &str = "redo/applied";
+/// The metadata key of the store file's id, which its log's header repeats (8 bytes).
+pub(crate) const STORE_ID_KEY: &str = "redo/store_id";
+
+/// The log file's header: magic and the store's id.
+const MAGIC: &[u8; 8] = b"PRCLREDO";
+const FILE_HEADER: u64 = 16;
 
 /// A checkpoint is due once this many bytes were logged since the last one.
 pub(crate) const CHECKPOINT_BYTES: u64 = 64 << 20;
@@ -30,9 +39,6 @@ pub(crate) const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 
 /// A record's header: `len` and `crc32`.
 const HEADER: usize = 8;
-/// The largest record a reader accepts (a round is bounded by the group commit's 4,096 ops;
-/// a row of cells of at most a few MiB each): anything larger is a damaged length.
-const MAX_RECORD: u64 = 1 << 34;
 
 /// The tables a change names, by number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,28 +70,35 @@ pub(crate) enum Change<'a> {
 #[derive(Default)]
 pub(crate) struct Changes {
     buf: Vec<u8>,
+    /// A key or value too long for the record's 32-bit lengths (the round then fails).
+    too_long: Option<usize>,
 }
 
 impl Changes {
     pub(crate) fn put(&mut self, table: Table, key: &[u8], value: &[u8]) {
         self.buf.push((table as u8) << 1 | 1);
-        put_bytes(&mut self.buf, key);
-        put_bytes(&mut self.buf, value);
+        self.bytes(key);
+        self.bytes(value);
     }
 
     pub(crate) fn delete(&mut self, table: Table, key: &[u8]) {
         self.buf.push((table as u8) << 1);
-        put_bytes(&mut self.buf, key);
+        self.bytes(key);
+    }
+
+    fn bytes(&mut self, bytes: &[u8]) {
+        match u32::try_from(bytes.len()) {
+            Ok(n) => {
+                self.buf.extend_from_slice(&n.to_le_bytes());
+                self.buf.extend_from_slice(bytes);
+            }
+            Err(_) => self.too_long = Some(bytes.len()),
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.buf.is_empty()
     }
-}
-
-fn put_bytes(buf: &mut Vec<u8>, bytes: &[u8]) {
-    buf.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    buf.extend_from_slice(bytes);
 }
 
 /// Decodes a record's changes; `None` if they do not parse (a record whose crc matched but
@@ -144,63 +157,110 @@ pub(crate) fn path_of(store: &Path) -> PathBuf {
 }
 
 impl RedoLog {
-    /// Opens (or creates) the log of the store at `store` and reads its whole records after
-    /// `applied`, in order. A torn tail — a last record cut short, or zeros where the file was
-    /// extended but not written — ends the log there (its round's fsync never returned, so no
-    /// caller of it was answered; it is cut off before anything is appended). A damaged record
-    /// followed by more data is not a torn tail: an error naming the file and offset (a
-    /// record after it may have been acknowledged).
-    ///
-    /// `durable_len`: at a reopen after a failure, the end of the last record whose fsync
-    /// returned (what this process's log knew to be durable); anything after it — a record
-    /// whose append or fsync failed, whose callers heard an error — is cut off unread, so that
-    /// no reader sees a round the disk may not hold.
+    /// Opens (or creates) the log of the store at `store` (whose id is `store_id`) and reads
+    /// its records after `applied`, in order. The first record that does not check out (cut
+    /// short, zeros where the file grew, a bad crc) ends the log, and it is cut off there before
+    /// anything is appended — as PostgreSQL's WAL replay ends at its first invalid record:
+    /// records are fsynced in order and a caller is answered only once its record and every
+    /// one before it are durable, so after a crash or a power loss everything past the first
+    /// bad record was never acknowledged (a disk that damages synced bytes is out of its
+    /// reach; the cut is logged). Refused, naming the files: a log of another store file, and
+    /// records whose `seq`s do not follow on from `applied` (a store file restored from an
+    /// older copy beside a newer log).
     pub(crate) fn open(
         store: &Path,
         applied: u64,
+        store_id: u64,
         checkpoint_every: Duration,
-        durable_len: Option<u64>,
     ) -> Result<(RedoLog, Vec<Record>)> {
         let path = path_of(store);
         let io = |e: std::io::Error| Error::io(&path, &e);
+        let created = !path.exists();
         let mut file =
             OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
+        if created {
+            // The new file's name must be durable with its first record's fsync.
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+            }
+        }
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io)?;
-        if let Some(durable) = durable_len {
-            bytes.truncate(durable.min(bytes.len() as u64) as usize);
-        }
-        let file_len = file.metadata().map_err(io)?.len();
-        let mut records = Vec::new();
-        let mut at = 0usize;
-        let mut last_seq = applied;
-        while at < bytes.len() {
-            let whole = parse_record(&bytes[at..]);
-            let Some((record, size)) = whole else {
-                let rest = &bytes[at..];
-                let torn = rest.len() < HEADER
-                    || rest.iter().all(|b| *b == 0)
-                    || declared_size(rest).is_none_or(|size| size >= rest.len() as u64);
-                if torn {
-                    break;
-                }
+        let header_whole = bytes.len() as u64 >= FILE_HEADER;
+        if !header_whole || bytes[..FILE_HEADER as usize].iter().all(|b| *b == 0) {
+            if bytes.iter().any(|b| *b != 0) && header_whole {
                 return Err(Error::Storage(format!(
-                    "{}: the redo log is damaged at byte {at} (a record that does not check out, with {} bytes after \
-                     it): not opening the store, since a later record may hold commits that were acknowledged; to \
-                     open the store without the commits this log holds (those of about the last second before the \
-                     process stopped), move the file aside",
+                    "{}: the redo log's header is zeros but records follow: not a log this store wrote; move it \
+                     aside to open {}",
                     path.display(),
-                    rest.len()
+                    store.display()
                 )));
+            }
+            // New, or its header never reached the disk (so no record was ever acknowledged).
+            let mut header = MAGIC.to_vec();
+            header.extend_from_slice(&store_id.to_le_bytes());
+            file.set_len(0).map_err(io)?;
+            file.write_all_at(&header, 0).map_err(io)?;
+            file.sync_data().map_err(io)?;
+            bytes = header;
+        }
+        if &bytes[..8] != MAGIC {
+            return Err(Error::Storage(format!(
+                "{}: not a redo log (no PRCLREDO header): move it aside to open {}",
+                path.display(),
+                store.display()
+            )));
+        }
+        let logged_for = u64::from_le_bytes(bytes[8..16].try_into().expect("16-byte header"));
+        if logged_for != store_id {
+            return Err(Error::Storage(format!(
+                "{}: this redo log belongs to another store file (store id {logged_for:016x}; {} has {store_id:016x}): \
+                 not replaying it there; if that store is gone, delete the log",
+                path.display(),
+                store.display()
+            )));
+        }
+        let mut records = Vec::new();
+        let mut at = FILE_HEADER as usize;
+        let mut last_seq = applied;
+        let mut previous: Option<u64> = None;
+        while at < bytes.len() {
+            let Some((record, size)) = parse_record(&bytes[at..]) else {
+                break;
             };
-            if record.seq > last_seq {
+            if let Some(p) = previous
+                && record.seq != p + 1
+            {
+                return Err(Error::Storage(format!(
+                    "{}: record {} follows record {p} at byte {at}: the log is not one this store wrote in order",
+                    path.display(),
+                    record.seq
+                )));
+            }
+            previous = Some(record.seq);
+            if record.seq > applied {
+                if record.seq != last_seq + 1 {
+                    return Err(Error::Storage(format!(
+                        "{}: its first record after the store's checkpoint is {}, where {} has reached {applied}: \
+                         the store file is older than the log (restored from a copy?); not replaying",
+                        path.display(),
+                        record.seq,
+                        store.display()
+                    )));
+                }
                 last_seq = record.seq;
                 records.push(record);
             }
             at += size;
         }
-        if (at as u64) < file_len {
-            // Cut the torn tail off, durably, so that appends follow the last whole record.
+        if at < bytes.len() {
+            tracing::warn!(
+                log = %path.display(),
+                at,
+                cut = bytes.len() - at,
+                records = records.len(),
+                "the redo log ends in a record that does not check out (a crash mid-append): cut off there"
+            );
             file.set_len(at as u64).map_err(io)?;
             file.sync_data().map_err(io)?;
         }
@@ -209,7 +269,7 @@ impl RedoLog {
             path,
             len: at as u64,
             next_seq: last_seq + 1,
-            since_checkpoint_bytes: at as u64,
+            since_checkpoint_bytes: at as u64 - FILE_HEADER,
             last_checkpoint: Instant::now(),
             checkpoint_every,
             checkpoint_forced: false,
@@ -217,10 +277,23 @@ impl RedoLog {
         Ok((log, records))
     }
 
-    /// Appends one round's record and fdatasyncs it. On an error nothing is promised about
-    /// the record (it may be whole, torn, or absent): the caller fails the round and has the
-    /// store reopened, which reads the log again from the start.
+    /// Appends one round's record and fdatasyncs it; returns its `seq`. On an error nothing
+    /// is promised about the record (it may be whole, torn, or absent): the caller fails the
+    /// round and has the store reopened, which reads the log and redb back together.
     pub(crate) fn append(&mut self, changes: &Changes) -> Result<u64> {
+        if let Some(n) = changes.too_long {
+            return Err(Error::Storage(format!(
+                "a key or value of {n} bytes: the redo log ({}) takes at most 4 GiB each",
+                self.path.display()
+            )));
+        }
+        if changes.buf.len() + 8 > u32::MAX as usize {
+            return Err(Error::Storage(format!(
+                "a round of {} bytes of changes: the redo log ({}) takes at most 4 GiB a round",
+                changes.buf.len(),
+                self.path.display()
+            )));
+        }
         let seq = self.next_seq;
         let body_len = 8 + changes.buf.len();
         let mut record = Vec::with_capacity(HEADER + body_len);
@@ -232,13 +305,9 @@ impl RedoLog {
         record[4..8].copy_from_slice(&crc.to_le_bytes());
         let io = |e: std::io::Error| Error::io(&self.path, &e);
         self.file.write_all_at(&record, self.len).map_err(io)?;
-        // A failpoint's "return" stands for an fsync that failed after the write.
-        fail::fail_point!("redo-after-append", |_| Err(Error::Io {
-            path: self.path.clone(),
-            message: "failpoint redo-after-append".into(),
-            disk_full: false,
-        }));
-        self.file.sync_data().map_err(io)?;
+        fail::fail_point!("redo-after-append");
+        // A failpoint's "return" stands for an fsync that failed (after the record was written).
+        sync_data(&self.file).map_err(io)?;
         fail::fail_point!("redo-after-fsync");
         self.len += record.len() as u64;
         self.next_seq += 1;
@@ -256,17 +325,12 @@ impl RedoLog {
     pub(crate) fn checkpoint_due(&self) -> bool {
         self.checkpoint_forced
             || self.since_checkpoint_bytes >= CHECKPOINT_BYTES
-            || (self.len > 0 && self.last_checkpoint.elapsed() >= self.checkpoint_every)
+            || (!self.is_empty() && self.last_checkpoint.elapsed() >= self.checkpoint_every)
     }
 
     /// Nothing is in the log.
     pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The end of the last record whose fsync returned.
-    pub(crate) fn durable_len(&self) -> u64 {
-        self.len
+        self.len <= FILE_HEADER
     }
 
     /// Makes the next round a checkpoint.
@@ -279,11 +343,11 @@ impl RedoLog {
     /// `redo/applied`), and so does the checkpoint's due state.
     pub(crate) fn checkpointed(&mut self) -> Result<()> {
         fail::fail_point!("redo-checkpoint-before-truncate");
-        if self.len > 0 {
+        if !self.is_empty() {
             let io = |e: std::io::Error| Error::io(&self.path, &e);
-            self.file.set_len(0).map_err(io)?;
+            self.file.set_len(FILE_HEADER).map_err(io)?;
             self.file.sync_data().map_err(io)?;
-            self.len = 0;
+            self.len = FILE_HEADER;
         }
         self.since_checkpoint_bytes = 0;
         self.last_checkpoint = Instant::now();
@@ -293,10 +357,16 @@ impl RedoLog {
 
     /// Removes the (empty) log file, at a clean close after a checkpoint.
     pub(crate) fn remove(self) {
-        if self.len == 0 {
+        if self.is_empty() {
             let _ = std::fs::remove_file(&self.path);
         }
     }
+}
+
+/// fdatasync; a failpoint's "return" stands for one that fails (after the record was written).
+fn sync_data(file: &File) -> std::io::Result<()> {
+    fail::fail_point!("redo-fsync", |_| Err(std::io::Error::other("failpoint redo-fsync")));
+    file.sync_data()
 }
 
 /// The size a record at the start of `bytes` declares, if its header is there.
@@ -308,7 +378,7 @@ fn declared_size(bytes: &[u8]) -> Option<u64> {
 /// The whole, checked record at the start of `bytes` and its size, or `None`.
 fn parse_record(bytes: &[u8]) -> Option<(Record, usize)> {
     let size = declared_size(bytes)?;
-    if size > MAX_RECORD || size > bytes.len() as u64 || size < (HEADER + 8) as u64 {
+    if size > bytes.len() as u64 || size < (HEADER + 8) as u64 {
         return None;
     }
     let size = size as usize;
@@ -326,6 +396,8 @@ fn parse_record(bytes: &[u8]) -> Option<(Record, usize)> {
 mod tests {
     use super::*;
 
+    const ID: u64 = 0x5eed;
+
     fn dir() -> PathBuf {
         let d = std::env::temp_dir().join(format!(
             "percolator-redo-{}-{:?}",
@@ -335,6 +407,14 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    fn open(store: &Path, applied: u64) -> Result<(RedoLog, Vec<Record>)> {
+        RedoLog::open(store, applied, ID, CHECKPOINT_EVERY)
+    }
+
+    fn seqs(records: &[Record]) -> Vec<u64> {
+        records.iter().map(|r| r.seq).collect()
     }
 
     fn round(n: u8) -> Changes {
@@ -348,14 +428,14 @@ mod tests {
     #[test]
     fn records_read_back_in_order_after_applied() {
         let store = dir().join("s.redb");
-        let (mut log, none) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
-        assert!(none.is_empty());
+        let (mut log, none) = open(&store, 0).unwrap();
+        assert!(none.is_empty() && log.is_empty());
         for n in 1..=4 {
             assert_eq!(log.append(&round(n)).unwrap(), n as u64);
         }
         drop(log);
-        let (log, records) = RedoLog::open(&store, 2, CHECKPOINT_EVERY, None).unwrap();
-        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![3, 4]);
+        let (log, records) = open(&store, 2).unwrap();
+        assert_eq!(seqs(&records), vec![3, 4]);
         assert_eq!(log.last_seq(), 4);
         let changes = decode(&records[0].changes).unwrap();
         assert_eq!(
@@ -368,78 +448,83 @@ mod tests {
         );
     }
 
-    /// A torn last record (cut short, or zeros where the file grew) ends the log: it is cut
-    /// off, and the next append follows the last whole record and reads back.
+    /// The first record that does not check out ends the log — cut short, zeros where the file
+    /// grew, a bad crc at the end, or a damaged record with whole ones after it (records after
+    /// an unsynced one may reach the disk before it) —: it is cut off there, and the next append
+    /// follows the last whole record and reads back.
     #[test]
-    fn a_torn_tail_is_cut_off_and_appends_follow_the_last_whole_record() {
-        for tear in ["short", "zeros", "bad crc at the end"] {
+    fn the_first_bad_record_ends_the_log_and_appends_follow_the_last_whole_one() {
+        for (tear, expected) in
+            [("short", vec![1, 2]), ("zeros", vec![1, 2, 3]), ("bad crc at the end", vec![1, 2]), ("damaged", vec![1])]
+        {
             let store = dir().join(format!("{}.redb", tear.replace(' ', "_")));
-            let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
-            log.append(&round(1)).unwrap();
-            log.append(&round(2)).unwrap();
-            let whole = std::fs::metadata(path_of(&store)).unwrap().len();
+            let (mut log, _) = open(&store, 0).unwrap();
+            let mut ends = Vec::new();
+            for n in 1..=3 {
+                log.append(&round(n)).unwrap();
+                ends.push(std::fs::metadata(path_of(&store)).unwrap().len());
+            }
             drop(log);
             let f = OpenOptions::new().write(true).open(path_of(&store)).unwrap();
             match tear {
-                "short" => f.set_len(whole - 5).unwrap(),
-                "zeros" => f.set_len(whole + 4096).unwrap(),
-                _ => f.write_all_at(&[0xff], whole - 1).unwrap(),
+                "short" => f.set_len(ends[2] - 5).unwrap(),
+                "zeros" => f.set_len(ends[2] + 4096).unwrap(),
+                "bad crc at the end" => f.write_all_at(&[0xff], ends[2] - 1).unwrap(),
+                _ => f.write_all_at(&[0xee], ends[0] + 12).unwrap(), // inside record 2
             }
-            let (mut log, records) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
-            let expected: &[u64] = if tear == "zeros" { &[1, 2] } else { &[1] };
-            assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), expected, "{tear}");
+            let (mut log, records) = open(&store, 0).unwrap();
+            assert_eq!(seqs(&records), expected, "{tear}");
             let seq = log.append(&round(9)).unwrap();
+            assert_eq!(seq, *expected.last().unwrap() + 1, "{tear}");
             drop(log);
-            let (_, records) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
+            let (_, records) = open(&store, 0).unwrap();
             assert_eq!(records.last().map(|r| r.seq), Some(seq), "{tear}: the append after the tear reads back");
         }
     }
 
-    /// A damaged record with whole records after it is not a torn tail: opening fails, naming
-    /// the file and the offset, rather than dropping what follows.
+    /// A log is replayed only into its own store file, and only if it follows on from the
+    /// store's checkpoint: the errors name the log and say why.
     #[test]
-    fn a_damaged_record_in_the_middle_fails_the_open() {
+    fn a_log_of_another_store_or_that_skips_records_is_refused() {
         let store = dir().join("s.redb");
-        let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
+        let (mut log, _) = open(&store, 0).unwrap();
         log.append(&round(1)).unwrap();
         log.append(&round(2)).unwrap();
         drop(log);
-        let f = OpenOptions::new().write(true).open(path_of(&store)).unwrap();
-        f.write_all_at(&[0xee], 20).unwrap();
-        let e = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None)
-            .err()
-            .expect("a damaged record fails the open")
-            .to_string();
-        assert!(e.contains("s.redb.redo") && e.contains("byte 0"), "{e}");
-    }
-
-    /// At a reopen, what follows the last record whose fsync returned is cut off unread, even
-    /// a whole record (its fsync failed: nobody was told it committed).
-    #[test]
-    fn a_reopen_reads_only_up_to_the_last_fsynced_record() {
-        let store = dir().join("s.redb");
-        let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
-        log.append(&round(1)).unwrap();
-        let durable = log.durable_len();
-        log.append(&round(2)).unwrap(); // stands for a record whose fsync failed
+        let e = RedoLog::open(&store, 0, ID + 1, CHECKPOINT_EVERY).err().expect("another store's log").to_string();
+        assert!(e.contains("s.redb.redo") && e.contains("belongs to another store file"), "{e}");
+        // A store whose checkpoint is behind the log's first record: a gap.
+        let (mut log, _) = open(&store, 0).unwrap();
+        log.checkpointed().unwrap();
+        log.append(&round(3)).unwrap();
         drop(log);
-        let (log, records) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, Some(durable)).unwrap();
-        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![1]);
-        assert_eq!((log.last_seq(), log.durable_len()), (1, durable));
-        assert_eq!(std::fs::metadata(path_of(&store)).unwrap().len(), durable, "the rest is cut off");
+        let e = open(&store, 0).err().expect("a gap").to_string();
+        assert!(e.contains("older than the log"), "{e}");
+        let (_, records) = open(&store, 2).unwrap();
+        assert_eq!(seqs(&records), vec![3]);
     }
 
     #[test]
     fn a_checkpoint_empties_the_log_and_seq_goes_on() {
         let store = dir().join("s.redb");
-        let (mut log, _) = RedoLog::open(&store, 0, CHECKPOINT_EVERY, None).unwrap();
+        let (mut log, _) = open(&store, 0).unwrap();
         log.append(&round(1)).unwrap();
         log.checkpointed().unwrap();
-        assert_eq!(std::fs::metadata(path_of(&store)).unwrap().len(), 0);
+        assert_eq!(std::fs::metadata(path_of(&store)).unwrap().len(), FILE_HEADER);
+        assert!(log.is_empty());
         assert_eq!(log.append(&round(2)).unwrap(), 2);
         drop(log);
-        let (log, records) = RedoLog::open(&store, 1, CHECKPOINT_EVERY, None).unwrap();
-        assert_eq!(records.iter().map(|r| r.seq).collect::<Vec<_>>(), vec![2]);
+        let (log, records) = open(&store, 1).unwrap();
+        assert_eq!(seqs(&records), vec![2]);
         assert_eq!(log.last_seq(), 2);
+    }
+
+    #[test]
+    fn a_value_too_long_for_a_record_fails_the_append() {
+        let store = dir().join("s.redb");
+        let (mut log, _) = open(&store, 0).unwrap();
+        let c = Changes { too_long: Some(5 << 30), ..Changes::default() };
+        let e = log.append(&c).unwrap_err().to_string();
+        assert!(e.contains("at most 4 GiB"), "{e}");
     }
 }

@@ -531,27 +531,66 @@ fn a_primary_committed_while_its_rollback_was_decided_is_rolled_forward() {
     );
 }
 
-/// A round whose log fsync fails after its record was written whole (the failpoint returns
-/// the fsync's error): its caller hears the error, the store reopens by itself, and the round
-/// is not replayed — no reader sees committed what nobody was told committed — while every
-/// acknowledged commit is there and writes go on.
+/// An fsync of the redo log fails while transfers run from several threads (the failpoint
+/// returns the fsync's error after the record was written): the round's callers hear the
+/// error, the store reopens by itself and replays the log with redb (`reopen_needed`), and
+/// then the total is whole, every acknowledged transfer is there, and writes go on.
 #[test]
-fn a_round_whose_log_fsync_failed_is_not_replayed_at_the_reopen() {
+fn a_failed_log_fsync_leaves_a_consistent_store_after_the_reopen() {
     let scenario = FailScenario::setup();
     let dir = TempDir::new("redo-fsync-failed");
     let store = TestStore::open(&dir.file("s.redb"), StoreConfig::default(), percolator_store::Durability::Fsync);
-    store.run(|t| set_u64(t, "t", "acked", "c:v", 1)).unwrap();
-    fail::cfg("redo-after-append", "1*return").unwrap();
-    let e = store.run(|t| set_u64(t, "t", "failed", "c:v", 2)).unwrap_err();
-    assert!(e.is_storage_failure(), "{e}");
+    store
+        .run(|t| {
+            for r in ROWS {
+                set_u64(t, "bank", r, "bal:data", 100)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    // The 40th fsync from now fails, once.
+    fail::cfg("redo-fsync", "39*off->1*return->off").unwrap();
+    let acked = Mutex::new(Vec::new());
+    let failures = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for w in 0..4u64 {
+            let (store, acked, failures) = (&store, &acked, &failures);
+            s.spawn(move || {
+                for i in 0..60u64 {
+                    let (from, to) = (ROWS[((w + i) % 4) as usize], ROWS[((w + i + 1) % 4) as usize]);
+                    let id = format!("{w}-{i}");
+                    let r = store.begin().and_then(|mut t| {
+                        let a = get_u64(&t, "bank", from, "bal:data")?;
+                        let b = get_u64(&t, "bank", to, "bal:data")?;
+                        let amount = a.min(3);
+                        set_u64(&mut t, "bank", from, "bal:data", a - amount)?;
+                        set_u64(&mut t, "bank", to, "bal:data", b + amount)?;
+                        t.set("log", id.clone(), "t:amount", amount.to_be_bytes())?;
+                        t.commit()
+                    });
+                    match r {
+                        Ok(_) => acked.lock().unwrap().push(id),
+                        Err(e) if e.is_storage_failure() => {
+                            failures.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(_) => {} // a conflict: not committed, nothing to check
+                    }
+                }
+            });
+        }
+    });
+    assert!(failures.load(Ordering::SeqCst) > 0, "no transfer met the failed fsync");
     let start = Instant::now();
     while store.storage_failure().is_some() {
         assert!(start.elapsed() < Duration::from_secs(20), "writes did not come back");
         std::thread::sleep(Duration::from_millis(20));
     }
     let t = store.begin().unwrap();
-    assert_eq!(get_u64(&t, "t", "acked", "c:v").unwrap(), 1, "an acknowledged commit is gone");
-    assert_eq!(t.get("t", "failed", "c:v").unwrap(), None, "the round whose fsync failed was replayed");
+    let total: u64 = ROWS.iter().map(|r| get_u64(&t, "bank", r, "bal:data").unwrap()).sum();
+    assert_eq!(total, 400, "the total after the failed fsync and the reopen");
+    for id in acked.lock().unwrap().iter() {
+        assert!(t.get("log", id, "t:amount").unwrap().is_some(), "acknowledged transfer {id} lost");
+    }
     drop(t);
     store.run(|t| set_u64(t, "t", "after", "c:v", 3)).unwrap();
     scenario.teardown();
