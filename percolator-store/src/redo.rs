@@ -160,11 +160,11 @@ impl RedoLog {
     /// Opens (or creates) the log of the store at `store` (whose id is `store_id`) and reads
     /// its records after `applied`, in order. The first record that does not check out (cut
     /// short, zeros where the file grew, a bad crc) ends the log, and it is cut off there before
-    /// anything is appended — as PostgreSQL's WAL replay ends at its first invalid record:
-    /// records are fsynced in order and a caller is answered only once its record and every
-    /// one before it are durable, so after a crash or a power loss everything past the first
-    /// bad record was never acknowledged (a disk that damages synced bytes is out of its
-    /// reach; the cut is logged). Refused, naming the files: a log of another store file, and
+    /// anything is appended — as PostgreSQL's WAL replay ends at its first invalid record: a
+    /// record is appended only after the one before it was fsynced, and its callers answered
+    /// only after its own fsync, so after a crash or a power loss only the last record can be
+    /// bad and it was never acknowledged (a disk that damages synced bytes is out of its reach;
+    /// the cut is logged). Refused, naming the files: a log of another store file, and
     /// records whose `seq`s do not follow on from `applied` (a store file restored from an
     /// older copy beside a newer log).
     pub(crate) fn open(
@@ -449,9 +449,8 @@ mod tests {
     }
 
     /// The first record that does not check out ends the log — cut short, zeros where the file
-    /// grew, a bad crc at the end, or a damaged record with whole ones after it (records after
-    /// an unsynced one may reach the disk before it) —: it is cut off there, and the next append
-    /// follows the last whole record and reads back.
+    /// grew, a bad crc at the end, or a damaged record with whole ones after it —: it is cut off
+    /// there, and the next append follows the last whole record and reads back.
     #[test]
     fn the_first_bad_record_ends_the_log_and_appends_follow_the_last_whole_one() {
         for (tear, expected) in

@@ -300,11 +300,11 @@ fn record_starts(log: &[u8]) -> Vec<usize> {
     starts
 }
 
-/// A record damaged in the middle of the log ends it there, as a tear does (records after an
-/// unsynced one may reach the disk before it, so whole records after a bad one prove nothing;
-/// PostgreSQL's WAL replay stops the same way): the store opens with the rounds before it, the
-/// commits it holds are a prefix of those made (none after a missing one), and a log given
-/// to the wrong store file is refused, naming both.
+/// A record damaged in the middle of the log ends it there, as a tear does (PostgreSQL's WAL
+/// replay stops the same way; a disk that damages bytes after their fsync returned is beyond
+/// what the log can mend): the store opens with the rounds before it, the commits it holds are
+/// a prefix of those made (none after a missing one), and a log given to the wrong store file
+/// is refused, naming both.
 #[test]
 fn a_damaged_record_ends_the_redo_log_and_the_store_holds_a_prefix_of_the_commits() {
     let dir = TempDir::new("redo-damaged");
