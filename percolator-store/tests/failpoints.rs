@@ -539,15 +539,8 @@ fn a_primary_committed_while_its_rollback_was_decided_is_rolled_forward() {
 fn a_failed_log_fsync_leaves_a_consistent_store_after_the_reopen() {
     let scenario = FailScenario::setup();
     let dir = TempDir::new("redo-fsync-failed");
-    let store = TestStore::open(&dir.file("s.redb"), StoreConfig::default(), percolator_store::Durability::Fsync);
-    store
-        .run(|t| {
-            for r in ROWS {
-                set_u64(t, "bank", r, "bal:data", 100)?;
-            }
-            Ok(())
-        })
-        .unwrap();
+    let store =
+        seeded_with(TestStore::open(&dir.file("s.redb"), StoreConfig::default(), percolator_store::Durability::Fsync));
     // The 40th fsync from now fails, once.
     fail::cfg("redo-fsync", "39*off->1*return->off").unwrap();
     let acked = Mutex::new(Vec::new());
