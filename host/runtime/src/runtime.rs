@@ -769,7 +769,22 @@ impl WasmObserver {
         store.limiter(|s| &mut s.limits);
         store.epoch_deadline_trap();
         store.set_epoch_deadline(self.ticks);
-        let instance = match self.pre.instantiate(&mut store) {
+        let mut attempt = 1;
+        let instance = loop {
+            match self.pre.instantiate(&mut store) {
+                // wasmtime builds a module's copy-on-write memory image at its first
+                // instantiation, sealing a memfd, which fails with EBUSY while the kernel holds
+                // a page of it for a moment (seen once in a clean-clone CI run with the 12 MB
+                // JavaScript guest; the image is not kept after a failure): tried again.
+                Err(e) if attempt < 5 && format!("{e:#}").contains("cannot add seals to the memfd") => {
+                    tracing::debug!(observer = %self.name, attempt, error = %format!("{e:#}"), "instantiating again");
+                    std::thread::sleep(Duration::from_millis(50 * attempt));
+                    attempt += 1;
+                }
+                r => break r,
+            }
+        };
+        let instance = match instance {
             Ok(instance) => instance,
             Err(e) => {
                 let message = limit_error(&format!("{e:#}"), &self.limits).unwrap_or_else(|| format!("{e:#}"));
