@@ -845,34 +845,21 @@ impl Drop for RedbBigtable {
         if let Some(syncer) = syncer {
             let _ = syncer.join();
         }
-        // redb persists non-durable commits only when a durable one follows: make a clean close
-        // keep everything, whatever the durability setting.
-        if shared.config.durability == Durability::None && !shared.failing.load(Ordering::Acquire) {
-            let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
-            if let Some(Ok(tx)) = db.as_ref().map(Database::begin_write) {
-                let _ = tx.commit();
+        // A clean close ends with a durable round, through the group commit like any other: at
+        // durability none redb persists non-durable commits only when a durable one follows;
+        // with the redo log the round is a checkpoint, after which the log file goes (a crash
+        // before leaves it, and the next open replays it).
+        if !shared.failing.load(Ordering::Acquire) {
+            shared.next_durable_ms.store(0, Ordering::Relaxed);
+            if let Some(log) = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+                log.force_checkpoint();
+            }
+            if let Err(e) = shared.group.submit(Batch::Ops(Vec::new()), &|next| shared.commit_batch(next)) {
+                tracing::warn!(error = %e, "the last durable commit at close failed; the next open replays the redo log");
             }
         }
-        // With the log: a last checkpoint, then the log file goes (a crash before leaves it,
-        // and the next open replays it).
-        let log = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).take();
-        if let Some(mut log) = log
-            && !shared.failing.load(Ordering::Acquire)
-        {
-            let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
-            let mut checkpoint = || -> Result<()> {
-                let db = db.as_ref().ok_or_else(|| Error::Storage("the store's file is not open".into()))?;
-                let tx = db.begin_write()?;
-                tx.open_table(META)?.insert(redo::APPLIED_KEY.as_bytes(), log.last_seq().to_be_bytes().as_slice())?;
-                tx.commit()?;
-                log.checkpointed()
-            };
-            match checkpoint() {
-                Ok(()) => log.remove(),
-                Err(e) => {
-                    tracing::warn!(error = %e, "the last checkpoint at close failed; the next open replays the redo log")
-                }
-            }
+        if let Some(log) = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            log.remove();
         }
     }
 }
