@@ -48,6 +48,7 @@ mod group_commit;
 mod key;
 mod lock;
 mod mem_backend;
+mod memtable;
 mod metrics;
 mod notify;
 mod observed;

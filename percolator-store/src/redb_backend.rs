@@ -1,28 +1,31 @@
-//! The embedded default backend: one redb file, group-committed.
+//! The embedded default backend: one redb file, group-committed, with a memtable and a redo
+//! log in front of it.
 //!
 //! Three redb tables: `cells` (locks, write records and staged data, see [`crate::key`]),
 //! `notify` (the notify locality group: scanning it costs ∝ pending notifications), and `meta`
 //! (oracle high-water mark, worker leases, dead letters). redb holds an exclusive lock on the
 //! file, so this process is the only reader and writer ([`Bigtable::exclusive`]).
 //!
-//! At durability fsync a round is made durable by the redo log (`<store>.redo`, [`crate::redo`]):
-//! its key-level changes are appended and fdatasynced, then redb commits it without writing
-//! pages; a checkpoint each second (a durable redb commit) empties the log, and opening the
-//! store replays what the log holds after the last checkpoint (`docs/design.md`, "A redo log
-//! in front of redb").
+//! A group-commit round does not write redb: it applies its callers' work in memory, appends
+//! the key-level changes it made to the redo log and fdatasyncs them (durability fsync:
+//! `<store>.redo` and `<store>.redo.1`, [`crate::redo`]), then publishes them into the
+//! memtable ([`crate::memtable`]), which readers see over redb's last checkpoint. A thread of
+//! the backend (`redb-checkpointer`) writes the memtable to redb in one durable transaction
+//! each second and empties the log's file that held it; opening the store replays what the
+//! log holds after the last checkpoint (`docs/design.md`, "A redo log in front of redb" and
+//! "A memtable in front of redb").
 //!
 //! After an I/O error (a full disk) redb refuses every later operation until the file is
 //! closed and opened again. The backend then refuses writes with the first error
-//! ([`Error::Io`]), reopens the file at once so that reads work, and tries a probe write (1 MiB) with
-//! backoff until one succeeds (`docs/design.md`, "A full disk") — unless commits it
-//! acknowledged are not durable yet (durability none), which a reopen would drop: then the
-//! failure stays until the process is restarted ([`StorageFailure::needs_restart`]).
+//! ([`Error::Io`]), reopens the file at once so that reads work, and tries a probe write (1
+//! MiB) and the checkpoint with backoff until they succeed (`docs/design.md`, "A full disk").
+//! What was published since the last checkpoint stays in memory across the reopen, so nothing
+//! acknowledged is lost, at either durability.
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock, Weak};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
+use std::time::{Duration, SystemTime};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -30,12 +33,15 @@ use crate::bigtable::*;
 use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, LATCHED, Result};
 use crate::group_commit::{GroupCommit, Work};
+use crate::memtable::{Layered, Map, Mem};
 use crate::redo::{self, Changes, RedoLog, Table};
 use crate::timestamp::Timestamp;
 
 const CELLS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("cells");
 const NOTIFY: TableDefinition<&[u8], &[u8]> = TableDefinition::new("notify");
 const META: TableDefinition<&[u8], &[u8]> = TableDefinition::new("meta");
+/// The tables by [`Table`] number.
+const TABLES: [TableDefinition<&[u8], &[u8]>; 3] = [CELLS, NOTIFY, META];
 
 /// How durable a group commit is before its callers are answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -43,11 +49,9 @@ pub enum Durability {
     /// fsync once per group commit (the default): an answered commit survives power loss.
     #[default]
     Fsync,
-    /// No fsync per commit: one group commit a second is made durable (fsynced), so a crash or
-    /// power loss loses at most about the last second (like PostgreSQL's
-    /// `synchronous_commit = off`), and redb can reuse the pages that removed versions held (it
-    /// reuses pages freed by non-durable commits only after a durable one). For tests and
-    /// benchmarks.
+    /// No fsync per commit: commits are made durable by the next checkpoint, about a second
+    /// later, so a crash or power loss loses about the last second of commits (like
+    /// PostgreSQL's `synchronous_commit = off`). For tests and benchmarks.
     None,
 }
 
@@ -58,11 +62,13 @@ pub struct RedbConfig {
     pub durability: Durability,
     /// redb page cache size in bytes.
     pub cache_bytes: usize,
-    /// At [`Durability::Fsync`], make rounds durable with the redo log rather than with redb's
-    /// durable commit (the default; off only to compare the two in benchmarks).
+    /// At [`Durability::Fsync`], make rounds durable with the redo log (the default) rather
+    /// than with a checkpoint at the end of each round (off only to compare the two in
+    /// benchmarks: a round is then visible to readers just before its checkpoint is durable).
     pub redo_log: bool,
-    /// How often a round is a checkpoint (a durable redb commit that empties the redo log):
-    /// longer means fewer page writes and more to replay after a crash.
+    /// How often the memtable is checkpointed into redb (a durable redb commit that also
+    /// empties a file of the redo log): longer means fewer page writes, more memory and more
+    /// to replay after a crash.
     pub checkpoint_every: Duration,
 }
 
@@ -72,10 +78,17 @@ impl Default for RedbConfig {
             durability: Durability::Fsync,
             cache_bytes: 256 << 20,
             redo_log: true,
-            checkpoint_every: redo::CHECKPOINT_EVERY,
+            checkpoint_every: CHECKPOINT_EVERY,
         }
     }
 }
+
+/// A checkpoint is made this often by default.
+const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
+/// A checkpoint is made at once when the memtable holds this many bytes.
+const CHECKPOINT_BYTES: usize = 64 << 20;
+/// A round waits for a checkpoint that is being written when the memtable holds this many.
+const MEMTABLE_MAX_BYTES: usize = 2 * CHECKPOINT_BYTES;
 
 /// One caller's share of a group commit.
 enum Batch {
@@ -104,45 +117,77 @@ pub struct RedbBigtable {
     shared: Arc<Shared>,
 }
 
-/// What the backend and its prober thread share.
+/// What the backend, its checkpointer and its prober share.
 struct Shared {
-    /// The open database: shared (read) to begin a transaction — a group commit's leader holds
-    /// it until its write transaction is committed —, exclusive (write) only to reopen the file
-    /// after an I/O error, which therefore never closes it under a live write transaction.
-    /// `None` while a reopen failed (every operation then answers the recorded failure).
+    /// The open database: shared to write a checkpoint or take space figures, exclusive only
+    /// to reopen the file after an I/O error. `None` while a reopen failed.
     db: RwLock<Option<Database>>,
+    /// What readers read: the memtable over redb's last checkpoint. Always taken after `db`
+    /// when both are held.
+    layers: RwLock<Layers>,
     /// The file (for its size, for reopening, for errors).
     path: PathBuf,
     config: RedbConfig,
     group: GroupCommit<Batch, Done>,
     commits: AtomicU64,
     ops: AtomicU64,
-    /// With [`Durability::None`]: when (ms after `opened`) the next group commit is durable.
-    opened: Instant,
-    next_durable_ms: AtomicU64,
-    /// True while `health` holds a failure: writes are refused without touching redb (read on
-    /// every group commit, so an atomic rather than the mutex).
+    /// True while `health` holds a failure: writes are refused without touching the layers
+    /// (read on every group commit, so an atomic rather than the mutex).
     failing: AtomicBool,
-    /// The failure that stops writes, and the prober that ends it.
+    /// The failure that stops writes, and the threads.
     health: Mutex<Health>,
     /// Wakes the prober early (the backend is dropped).
     wake_prober: Condvar,
+    /// Wakes the checkpointer early (the memtable is large, or the backend is dropped).
+    wake_checkpointer: Condvar,
+    /// Wakes a round waiting for room in the memtable (a checkpoint ended).
+    room: Condvar,
+    /// Held while a checkpoint is made or the file reopened: one at a time.
+    checkpointing: Mutex<()>,
     /// Times the file was reopened after a failure ([`Bigtable::reopens`]).
     reopens: AtomicU64,
-    /// The last commit that succeeded was not durable ([`Durability::None`]): a reopen now
-    /// would go back before commits that callers were told succeeded.
-    unsynced: AtomicBool,
     /// The redo log, when rounds are made durable by it ([`RedbConfig::redo_log`] at
-    /// [`Durability::Fsync`]). Locked by a round's leader for the whole round, and by a reopen
-    /// (always after `db`).
+    /// [`Durability::Fsync`]). Held by a round's leader for the whole round (so a checkpoint's
+    /// freeze, which holds it too, falls between two rounds).
     redo: Mutex<Option<RedoLog>>,
-    /// A round failed after touching the log (its append failed, or redb's commit after it):
-    /// the prober reopens again before it lets writes resume, even if it reopened since the
-    /// failure it is handling was recorded (the log and redb must be read back together).
-    reopen_needed: AtomicBool,
     /// Rounds made durable by the log, and checkpoints ([`BackendStats`]).
     log_syncs: AtomicU64,
     checkpoints: AtomicU64,
+}
+
+/// The published state (`docs/design.md`, "A memtable in front of redb", 1.): `active` over
+/// `frozen` over `base`, the newest layer holding a key saying its value.
+struct Layers {
+    /// Rounds published since the last freeze.
+    active: Mem,
+    /// Rounds frozen for the checkpoint being written (or failed).
+    frozen: Option<Arc<Mem>>,
+    /// The seq of the last round logged in `frozen` (`redo/applied` once it is in redb).
+    frozen_seq: u64,
+    /// redb's last checkpoint, shared by every reader; `None` while the file is not open.
+    base: Option<Base>,
+}
+
+impl Layers {
+    /// `table` as readers see it: `round` (a round's own changes, for its leader) over the
+    /// memtable over the base.
+    fn view<'a>(&'a self, table: Table, round: Option<&'a Map>) -> Option<Layered<'a>> {
+        let base = self.base.as_ref()?;
+        Some(Layered {
+            layers: [round, Some(self.active.table(table)), self.frozen.as_deref().map(|f| f.table(table))],
+            base: &base.0[table as usize],
+        })
+    }
+}
+
+/// One redb read transaction's three tables.
+struct Base([R; 3]);
+
+impl Base {
+    fn open(db: &Database) -> Result<Base> {
+        let tx = db.begin_read()?;
+        Ok(Base([R(tx.open_table(CELLS)?), R(tx.open_table(NOTIFY)?), R(tx.open_table(META)?)]))
+    }
 }
 
 #[derive(Default)]
@@ -150,15 +195,13 @@ struct Health {
     failure: Option<StorageFailure>,
     /// The prober thread, while one runs (or ran: joined before the next is started).
     prober: Option<std::thread::JoinHandle<()>>,
-    /// The backend is being dropped: the prober stops.
+    /// The checkpointer thread.
+    checkpointer: Option<std::thread::JoinHandle<()>>,
+    /// A round found the memtable large: checkpoint now.
+    checkpoint_now: bool,
+    /// The backend is being dropped: the threads stop.
     stopping: bool,
-    /// At durability none, the thread that makes the last commits durable a second after them
-    /// when no commit comes to do it (`Shared::sync_when_quiet`).
-    syncer: Option<std::thread::JoinHandle<()>>,
 }
-
-/// With [`Durability::None`], a group commit is made durable at most this often.
-const NONE_DURABLE_EVERY_MS: u64 = 1000;
 
 /// The prober's first wait after a failure, doubled after each failed probe up to
 /// [`PROBE_MAX`].
@@ -180,20 +223,13 @@ fn open_database(path: &Path, cache_bytes: usize) -> Result<Database> {
     })
 }
 
-/// Replays the redo log of the store at `path` into `db`: the records after `redo/applied`, in
-/// order, in one write transaction that also moves `redo/applied` to the last of them. At open
-/// (`durable`) that commit is a checkpoint and the log is emptied; after a reopen for a
-/// failure it is not durable (the disk may be full) and the next round makes the checkpoint.
-/// Returns the log if this store keeps one (`logging`); otherwise a log left by an earlier
-/// configuration is replayed and removed.
-fn recover(
-    db: &Database,
-    path: &Path,
-    logging: bool,
-    durable: bool,
-    checkpoint_every: Duration,
-) -> Result<Option<RedoLog>> {
-    if !logging && !redo::path_of(path).exists() {
+/// Replays the redo log of the store at `path` into `db` at open: the records after
+/// `redo/applied`, in order, in one durable write transaction that also moves `redo/applied`
+/// to the last of them (the open's checkpoint); then the log is emptied. Returns the log if
+/// this store keeps one (`logging`); otherwise a log left by an earlier configuration is
+/// replayed and removed.
+fn recover(db: &Database, path: &Path, logging: bool) -> Result<Option<RedoLog>> {
+    if !logging && !redo::exists(path) {
         return Ok(None);
     }
     let (applied, store_id) = {
@@ -211,10 +247,9 @@ fn recover(
             .ok_or_else(|| Error::Storage(format!("{}: meta {} is missing", path.display(), redo::STORE_ID_KEY)))?;
         (number(redo::APPLIED_KEY)?.unwrap_or(0), store_id)
     };
-    let (mut log, records) = RedoLog::open(path, applied, store_id, checkpoint_every)?;
+    let (mut log, records) = RedoLog::open(path, applied, store_id)?;
     if !records.is_empty() || !log.is_empty() {
-        let mut tx = db.begin_write()?;
-        tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
+        let tx = db.begin_write()?;
         {
             let mut tables = [tx.open_table(CELLS)?, tx.open_table(NOTIFY)?, tx.open_table(META)?];
             for record in &records {
@@ -243,18 +278,12 @@ fn recover(
                 "replayed the redo log: rounds acknowledged after the last checkpoint"
             );
         }
-        if durable {
-            log.checkpointed()?;
-        } else {
-            log.force_checkpoint();
-        }
+        log.checkpointed()?;
     }
     if logging {
         Ok(Some(log))
     } else {
-        if durable {
-            log.remove();
-        }
+        log.remove();
         Ok(None)
     }
 }
@@ -285,38 +314,35 @@ impl RedbBigtable {
         };
         created().map_err(located)?;
         let logging = config.durability == Durability::Fsync && config.redo_log;
-        let redo = recover(&db, path, logging, true, config.checkpoint_every).map_err(located)?;
+        let redo = recover(&db, path, logging).map_err(located)?;
+        let base = Base::open(&db).map_err(located)?;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
+                layers: RwLock::new(Layers { active: Mem::default(), frozen: None, frozen_seq: 0, base: Some(base) }),
                 path: path.to_owned(),
                 config,
                 group: GroupCommit::new(),
                 commits: AtomicU64::new(0),
                 ops: AtomicU64::new(0),
-                opened: Instant::now(),
-                next_durable_ms: AtomicU64::new(NONE_DURABLE_EVERY_MS),
                 failing: AtomicBool::new(false),
                 health: Mutex::new(Health::default()),
                 wake_prober: Condvar::new(),
+                wake_checkpointer: Condvar::new(),
+                room: Condvar::new(),
+                checkpointing: Mutex::new(()),
                 reopens: AtomicU64::new(0),
-                unsynced: AtomicBool::new(false),
                 redo: Mutex::new(redo),
-                reopen_needed: AtomicBool::new(false),
                 log_syncs: AtomicU64::new(0),
                 checkpoints: AtomicU64::new(0),
             }),
         };
-        if backend.shared.config.durability == Durability::None {
-            // Without it, the last commits before a quiet spell would stay non-durable until
-            // the next commit (or a clean close), however long the spell.
-            let shared = backend.shared.clone();
-            let syncer = std::thread::Builder::new()
-                .name("redb-syncer".into())
-                .spawn(move || shared.sync_when_quiet())
-                .map_err(|e| Error::Storage(format!("starting the store's syncer thread: {e}")))?;
-            backend.shared.health.lock().unwrap_or_else(PoisonError::into_inner).syncer = Some(syncer);
-        }
+        let shared = backend.shared.clone();
+        let checkpointer = std::thread::Builder::new()
+            .name("redb-checkpointer".into())
+            .spawn(move || shared.checkpoint_every_so_often())
+            .map_err(|e| Error::Storage(format!("starting the store's checkpointer thread: {e}")))?;
+        backend.shared.health.lock().unwrap_or_else(PoisonError::into_inner).checkpointer = Some(checkpointer);
         Ok(backend)
     }
 
@@ -335,7 +361,7 @@ impl RedbBigtable {
         if !path.is_file() {
             return Err(Error::NotFound(format!("no store file at {}", path.display())));
         }
-        if redo::path_of(path).exists() {
+        if redo::exists(path) {
             // Rounds after the last checkpoint are only in the log: a clean open and close
             // puts them into the file (and removes the log) before the file is compacted.
             drop(RedbBigtable::open(path, RedbConfig::default())?);
@@ -432,26 +458,16 @@ impl Shared {
         if let Some(f) = &h.failure {
             return f.error.clone();
         }
-        // At durability none, commits acknowledged since the last durable one live only in
-        // this database: reopening would drop them while this process goes on as if they
-        // were there (a value format marker, a registry change, a high-water mark…). A
-        // restart loses the same, but starts from what is on disk.
-        let needs_restart = self.unsynced.load(Ordering::Acquire);
-        if needs_restart {
-            tracing::error!(
-                error = %e,
-                "the store's file failed with commits acknowledged that are not durable yet (durability none): \
-                 it is not reopened; restart the process once the cause is fixed"
-            );
-        } else {
-            tracing::warn!(
-                error = %e,
-                "the store's file failed: writes are refused until one succeeds again; reopening it and retrying"
-            );
-        }
-        h.failure = Some(StorageFailure { error: e.clone(), since: SystemTime::now(), probes: 0, needs_restart });
+        tracing::warn!(
+            error = %e,
+            "the store's file failed: writes are refused until one succeeds again; reopening it and retrying"
+        );
+        // Never `needs_restart`: what was published since the last checkpoint is in memory,
+        // and a reopen keeps it.
+        h.failure =
+            Some(StorageFailure { error: e.clone(), since: SystemTime::now(), probes: 0, needs_restart: false });
         self.failing.store(true, Ordering::Release);
-        if !h.stopping && !needs_restart {
+        if !h.stopping {
             if let Some(done) = h.prober.take() {
                 // The previous prober cleared its failure and is ending (or has ended).
                 let _ = done.join();
@@ -465,8 +481,9 @@ impl Shared {
         e
     }
 
-    /// The prober: reopens the file (redb refuses everything after an I/O error), waits, tries
-    /// a durable write of 1 MiB; until the write commits, when the failure is cleared.
+    /// The prober: reopens the file (redb refuses everything after an I/O error), waits, then
+    /// tries the log's repair, a durable write of 1 MiB and the checkpoint; when all succeed,
+    /// the failure is cleared.
     fn probe_until_writable(self: Arc<Self>) {
         let mut wait = PROBE_FIRST;
         loop {
@@ -487,8 +504,6 @@ impl Shared {
             let probed = self.probe();
             let mut h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
             match probed {
-                // A round failed on the log after the last reopen: read both back once more.
-                Ok(()) if self.reopen_needed.load(Ordering::Acquire) => {}
                 Ok(()) => {
                     if let Some(f) = h.failure.take() {
                         let down = f.since.elapsed().unwrap_or_default();
@@ -515,89 +530,177 @@ impl Shared {
         }
     }
 
-    /// At durability none: every quarter of a second, if the last commit was not durable and
-    /// the last durable one is a second old, an empty commit, which redb makes durable with
-    /// every commit before it — so a crash loses at most about the last second of commits,
-    /// even when the store then goes quiet. Ends when the backend is dropped.
-    fn sync_when_quiet(self: Arc<Self>) {
+    /// The checkpointer: every `checkpoint_every`, or when a round finds the memtable large,
+    /// a checkpoint — unless the store is failing (the prober makes it then). Ends when the
+    /// backend is dropped.
+    fn checkpoint_every_so_often(self: Arc<Self>) {
         loop {
             {
                 let h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
-                let (h, _) = self
-                    .wake_prober
-                    .wait_timeout_while(h, Duration::from_millis(250), |h| !h.stopping)
+                let (mut h, _) = self
+                    .wake_checkpointer
+                    .wait_timeout_while(h, self.config.checkpoint_every, |h| !h.stopping && !h.checkpoint_now)
                     .unwrap_or_else(PoisonError::into_inner);
                 if h.stopping {
                     return;
                 }
+                h.checkpoint_now = false;
             }
-            let due = self.opened.elapsed().as_millis() as u64 >= self.next_durable_ms.load(Ordering::Relaxed);
-            if due && self.unsynced.load(Ordering::Acquire) && !self.failing.load(Ordering::Acquire) {
-                // Through the group commit, as any commit: its leader decides it is durable.
-                if let Err(e) = self.group.submit(Batch::Ops(Vec::new()), &|next| self.commit_batch(next)) {
-                    tracing::debug!(error = %e, "a durable commit of the last commits failed");
-                }
+            if self.failing.load(Ordering::Acquire) {
+                continue;
+            }
+            if let Err(e) = self.checkpoint() {
+                // Recorded as the store's failure if it was the file's: the prober takes over.
+                tracing::debug!(error = %e, "a checkpoint failed");
             }
         }
     }
 
-    /// Closes the database and opens the file again (redb recovers it to its last committed
-    /// state). Only the prober calls it; the exclusive lock waits for a running write
-    /// transaction to end, and read views of the old database fail from then on.
+    /// One checkpoint (`docs/design.md`, "A memtable in front of redb", 3.): freezes the
+    /// memtable (unless a frozen one is still there: a checkpoint that failed), writes it to
+    /// redb in one durable transaction with `redo/applied`, makes that commit the readers'
+    /// base, then empties the log's file that held it. Returns whether there was anything to
+    /// write.
+    fn checkpoint(self: &Arc<Self>) -> Result<bool> {
+        let _one = self.checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
+        let (frozen, seq) = {
+            let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
+            if layers.frozen.is_none() {
+                if layers.active.is_empty() {
+                    return Ok(false);
+                }
+                let seq = match redo.as_mut() {
+                    Some(log) => log.turn().map_err(|e| self.located(e))?,
+                    None => 0,
+                };
+                layers.frozen = Some(Arc::new(std::mem::take(&mut layers.active)));
+                layers.frozen_seq = seq;
+            }
+            (layers.frozen.clone().expect("frozen just now or before"), layers.frozen_seq)
+        };
+        let logging = self.redo.lock().unwrap_or_else(PoisonError::into_inner).is_some();
+        {
+            let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+            let Some(db) = db.as_ref() else {
+                return Err(self
+                    .failure_error()
+                    .unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
+            };
+            let write = || -> Result<Base> {
+                let mut tx = db.begin_write()?;
+                tx.set_durability(redb::Durability::Immediate)?;
+                for table in Table::ALL {
+                    let mut t = tx.open_table(TABLES[table as usize])?;
+                    for (key, value) in frozen.table(table) {
+                        match value {
+                            Some(value) => t.insert(key.as_slice(), value.as_slice())?,
+                            None => t.remove(key.as_slice())?,
+                        };
+                    }
+                    if table == Table::Meta && logging {
+                        t.insert(redo::APPLIED_KEY.as_bytes(), seq.to_be_bytes().as_slice())?;
+                    }
+                }
+                fail::fail_point!("checkpoint-before-commit", |_| Err(Error::Io {
+                    path: PathBuf::new(),
+                    message: "failpoint checkpoint-before-commit".into(),
+                    disk_full: true,
+                }));
+                tx.commit()?;
+                Base::open(db)
+            };
+            let base = write().map_err(|e| self.located(e))?;
+            let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
+            layers.frozen = None;
+            layers.base = Some(base);
+        }
+        self.checkpoints.fetch_add(1, Ordering::Relaxed);
+        self.room.notify_all();
+        if let Some(log) = self.redo.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
+            && let Err(e) = log.retire()
+        {
+            // The records stay, below `redo/applied`: a later open skips them, the next turn
+            // empties the file.
+            tracing::warn!(error = %e, "emptying the redo log's file after a checkpoint failed; trying again at the next");
+        }
+        Ok(true)
+    }
+
+    /// Closes the database and opens the file again (redb recovers it to its last durable
+    /// commit: the last checkpoint, or the one that failed if it was durable after all); the
+    /// readers' base becomes that. The memtable is kept: it holds every round published
+    /// since the base's checkpoint (a `frozen` one is written again by the next checkpoint), so
+    /// nothing acknowledged is lost. Readers wait meanwhile.
     fn reopen(&self) -> Result<()> {
+        let _one = self.checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
         let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
         // Closing first: redb locks the file while it is open. A database that met an I/O
         // error writes nothing on close.
+        layers.base = None;
         drop(db.take());
-        self.reopen_needed.store(false, Ordering::Release);
         let reopened = open_database(&self.path, self.config.cache_bytes)?;
-        let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
-        if redo.is_some() {
-            // The file holds its last durable commit, or (closed without an I/O error: redb
-            // persists its non-durable commits then) every round committed: the whole records
-            // of the log are applied again, in order, onto either — not durably (the disk may
-            // be full); the log stays until the checkpoint the next round makes. A whole
-            // record whose fsync failed is replayed too (its callers heard an error, which
-            // never promised "not committed").
-            *redo = recover(&reopened, &self.path, true, false, self.config.checkpoint_every)?;
-        }
+        layers.base = Some(Base::open(&reopened)?);
         *db = Some(reopened);
         self.reopens.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
-    /// A durable write of [`PROBE_BYTES`], then its removal (its pages are reused).
-    fn probe(&self) -> Result<()> {
-        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
-        let db = db.as_ref().ok_or_else(|| Error::Storage("the store's file is not open".into()))?;
-        let value = vec![0u8; PROBE_BYTES];
-        for put in [true, false] {
-            let mut tx = db.begin_write()?;
-            tx.set_durability(redb::Durability::Immediate)?;
-            {
-                let mut meta = tx.open_table(META)?;
-                if put {
-                    meta.insert(PROBE_KEY.as_bytes(), value.as_slice())?;
-                } else {
-                    meta.remove(PROBE_KEY.as_bytes())?;
+    /// The log's repair (a failed record's bytes cut off), a durable write of [`PROBE_BYTES`]
+    /// and its removal, then a checkpoint of what the memtable holds.
+    fn probe(self: &Arc<Self>) -> Result<()> {
+        if let Some(log) = self.redo.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            log.repair()?;
+        }
+        {
+            let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+            let db = db.as_ref().ok_or_else(|| Error::Storage("the store's file is not open".into()))?;
+            let value = vec![0u8; PROBE_BYTES];
+            for put in [true, false] {
+                let mut tx = db.begin_write()?;
+                tx.set_durability(redb::Durability::Immediate)?;
+                {
+                    let mut meta = tx.open_table(META)?;
+                    if put {
+                        meta.insert(PROBE_KEY.as_bytes(), value.as_slice())?;
+                    } else {
+                        meta.remove(PROBE_KEY.as_bytes())?;
+                    }
                 }
+                tx.commit()?;
             }
-            tx.commit()?;
+        }
+        while self.checkpoint()? {
+            // A frozen memtable left by a failed checkpoint, then the active one.
+            if self.layers.read().unwrap_or_else(PoisonError::into_inner).active.is_empty() {
+                break;
+            }
         }
         Ok(())
     }
 
-    /// The open database for a read, or the recorded failure if there is none.
-    fn begin_read(self: &Arc<Self>) -> Result<redb::ReadTransaction> {
-        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
-        let Some(db) = db.as_ref() else {
-            return Err(self.failure_error().unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
-        };
-        db.begin_read().map_err(|e| self.located(e.into()))
+    /// Waits while the memtable is over [`MEMTABLE_MAX_BYTES`] and a checkpoint is being
+    /// written (or failed: then until the store fails the round).
+    fn wait_for_room(&self) {
+        loop {
+            {
+                let layers = self.layers.read().unwrap_or_else(PoisonError::into_inner);
+                if layers.active.bytes() < MEMTABLE_MAX_BYTES || layers.frozen.is_none() {
+                    return;
+                }
+            }
+            if self.failing.load(Ordering::Acquire) {
+                return;
+            }
+            let h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            let _ = self.room.wait_timeout(h, Duration::from_millis(10)).unwrap_or_else(PoisonError::into_inner);
+        }
     }
 
-    /// One group-commit round: the callers' work taken from `next` (see [`crate::group_commit`])
-    /// applied in one write transaction.
+    /// One group-commit round (`docs/design.md`, "A memtable in front of redb", 2.): the
+    /// callers' work taken from `next` (see [`crate::group_commit`]) applied in a round overlay
+    /// over the published state, logged (durability fsync), then published.
     fn commit_batch(self: &Arc<Self>, next: &mut dyn FnMut() -> Option<Batch>) -> Result<Vec<Done>> {
         if self.failing.load(Ordering::Acquire)
             && let Some(e) = self.failure_error()
@@ -605,36 +708,16 @@ impl Shared {
             // Refused at once: the prober finds out when writes work again.
             return Err(e);
         }
-        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
-        let Some(db) = db.as_ref() else {
-            return Err(self.failure_error().unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
-        };
-        self.commit_in(db, next).map_err(|e| self.located(e))
-    }
-
-    fn commit_in(self: &Arc<Self>, db: &Database, next: &mut dyn FnMut() -> Option<Batch>) -> Result<Vec<Done>> {
+        self.wait_for_room();
         let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut tx = db.begin_write()?;
-        let durable = match self.config.durability {
-            // With the log, a round is durable in redb only when it is a checkpoint.
-            Durability::Fsync => redo.as_ref().is_none_or(RedoLog::checkpoint_due),
-            // Only the group commit's leader gets here: one at a time.
-            Durability::None => {
-                self.opened.elapsed().as_millis() as u64 >= self.next_durable_ms.load(Ordering::Relaxed)
-            }
-        };
-        tx.set_durability(if durable { redb::Durability::Immediate } else { redb::Durability::None })?;
-        let mut out = Vec::new();
+        let mut round = Mem::default();
         let mut ops = 0;
-        // What the round changes, for the log (a round that is a checkpoint is not logged).
-        let changes = RefCell::new(Changes::default());
-        let log = (redo.is_some() && !durable).then_some(&changes);
-        {
-            // Tables are opened when first used: a commit that writes no notify cell or metadata
-            // (most one-phase commits) does not pay for opening and re-rooting those tables.
-            let mut cells = Lazy::new(&tx, CELLS, log.map(|c| (c, Table::Cells)));
-            let mut notify = Lazy::new(&tx, NOTIFY, log.map(|c| (c, Table::Notify)));
-            let mut meta = Lazy::new(&tx, META, log.map(|c| (c, Table::Meta)));
+        let out = {
+            let [c, n, m] = round.tables_mut();
+            let mut cells = RoundTable { shared: self, table: Table::Cells, overlay: c };
+            let mut notify = RoundTable { shared: self, table: Table::Notify, overlay: n };
+            let mut meta = RoundTable { shared: self, table: Table::Meta, overlay: m };
+            let mut out = Vec::new();
             // Each caller's work as the group commit hands it over: those queued at once, then
             // those that arrive while the round gathers.
             while let Some(group) = next() {
@@ -643,188 +726,124 @@ impl Shared {
                     Batch::Ops(ops) => {
                         let mut outcomes = Vec::with_capacity(ops.len());
                         for op in ops {
-                            outcomes.push(cells::apply_op(&mut cells, &mut notify, &mut meta, op)?);
+                            outcomes.push(
+                                cells::apply_op(&mut cells, &mut notify, &mut meta, op).map_err(|e| self.located(e))?,
+                            );
                         }
                         Done::Ops(outcomes)
                     }
                     // Every row's conditions are checked before any is written, so a failed
-                    // group leaves nothing behind in the shared transaction.
-                    Batch::Atomic(rows) => Done::Atomic(cells::apply_rows_atomically(&mut cells, &mut notify, rows)?),
+                    // group leaves nothing behind in the round.
+                    Batch::Atomic(rows) => Done::Atomic(
+                        cells::apply_rows_atomically(&mut cells, &mut notify, rows).map_err(|e| self.located(e))?,
+                    ),
                 });
             }
-            if durable && let Some(redo) = redo.as_ref() {
-                // A checkpoint: every logged round is in redb once this commit is durable.
-                meta.put(redo::APPLIED_KEY.as_bytes(), &redo.last_seq().to_be_bytes())?;
-            }
-        }
-        match redo.as_mut() {
-            Some(log) if !durable && !changes.borrow().is_empty() => {
-                // Write-ahead: durable in the log before any reader can see it. A failed append
-                // or fsync fails the round (the transaction is dropped, so aborted) and, being
-                // an I/O error, has the file reopened, which reads the log and redb back
-                // together.
-                log.append(&changes.borrow()).inspect_err(|e| {
-                    if e.is_storage_failure() {
-                        // Whatever reached the file is read back at the reopen, with redb.
-                        self.reopen_needed.store(true, Ordering::Release);
+            out
+        };
+        if !round.is_empty() {
+            if let Some(log) = redo.as_mut() {
+                // Write-ahead: durable in the log before any reader can see it. A failed
+                // append or fsync fails the round, whose record the log cuts off again.
+                let mut changes = Changes::default();
+                for table in Table::ALL {
+                    for (key, value) in round.table(table) {
+                        match value {
+                            Some(value) => changes.put(table, key, value),
+                            None => changes.delete(table, key),
+                        }
                     }
-                })?;
+                }
+                log.append(&changes).map_err(|e| self.located(e))?;
                 self.log_syncs.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = tx.commit() {
-                    // Logged but not committed: a reopen replays it (its callers hear an
-                    // error, which never promised "not committed"). Recorded as a failure
-                    // whatever its kind, so that the prober reopens.
-                    self.reopen_needed.store(true, Ordering::Release);
-                    let e = Error::from(e);
-                    return Err(match e {
-                        Error::Io { .. } => e,
-                        e => self.fail(e),
-                    });
-                }
-                fail::fail_point!("redo-after-commit");
             }
-            Some(log) if durable => {
-                tx.commit()?;
-                self.checkpoints.fetch_add(1, Ordering::Relaxed);
-                if let Err(e) = log.checkpointed() {
-                    // The records stay, below `redo/applied`: a later open skips them.
-                    tracing::warn!(error = %e, "emptying the redo log after a checkpoint failed; trying again at the next");
-                }
+            let bytes = {
+                let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
+                layers.active.absorb(round);
+                layers.active.bytes()
+            };
+            fail::fail_point!("redo-after-commit");
+            if bytes >= CHECKPOINT_BYTES {
+                self.health.lock().unwrap_or_else(PoisonError::into_inner).checkpoint_now = true;
+                self.wake_checkpointer.notify_all();
             }
-            _ => tx.commit()?,
-        }
-        // A round the log holds is durable although redb's commit was not.
-        self.unsynced.store(!durable && redo.is_none(), Ordering::Release);
-        if durable && self.config.durability == Durability::None {
-            let now = self.opened.elapsed().as_millis() as u64;
-            self.next_durable_ms.store(now + NONE_DURABLE_EVERY_MS, Ordering::Relaxed);
+            if redo.is_none() && self.config.durability == Durability::Fsync {
+                // No log ([`RedbConfig::redo_log`] off): each round is made durable by a
+                // checkpoint of its own before its callers are answered.
+                drop(redo);
+                self.checkpoint()?;
+            }
         }
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.ops.fetch_add(ops, Ordering::Relaxed);
         Ok(out)
     }
 
-    fn read<T>(
-        self: &Arc<Self>,
-        table: TableDefinition<&[u8], &[u8]>,
-        f: impl FnOnce(&dyn KvRead) -> Result<T>,
-    ) -> Result<T> {
-        let tx = self.begin_read()?;
-        let read = || -> Result<T> {
-            let t = tx.open_table(table)?;
-            f(&R(t))
-        };
-        read().map_err(|e| self.located(e))
+    /// Runs `f` on `table` as readers see it, holding the layers shared (so a call sees
+    /// whole rounds).
+    fn read<T>(self: &Arc<Self>, table: Table, f: impl FnOnce(&dyn KvRead) -> Result<T>) -> Result<T> {
+        self.layered(table, None, f).map_err(|e| self.located(e))
+    }
+
+    /// `f` on `table` through `round` (a round's own changes, for its leader) over the
+    /// published layers.
+    fn layered<T>(&self, table: Table, round: Option<&Map>, f: impl FnOnce(&dyn KvRead) -> Result<T>) -> Result<T> {
+        let layers = self.layers.read().unwrap_or_else(PoisonError::into_inner);
+        match layers.view(table, round) {
+            Some(view) => f(&view),
+            None => Err(self.failure_error().unwrap_or_else(|| Error::Storage("the store's file is not open".into()))),
+        }
     }
 }
 
 struct R(redb::ReadOnlyTable<&'static [u8], &'static [u8]>);
-struct W<'t>(redb::Table<'t, &'static [u8], &'static [u8]>);
-
-fn for_range_impl<T: ReadableTable<&'static [u8], &'static [u8]>>(
-    t: &T,
-    from: &[u8],
-    to: Option<&[u8]>,
-    f: Visitor<'_>,
-) -> Result<()> {
-    if to.is_some_and(|to| to <= from) {
-        return Ok(()); // an empty (or inverted) range
-    }
-    let iter = match to {
-        Some(to) => t.range::<&[u8]>(from..to)?,
-        None => t.range::<&[u8]>(from..)?,
-    };
-    for item in iter {
-        let (k, v) = item?;
-        if !f(k.value(), v.value())? {
-            break;
-        }
-    }
-    Ok(())
-}
-
-/// A table of a write transaction, opened when first used; its changes are recorded in `log`
-/// (a round's redo record) when there is one.
-struct Lazy<'t> {
-    tx: &'t redb::WriteTransaction,
-    def: TableDefinition<'static, &'static [u8], &'static [u8]>,
-    table: std::cell::OnceCell<W<'t>>,
-    log: Option<(&'t RefCell<Changes>, Table)>,
-}
-
-impl<'t> Lazy<'t> {
-    fn new(
-        tx: &'t redb::WriteTransaction,
-        def: TableDefinition<'static, &'static [u8], &'static [u8]>,
-        log: Option<(&'t RefCell<Changes>, Table)>,
-    ) -> Lazy<'t> {
-        Lazy { tx, def, table: std::cell::OnceCell::new(), log }
-    }
-
-    fn table(&self) -> Result<&W<'t>> {
-        if self.table.get().is_none() {
-            let _ = self.table.set(W(self.tx.open_table(self.def)?));
-        }
-        Ok(self.table.get().expect("just opened"))
-    }
-
-    fn table_mut(&mut self) -> Result<&mut W<'t>> {
-        self.table()?;
-        Ok(self.table.get_mut().expect("just opened"))
-    }
-}
-
-impl KvRead for Lazy<'_> {
-    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.table()?.get(key)
-    }
-    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
-        self.table()?.for_range(from, to, f)
-    }
-}
-
-impl KvWrite for Lazy<'_> {
-    fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.table_mut()?.put(key, value)?;
-        if let Some((log, table)) = self.log {
-            log.borrow_mut().put(table, key, value);
-        }
-        Ok(())
-    }
-    fn delete(&mut self, key: &[u8]) -> Result<()> {
-        self.table_mut()?.delete(key)?;
-        if let Some((log, table)) = self.log {
-            log.borrow_mut().delete(table, key);
-        }
-        Ok(())
-    }
-}
 
 impl KvRead for R {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         Ok(self.0.get(key)?.map(|v| v.value().to_vec()))
     }
     fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
-        for_range_impl(&self.0, from, to, f)
+        if to.is_some_and(|to| to <= from) {
+            return Ok(()); // an empty (or inverted) range
+        }
+        let iter = match to {
+            Some(to) => self.0.range::<&[u8]>(from..to)?,
+            None => self.0.range::<&[u8]>(from..)?,
+        };
+        for item in iter {
+            let (k, v) = item?;
+            if !f(k.value(), v.value())? {
+                break;
+            }
+        }
+        Ok(())
     }
 }
 
-impl KvRead for W<'_> {
+/// A table as a round's leader sees and changes it: the round's own changes (`overlay`) over
+/// the published layers.
+struct RoundTable<'a> {
+    shared: &'a Shared,
+    table: Table,
+    overlay: &'a mut Map,
+}
+
+impl KvRead for RoundTable<'_> {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        Ok(self.0.get(key)?.map(|v| v.value().to_vec()))
+        self.shared.layered(self.table, Some(self.overlay), |t| t.get(key))
     }
     fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
-        for_range_impl(&self.0, from, to, f)
+        self.shared.layered(self.table, Some(self.overlay), |t| t.for_range(from, to, f))
     }
 }
 
-impl KvWrite for W<'_> {
+impl KvWrite for RoundTable<'_> {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.0.insert(key, value)?;
+        self.overlay.insert(key.to_vec(), Some(value.to_vec()));
         Ok(())
     }
     fn delete(&mut self, key: &[u8]) -> Result<()> {
-        self.0.remove(key)?;
+        self.overlay.insert(key.to_vec(), None);
         Ok(())
     }
 }
@@ -832,30 +851,29 @@ impl KvWrite for W<'_> {
 impl Drop for RedbBigtable {
     fn drop(&mut self) {
         let shared = &self.shared;
-        let prober = {
+        let (prober, checkpointer) = {
             let mut h = shared.health.lock().unwrap_or_else(PoisonError::into_inner);
             h.stopping = true;
-            h.prober.take()
+            (h.prober.take(), h.checkpointer.take())
         };
         shared.wake_prober.notify_all();
-        if let Some(prober) = prober {
-            let _ = prober.join();
+        shared.wake_checkpointer.notify_all();
+        for thread in [prober, checkpointer].into_iter().flatten() {
+            let _ = thread.join();
         }
-        let syncer = shared.health.lock().unwrap_or_else(PoisonError::into_inner).syncer.take();
-        if let Some(syncer) = syncer {
-            let _ = syncer.join();
-        }
-        // A clean close ends with a durable round, through the group commit like any other: at
-        // durability none redb persists non-durable commits only when a durable one follows;
-        // with the redo log the round is a checkpoint, after which the log file goes (a crash
-        // before leaves it, and the next open replays it).
+        // A clean close ends with the checkpoints of what the memtable holds (a frozen one
+        // left by a failed checkpoint, then the active one), after which the log files go (a
+        // crash before leaves them, and the next open replays them).
         if !shared.failing.load(Ordering::Acquire) {
-            shared.next_durable_ms.store(0, Ordering::Relaxed);
-            if let Some(log) = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
-                log.force_checkpoint();
-            }
-            if let Err(e) = shared.group.submit(Batch::Ops(Vec::new()), &|next| shared.commit_batch(next)) {
-                tracing::warn!(error = %e, "the last durable commit at close failed; the next open replays the redo log");
+            for _ in 0..2 {
+                match shared.checkpoint() {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "the last checkpoint at close failed; the next open replays the redo log");
+                        break;
+                    }
+                }
             }
         }
         if let Some(log) = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).take() {
@@ -864,51 +882,10 @@ impl Drop for RedbBigtable {
     }
 }
 
-/// One redb read transaction over the `cells` table.
-struct RedbSnapshot {
-    table: R,
-    /// For errors (not kept alive by a view: the file closes when the backend is dropped).
-    shared: Weak<Shared>,
-    /// The backend's reopen count when the view was opened.
-    opened_in: u64,
-}
-
-impl RedbSnapshot {
-    fn located(&self, e: Error) -> Error {
-        let Some(shared) = self.shared.upgrade() else {
-            return e;
-        };
-        if shared.reopens.load(Ordering::SeqCst) != self.opened_in {
-            // Its database was closed by a reopen: what it reads now fails. Still the storage
-            // failure's doing (the failure may be cleared by now), not the reader's.
-            return shared.failure_error().unwrap_or_else(|| Error::Io {
-                path: shared.path.clone(),
-                message: LATCHED.into(),
-                disk_full: false,
-            });
-        }
-        shared.located(e)
-    }
-}
-
-impl Snapshot for RedbSnapshot {
-    fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
-        cells::read_row(&self.table, table, row, columns, ts).map_err(|e| self.located(e))
-    }
-
-    fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
-        cells::scan(&self.table, range).map_err(|e| self.located(e))
-    }
-}
-
 impl Bigtable for RedbBigtable {
-    fn snapshot(&self) -> Result<Option<Box<dyn Snapshot>>> {
-        let shared = &self.shared;
-        let opened_in = shared.reopens.load(Ordering::SeqCst);
-        let tx = shared.begin_read()?;
-        let table = tx.open_table(CELLS).map_err(|e| shared.located(e.into()))?;
-        Ok(Some(Box::new(RedbSnapshot { table: R(table), shared: Arc::downgrade(shared), opened_in })))
-    }
+    // No read views (`snapshot`): every read sees the latest published state through the
+    // memtable (`docs/design.md`, "A memtable in front of redb", 6.); opening one costs nothing
+    // a read does not pay anyway.
 
     fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
         if ops.is_empty() {
@@ -929,8 +906,8 @@ impl Bigtable for RedbBigtable {
         if rows.is_empty() {
             return Ok(AtomicOutcome::Applied);
         }
-        // Group-committed like any op: it shares the write transaction (and the fsync) of
-        // whatever else is queued, and stays all-or-nothing inside it.
+        // Group-committed like any op: it shares the round (and the fsync) of whatever else
+        // is queued, and stays all-or-nothing inside it.
         match self.shared.group.submit(Batch::Atomic(rows), &|next| self.shared.commit_batch(next))? {
             Done::Atomic(outcome) => Ok(outcome),
             Done::Ops(_) => Err(Error::Storage("group commit answered an atomic group with op outcomes".into())),
@@ -938,39 +915,39 @@ impl Bigtable for RedbBigtable {
     }
 
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
-        self.shared.read(CELLS, |c| cells::read_row(c, table, row, columns, ts))
+        self.shared.read(Table::Cells, |c| cells::read_row(c, table, row, columns, ts))
     }
 
     fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
-        self.shared.read(CELLS, |c| cells::find_write(c, cell, start_ts))
+        self.shared.read(Table::Cells, |c| cells::find_write(c, cell, start_ts))
     }
 
     fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
-        self.shared.read(CELLS, |c| cells::read_data(c, cell, start_ts))
+        self.shared.read(Table::Cells, |c| cells::read_data(c, cell, start_ts))
     }
 
     fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
-        self.shared.read(CELLS, |c| cells::scan(c, range))
+        self.shared.read(Table::Cells, |c| cells::scan(c, range))
     }
 
     fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
-        self.shared.read(CELLS, |c| cells::scan_versions(c, from, limit))
+        self.shared.read(Table::Cells, |c| cells::scan_versions(c, from, limit))
     }
 
     fn row_versions_without_values(&self, rows: &[(String, Vec<u8>)]) -> Result<Vec<RowVersions>> {
-        self.shared.read(CELLS, |c| cells::versions_of_rows(c, rows, cells::WriteValues::Left))
+        self.shared.read(Table::Cells, |c| cells::versions_of_rows(c, rows, cells::WriteValues::Left))
     }
 
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
-        self.shared.read(NOTIFY, |n| cells::scan_notify(n, from, limit))
+        self.shared.read(Table::Notify, |n| cells::scan_notify(n, from, limit))
     }
 
     fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-        self.shared.read(META, |m| m.get(key.as_bytes()))
+        self.shared.read(Table::Meta, |m| m.get(key.as_bytes()))
     }
 
     fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
-        self.shared.read(META, |m| cells::meta_scan(m, prefix))
+        self.shared.read(Table::Meta, |m| cells::meta_scan(m, prefix))
     }
 
     fn size_on_disk(&self) -> Option<u64> {

@@ -532,9 +532,9 @@ fn a_primary_committed_while_its_rollback_was_decided_is_rolled_forward() {
 }
 
 /// An fsync of the redo log fails while transfers run from several threads (the failpoint
-/// returns the fsync's error after the record was written): the round's callers hear the
-/// error, the store reopens by itself and replays the log with redb (`reopen_needed`), and
-/// then the total is whole, every acknowledged transfer is there, and writes go on.
+/// returns the fsync's error after the record was written): the record is cut off the log
+/// again, the round's callers hear the error, the store's prober probes until writes work,
+/// and then the total is whole, every acknowledged transfer is there, and writes go on.
 #[test]
 fn a_failed_log_fsync_leaves_a_consistent_store_after_the_reopen() {
     let scenario = FailScenario::setup();
@@ -543,15 +543,27 @@ fn a_failed_log_fsync_leaves_a_consistent_store_after_the_reopen() {
         seeded_with(TestStore::open(&dir.file("s.redb"), StoreConfig::default(), percolator_store::Durability::Fsync));
     // The 40th fsync from now fails, once.
     fail::cfg("redo-fsync", "39*off->1*return->off").unwrap();
+    let (acked, failures) = transfers(&store, &|_, i| i < 60);
+    assert!(failures > 0, "no transfer met the failed fsync");
+    check_transfers_after_the_failure(&store, &acked);
+    scenario.teardown();
+}
+
+/// Transfers among [`ROWS`] on 4 threads (each also logs its id), each thread while
+/// `go_on(failures so far, its transfers so far)`; returns the ids acknowledged and how many
+/// met a storage failure.
+fn transfers(store: &TestStore, go_on: &(dyn Fn(u64, u64) -> bool + Sync)) -> (Vec<String>, u64) {
     let acked = Mutex::new(Vec::new());
     let failures = AtomicU64::new(0);
     std::thread::scope(|s| {
         for w in 0..4u64 {
-            let (store, acked, failures) = (&store, &acked, &failures);
+            let (acked, failures) = (&acked, &failures);
             s.spawn(move || {
-                for i in 0..60u64 {
+                let mut i = 0;
+                while go_on(failures.load(Ordering::SeqCst), i) {
                     let (from, to) = (ROWS[((w + i) % 4) as usize], ROWS[((w + i + 1) % 4) as usize]);
                     let id = format!("{w}-{i}");
+                    i += 1;
                     let r = store.begin().and_then(|mut t| {
                         let a = get_u64(&t, "bank", from, "bal:data")?;
                         let b = get_u64(&t, "bank", to, "bal:data")?;
@@ -565,6 +577,7 @@ fn a_failed_log_fsync_leaves_a_consistent_store_after_the_reopen() {
                         Ok(_) => acked.lock().unwrap().push(id),
                         Err(e) if e.is_storage_failure() => {
                             failures.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(5));
                         }
                         Err(_) => {} // a conflict: not committed, nothing to check
                     }
@@ -572,7 +585,12 @@ fn a_failed_log_fsync_leaves_a_consistent_store_after_the_reopen() {
             });
         }
     });
-    assert!(failures.load(Ordering::SeqCst) > 0, "no transfer met the failed fsync");
+    (acked.into_inner().unwrap(), failures.load(Ordering::SeqCst))
+}
+
+/// Once writes work again: the total holds, every acknowledged transfer is there, and the
+/// store takes a write.
+fn check_transfers_after_the_failure(store: &TestStore, acked: &[String]) {
     let start = Instant::now();
     while store.storage_failure().is_some() {
         assert!(start.elapsed() < Duration::from_secs(20), "writes did not come back");
@@ -580,11 +598,55 @@ fn a_failed_log_fsync_leaves_a_consistent_store_after_the_reopen() {
     }
     let t = store.begin().unwrap();
     let total: u64 = ROWS.iter().map(|r| get_u64(&t, "bank", r, "bal:data").unwrap()).sum();
-    assert_eq!(total, 400, "the total after the failed fsync and the reopen");
-    for id in acked.lock().unwrap().iter() {
+    assert_eq!(total, 400, "the total after the failure");
+    for id in acked {
         assert!(t.get("log", id, "t:amount").unwrap().is_some(), "acknowledged transfer {id} lost");
     }
     drop(t);
     store.run(|t| set_u64(t, "t", "after", "c:v", 3)).unwrap();
+}
+
+/// A checkpoint that fails (redb's commit meets an I/O error, as on a full disk) while
+/// transfers run, at either durability: writes are refused until the prober's checkpoint
+/// succeeds, and nothing acknowledged is lost — not at the reopen the prober makes (the
+/// memtable keeps what the checkpoint did not write), nor after a close and an open.
+#[test]
+fn a_failed_checkpoint_keeps_every_acknowledged_transfer() {
+    let scenario = FailScenario::setup();
+    for durability in [percolator_store::Durability::Fsync, percolator_store::Durability::None] {
+        let dir = TempDir::new("checkpoint-failed");
+        let path = dir.file("s.redb");
+        let store = seeded_with(TestStore::open(&path, StoreConfig::default(), durability));
+        fail::cfg("checkpoint-before-commit", "return").unwrap();
+        let healed = std::sync::atomic::AtomicBool::new(false);
+        let (acked, failures) = std::thread::scope(|s| {
+            let watcher = s.spawn(|| {
+                // The checkpointer fails within about a second; then the prober's checkpoints
+                // fail for a while, then succeed.
+                let start = Instant::now();
+                while store.storage_failure().is_none() {
+                    assert!(start.elapsed() < Duration::from_secs(20), "{durability:?}: no checkpoint failed");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                std::thread::sleep(Duration::from_millis(300));
+                fail::remove("checkpoint-before-commit");
+                healed.store(true, Ordering::SeqCst);
+            });
+            let out = transfers(&store, &|failures, i| failures == 0 || !healed.load(Ordering::SeqCst) || i < 400);
+            watcher.join().unwrap();
+            out
+        });
+        assert!(failures > 0, "{durability:?}: no transfer met the failed checkpoint");
+        assert!(store.backend.reopens() > 0, "{durability:?}: the prober did not reopen the file");
+        check_transfers_after_the_failure(&store, &acked);
+        drop(store);
+        let store = TestStore::open(&path, StoreConfig::default(), durability);
+        let t = store.begin().unwrap();
+        let total: u64 = ROWS.iter().map(|r| get_u64(&t, "bank", r, "bal:data").unwrap()).sum();
+        assert_eq!(total, 400, "{durability:?}: the total after a close and an open");
+        for id in &acked {
+            assert!(t.get("log", id, "t:amount").unwrap().is_some(), "{durability:?}: transfer {id} lost at the open");
+        }
+    }
     scenario.teardown();
 }

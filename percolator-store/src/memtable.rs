@@ -1,0 +1,367 @@
+//! The memtable in front of redb (`docs/design.md`, "A memtable in front of redb"): rounds of
+//! the group commit publish their changes into sorted maps in memory, which readers see over
+//! redb's last checkpoint, and a checkpoint thread writes them to redb once a second.
+//!
+//! This module holds what does not depend on redb: the maps ([`Mem`]), and reading an ordered
+//! map through layers of them ([`Layered`]), newest first, a tombstone hiding what is below.
+
+use std::collections::BTreeMap;
+use std::collections::btree_map;
+use std::iter::Peekable;
+use std::ops::Bound;
+
+use crate::cells::{KvRead, Visitor};
+use crate::error::Result;
+use crate::redo::Table;
+
+/// One table's layer: key → value, or `None` for a key removed (a tombstone).
+pub(crate) type Map = BTreeMap<Vec<u8>, Option<Vec<u8>>>;
+
+/// Bytes a map entry is counted as beyond its key and value (the map's own nodes).
+const ENTRY_OVERHEAD: usize = 48;
+
+/// One layer of changes to the three tables.
+#[derive(Default)]
+pub(crate) struct Mem {
+    tables: [Map; 3],
+    /// About how much memory the maps hold.
+    bytes: usize,
+}
+
+impl Mem {
+    /// Sets `key` in `table` to `value` (`None`: removed).
+    pub(crate) fn set(&mut self, table: Table, key: Vec<u8>, value: Option<Vec<u8>>) {
+        let added = key.len() + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD;
+        match self.tables[table as usize].entry(key) {
+            btree_map::Entry::Occupied(mut e) => {
+                let old = e.get().as_ref().map_or(0, Vec::len);
+                self.bytes = self.bytes - old + value.as_ref().map_or(0, Vec::len);
+                e.insert(value);
+            }
+            btree_map::Entry::Vacant(e) => {
+                self.bytes += added;
+                e.insert(value);
+            }
+        }
+    }
+
+    /// Moves every entry of `newer` into this layer (`newer`'s values win).
+    pub(crate) fn absorb(&mut self, newer: Mem) {
+        for (t, map) in newer.tables.into_iter().enumerate() {
+            let table = Table::ALL[t];
+            if self.tables[t].is_empty() {
+                self.bytes += map_bytes(&map);
+                self.tables[t] = map;
+                continue;
+            }
+            for (k, v) in map {
+                self.set(table, k, v);
+            }
+        }
+    }
+
+    /// One table's map.
+    pub(crate) fn table(&self, table: Table) -> &Map {
+        &self.tables[table as usize]
+    }
+
+    /// The three maps, to fill a round's three tables at once ([`Mem::bytes`] is counted
+    /// when the round is absorbed into the memtable).
+    pub(crate) fn tables_mut(&mut self) -> [&mut Map; 3] {
+        let [c, n, m] = &mut self.tables;
+        [c, n, m]
+    }
+
+    /// Recounts [`Mem::bytes`] (a check of the count kept as entries are set).
+    #[cfg(test)]
+    fn recount(&mut self) {
+        self.bytes = self.tables.iter().map(map_bytes).sum();
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.tables.iter().all(Map::is_empty)
+    }
+
+    /// About how much memory the layer holds.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+fn map_bytes(map: &Map) -> usize {
+    map.iter().map(|(k, v)| k.len() + v.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD).sum()
+}
+
+/// An ordered map read through `layers` (newest first; absent ones skipped) over `base`.
+pub(crate) struct Layered<'a> {
+    pub(crate) layers: [Option<&'a Map>; 3],
+    pub(crate) base: &'a dyn KvRead,
+}
+
+impl KvRead for Layered<'_> {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        for layer in self.layers.iter().flatten() {
+            if let Some(value) = layer.get(key) {
+                return Ok(value.clone());
+            }
+        }
+        self.base.get(key)
+    }
+
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+        if to.is_some_and(|to| to <= from) {
+            return Ok(()); // empty (or inverted): `BTreeMap::range` would panic on the latter
+        }
+        let bounds = (Bound::Included(from), to.map_or(Bound::Unbounded, Bound::Excluded));
+        let mut mem =
+            Merge { heads: self.layers.iter().flatten().map(|m| m.range::<[u8], _>(bounds).peekable()).collect() };
+        if mem.heads.iter_mut().all(|h| h.peek().is_none()) {
+            return self.base.for_range(from, to, f);
+        }
+        // The base drives; the layers' entries are merged in before (and instead of) its own.
+        let mut stopped = false;
+        self.base.for_range(from, to, &mut |key, value| {
+            while let Some((k, v)) = mem.next_below(key) {
+                if let Some(v) = v
+                    && !f(k, v)?
+                {
+                    stopped = true;
+                    return Ok(false);
+                }
+            }
+            let go_on = match mem.take_equal(key) {
+                Some(Some(v)) => f(key, v)?,
+                Some(None) => true, // removed in a layer
+                None => f(key, value)?,
+            };
+            stopped = !go_on;
+            Ok(go_on)
+        })?;
+        if !stopped {
+            while let Some((k, v)) = mem.next() {
+                if let Some(v) = v
+                    && !f(k, v)?
+                {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+type Head<'a> = Peekable<btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>;
+
+/// The layers' ranges merged: each key once, from the newest layer that holds it.
+struct Merge<'a> {
+    heads: Vec<Head<'a>>,
+}
+
+impl<'a> Merge<'a> {
+    /// The smallest key any layer has next, and the index of the newest layer that has it.
+    fn least(&mut self) -> Option<(&'a [u8], usize)> {
+        let mut least: Option<(&'a [u8], usize)> = None;
+        for (i, head) in self.heads.iter_mut().enumerate() {
+            if let Some((k, _)) = head.peek() {
+                let k: &'a [u8] = k.as_slice();
+                if least.is_none_or(|(l, _)| k < l) {
+                    least = Some((k, i));
+                }
+            }
+        }
+        least
+    }
+
+    /// Takes the least key (the newest layer's entry; the others' for it are skipped).
+    fn next(&mut self) -> Option<(&'a [u8], Option<&'a [u8]>)> {
+        let (key, newest) = self.least()?;
+        let mut out = None;
+        for (i, head) in self.heads.iter_mut().enumerate() {
+            if head.peek().is_some_and(|(k, _)| k.as_slice() == key) {
+                let (k, v) = head.next().expect("peeked");
+                if i == newest {
+                    out = Some((k.as_slice(), v.as_deref()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Takes the least key if it is below `bound`.
+    fn next_below(&mut self, bound: &[u8]) -> Option<(&'a [u8], Option<&'a [u8]>)> {
+        let (key, _) = self.least()?;
+        if key < bound { self.next() } else { None }
+    }
+
+    /// Takes the least key if it is `key`: what the newest layer holding it says.
+    fn take_equal(&mut self, key: &[u8]) -> Option<Option<&'a [u8]>> {
+        match self.least() {
+            Some((k, _)) if k == key => self.next().map(|(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+
+    /// A base map as redb would hold it.
+    struct Base(BTreeMap<Vec<u8>, Vec<u8>>);
+
+    impl KvRead for Base {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            Ok(self.0.get(key).cloned())
+        }
+        fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+            let bounds = (Bound::Included(from), to.map_or(Bound::Unbounded, Bound::Excluded));
+            if to.is_some_and(|to| to <= from) {
+                return Ok(());
+            }
+            for (k, v) in self.0.range::<[u8], _>(bounds) {
+                if !f(k, v)? {
+                    break;
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// A small deterministic generator (no dependency on the seed's platform).
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    fn key(n: u64) -> Vec<u8> {
+        // Keys of different lengths, so that prefixes sort before their extensions.
+        let mut k = vec![b'k'; (n % 3) as usize];
+        k.extend_from_slice(&(n / 3).to_be_bytes()[6..]);
+        k
+    }
+
+    /// Random layers over a random base, read back through [`Layered`] against a model map
+    /// (each layer applied over the base in turn): every get, and every range — with and
+    /// without an end, empty and inverted ones, stopped early at every length.
+    #[test]
+    fn layered_reads_equal_the_layers_applied_in_order() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for round in 0..200 {
+            let base: BTreeMap<Vec<u8>, Vec<u8>> =
+                (0..rng.below(30)).map(|_| (key(rng.below(60)), vec![0, rng.below(255) as u8])).collect();
+            let mut layers = [Map::new(), Map::new(), Map::new()];
+            for (l, layer) in layers.iter_mut().enumerate() {
+                for _ in 0..rng.below(25) {
+                    let value = (rng.below(3) > 0).then(|| vec![l as u8 + 1, rng.below(255) as u8]);
+                    layer.insert(key(rng.below(60)), value);
+                }
+            }
+            // The model: base, then the oldest layer (the last), …, the newest (the first).
+            let mut model = base.clone();
+            for layer in layers.iter().rev() {
+                for (k, v) in layer {
+                    match v {
+                        Some(v) => model.insert(k.clone(), v.clone()),
+                        None => model.remove(k),
+                    };
+                }
+            }
+            let base = Base(base);
+            let present = (round % 4) as usize; // some layers absent
+            let layered = Layered {
+                layers: [
+                    (present != 0).then_some(&layers[0]),
+                    (present != 1).then_some(&layers[1]),
+                    (present != 2).then_some(&layers[2]),
+                ],
+                base: &base,
+            };
+            if present < 3 {
+                // An absent layer is not applied: rebuild the model without it.
+                let mut m = base.0.clone();
+                for (i, layer) in layers.iter().enumerate().rev() {
+                    if i == present {
+                        continue;
+                    }
+                    for (k, v) in layer {
+                        match v {
+                            Some(v) => m.insert(k.clone(), v.clone()),
+                            None => m.remove(k),
+                        };
+                    }
+                }
+                model = m;
+            }
+            for n in 0..60 {
+                assert_eq!(layered.get(&key(n)).unwrap(), model.get(&key(n)).cloned(), "round {round}: get {n}");
+            }
+            for _ in 0..20 {
+                let from = key(rng.below(60));
+                let to = (rng.below(4) > 0).then(|| key(rng.below(60)));
+                let expect: Vec<(Vec<u8>, Vec<u8>)> = if to.as_ref().is_some_and(|t| *t <= from) {
+                    Vec::new()
+                } else {
+                    let bounds =
+                        (Bound::Included(from.as_slice()), to.as_deref().map_or(Bound::Unbounded, Bound::Excluded));
+                    model.range::<[u8], _>(bounds).map(|(k, v)| (k.clone(), v.clone())).collect()
+                };
+                for stop_after in [usize::MAX, 0, 1, 2, 5] {
+                    let mut got = Vec::new();
+                    layered
+                        .for_range(&from, to.as_deref(), &mut |k, v| {
+                            if got.len() == stop_after {
+                                return Ok(false);
+                            }
+                            got.push((k.to_vec(), v.to_vec()));
+                            Ok(true)
+                        })
+                        .unwrap();
+                    let want: Vec<_> = expect.iter().take(stop_after).cloned().collect();
+                    assert_eq!(got, want, "round {round}: range {from:?}..{to:?}, stopping after {stop_after}");
+                }
+            }
+        }
+    }
+
+    /// An error from the visitor ends the range with that error.
+    #[test]
+    fn a_visitors_error_ends_the_range() {
+        let base = Base([(key(1), vec![1]), (key(4), vec![4])].into_iter().collect());
+        let layer: Map = [(key(2), Some(vec![2])), (key(5), Some(vec![5]))].into_iter().collect();
+        let layered = Layered { layers: [Some(&layer), None, None], base: &base };
+        let mut seen = 0;
+        let e = layered
+            .for_range(&[], None, &mut |_, _| {
+                seen += 1;
+                if seen == 3 { Err(Error::Storage("stop".into())) } else { Ok(true) }
+            })
+            .unwrap_err();
+        assert_eq!(seen, 3);
+        assert!(e.to_string().contains("stop"), "{e}");
+    }
+
+    #[test]
+    fn bytes_follow_what_the_maps_hold() {
+        let mut m = Mem::default();
+        m.set(Table::Cells, b"a".to_vec(), Some(vec![0; 10]));
+        m.set(Table::Cells, b"a".to_vec(), Some(vec![0; 4]));
+        m.set(Table::Meta, b"b".to_vec(), None);
+        let counted = m.bytes();
+        m.recount();
+        assert_eq!(counted, m.bytes());
+        let mut older = Mem::default();
+        older.set(Table::Cells, b"a".to_vec(), None);
+        older.set(Table::Notify, b"c".to_vec(), Some(vec![1]));
+        older.absorb(m);
+        assert_eq!(older.table(Table::Cells).get(b"a".as_slice()), Some(&Some(vec![0; 4])));
+        let counted = older.bytes();
+        older.recount();
+        assert_eq!(counted, older.bytes());
+    }
+}
