@@ -1284,12 +1284,8 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
     }
     if let Some(f) = &st.store_failure {
         let why = if f.disk_full { "the disk is full" } else { "writing its file failed" };
-        let then = if f.needs_restart {
-            "restart the host once that is fixed (durability none: reopening would drop commits it acknowledged)"
-                .to_owned()
-        } else {
-            format!("writes resume by themselves once one succeeds ({} tried)", plural(f.probes, "probe", "probes"))
-        };
+        let then =
+            format!("writes resume by themselves once one succeeds ({} tried)", plural(f.probes, "probe", "probes"));
         out.push_str(&format!("store: READ-ONLY since {}: {why}; {then}: {}\n", f.since, escape(&f.error)));
     }
     match &s.host {

@@ -437,11 +437,6 @@ pub struct StorageFailure {
     pub since: std::time::SystemTime,
     /// Small writes tried since, which failed too.
     pub probes: u64,
-    /// The backend will not recover by itself: it had acknowledged commits that were not
-    /// durable yet (redb at durability none), which reopening the file would drop while the
-    /// process goes on. Restart the process once the cause is fixed (a restart loses what a
-    /// crash would: about the last second of commits).
-    pub needs_restart: bool,
 }
 
 /// A consistent read view of the cells (for redb: one read transaction). A transaction keeps

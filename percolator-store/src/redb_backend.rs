@@ -462,10 +462,9 @@ impl Shared {
             error = %e,
             "the store's file failed: writes are refused until one succeeds again; reopening it and retrying"
         );
-        // Never `needs_restart`: what was published since the last checkpoint is in memory,
-        // and a reopen keeps it.
-        h.failure =
-            Some(StorageFailure { error: e.clone(), since: SystemTime::now(), probes: 0, needs_restart: false });
+        // What was published since the last checkpoint is in memory, and a reopen keeps it:
+        // the prober can always reopen.
+        h.failure = Some(StorageFailure { error: e.clone(), since: SystemTime::now(), probes: 0 });
         self.failing.store(true, Ordering::Release);
         if !h.stopping {
             if let Some(done) = h.prober.take() {

@@ -66,8 +66,8 @@ pub struct HealthReport {
 
 /// Why the store refuses writes ([`HealthReport::store_failure`], [`StoreReport::store_failure`]).
 /// Reads go on meanwhile; the host tries a probe write of 1 MiB by itself (every 2 s at most) and takes
-/// writes again as soon as one succeeds, without a restart — unless
-/// [`StorageFailureReport::needs_restart`].
+/// writes again as soon as one succeeds, without a restart (what it had acknowledged is kept
+/// meanwhile, at either durability).
 #[derive(Clone, Debug, Serialize, Deserialize, JsonSchema)]
 pub struct StorageFailureReport {
     /// The first error met, with the file and the system's words for the cause
@@ -79,11 +79,6 @@ pub struct StorageFailureReport {
     pub since: String,
     /// Small writes tried since, which failed too.
     pub probes: u64,
-    /// The host will not recover by itself: at `durability = "none"` it had acknowledged
-    /// commits that were not durable yet, which reopening the file would drop. Restart it
-    /// once space is freed.
-    #[serde(default)]
-    pub needs_restart: bool,
 }
 
 /// `POST /v1/get`.

@@ -87,8 +87,8 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
     if let Err(e) = if result.is_ok() { pipeline.persist_counts() } else { Ok(()) } {
         tracing::warn!("stopping: {e} (counts since the last save are lost)");
     }
-    // The last clones: closing the store commits durably (redb keeps non-durable commits only
-    // when a durable one follows).
+    // The last clones: closing the store checkpoints what redb's memtable holds and removes
+    // the redo log.
     drop(pipeline);
     drop(store);
     result
@@ -294,33 +294,9 @@ async fn serve(
         "serving"
     );
 
-    // A store that cannot heal by itself (redb at durability none whose file failed, a full
-    // disk: reopening it would drop commits it acknowledged) leaves the host nothing to serve:
-    // it stops and exits non-zero, so that a supervisor restarts it once the cause is fixed
-    // (README, "A full disk").
-    let needs_restart = {
-        let store = store.clone();
-        async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(500));
-            loop {
-                tick.tick().await;
-                if let Some(f) = store.storage_failure().filter(|f| f.needs_restart) {
-                    return f;
-                }
-            }
-        }
-    };
-    let failed = tokio::select! {
-        _ = &mut on_signal => None,
-        f = needs_restart => Some(f),
-    };
-    match &failed {
-        None => tracing::info!("shutting down"),
-        Some(f) => tracing::error!(
-            error = %f.error,
-            "the store needs a restart (its file failed with commits not yet durable, durability none): shutting down"
-        ),
-    }
+    // (An error: the signal handler is gone, which is a reason to stop too.)
+    let _ = on_signal.await;
+    tracing::info!("shutting down");
     if let Err(e) = std::fs::remove_file(&endpoint) {
         tracing::warn!("removing {}: {e}", endpoint.display());
     }
@@ -340,15 +316,7 @@ async fn serve(
     .await
     .map_err(|e| format!("stopping the scanner: {e}"))?;
     tracing::info!("stopped");
-    match failed {
-        None => Ok(()),
-        Some(f) => Err(format!(
-            "{}; the store cannot take writes again without a restart (durability none: commits it acknowledged \
-             were not durable yet). Restart the host once that is fixed: it loses what a crash would, about the \
-             last second of commits",
-            f.error
-        )),
-    }
+    Ok(())
 }
 
 /// What the host's periodic status line says (`[log] status_interval_s`): the store's

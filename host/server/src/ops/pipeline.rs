@@ -41,7 +41,6 @@ pub fn storage_failure_report(f: &StorageFailure) -> StorageFailureReport {
         disk_full: f.error.is_disk_full(),
         since: rfc3339(f.since),
         probes: f.probes,
-        needs_restart: f.needs_restart,
     }
 }
 
