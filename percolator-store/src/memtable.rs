@@ -112,10 +112,14 @@ impl KvRead for Layered<'_> {
         if to.is_some_and(|to| to <= from) {
             return Ok(()); // empty (or inverted): `BTreeMap::range` would panic on the latter
         }
-        let bounds = (Bound::Included(from), to.map_or(Bound::Unbounded, Bound::Excluded));
-        let mut mem =
-            Merge { heads: self.layers.iter().flatten().map(|m| m.range::<[u8], _>(bounds).peekable()).collect() };
-        if mem.heads.iter_mut().all(|h| h.peek().is_none()) {
+        // Only the lower bound is sought in each map (one descent instead of two: most ranges
+        // here are a cell's few keys); the merge stops at `to` itself.
+        let bounds = (Bound::Included(from), Bound::Unbounded);
+        let mut mem = Merge {
+            heads: self.layers.iter().flatten().map(|m| m.range::<[u8], _>(bounds).peekable()).collect(),
+            to,
+        };
+        if mem.least().is_none() {
             return self.base.for_range(from, to, f);
         }
         // The base drives; the layers' entries are merged in before (and instead of) its own.
@@ -152,13 +156,15 @@ impl KvRead for Layered<'_> {
 
 type Head<'a> = Peekable<btree_map::Range<'a, Vec<u8>, Option<Vec<u8>>>>;
 
-/// The layers' ranges merged: each key once, from the newest layer that holds it.
+/// The layers' ranges merged: each key once, from the newest layer that holds it, up to `to`.
 struct Merge<'a> {
     heads: Vec<Head<'a>>,
+    to: Option<&'a [u8]>,
 }
 
 impl<'a> Merge<'a> {
-    /// The smallest key any layer has next, and the index of the newest layer that has it.
+    /// The smallest key below `to` any layer has next, and the index of the newest layer that
+    /// has it.
     fn least(&mut self) -> Option<(&'a [u8], usize)> {
         let mut least: Option<(&'a [u8], usize)> = None;
         for (i, head) in self.heads.iter_mut().enumerate() {
@@ -169,7 +175,7 @@ impl<'a> Merge<'a> {
                 }
             }
         }
-        least
+        least.filter(|(k, _)| self.to.is_none_or(|to| *k < to))
     }
 
     /// Takes the least key (the newest layer's entry; the others' for it are skipped).
