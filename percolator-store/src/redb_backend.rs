@@ -385,10 +385,17 @@ impl RedbBigtable {
     /// How the store file's space is used now: the file's size, the pages redb has allocated
     /// (live data, old versions GC has not collected yet, B-tree overhead), and of those the
     /// bytes of keys and values. The file grows in large steps and never shrinks while open, so
-    /// its size alone says little about what the store holds. Walks every B-tree inside a write
-    /// transaction (writes wait meanwhile): for benchmarks and diagnostics, not for a hot path.
+    /// its size alone says little about what the store holds. Checkpoints the memtable first
+    /// (so the figures cover every round published), then walks every B-tree inside a write
+    /// transaction: for benchmarks and diagnostics, not for a hot path.
     pub fn space(&self) -> Result<Space> {
         let shared = &self.shared;
+        // A frozen memtable left by a failed checkpoint, then the active one.
+        for _ in 0..2 {
+            if !shared.checkpoint()? {
+                break;
+            }
+        }
         let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
         let Some(db) = db.as_ref() else {
             return Err(shared
