@@ -115,10 +115,8 @@ impl KvRead for Layered<'_> {
         // Only the lower bound is sought in each map (one descent instead of two: most ranges
         // here are a cell's few keys); the merge stops at `to` itself.
         let bounds = (Bound::Included(from), Bound::Unbounded);
-        let mut mem = Merge {
-            heads: self.layers.iter().flatten().map(|m| m.range::<[u8], _>(bounds).peekable()).collect(),
-            to,
-        };
+        let mut mem =
+            Merge { heads: self.layers.iter().flatten().map(|m| m.range::<[u8], _>(bounds).peekable()).collect(), to };
         if mem.least().is_none() {
             return self.base.for_range(from, to, f);
         }
