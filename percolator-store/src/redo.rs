@@ -388,6 +388,9 @@ impl RedoLog {
     /// a turn comes only after the previous checkpoint was durable). Returns the `seq` of the
     /// last record in the file that was current: what the checkpoint being frozen holds.
     pub(crate) fn turn(&mut self) -> Result<u64> {
+        // A failed append's bytes are cut off the current file before it stops being current
+        // (a repair cuts the current file only).
+        self.repair()?;
         self.retire()?;
         self.segments.swap(0, 1);
         Ok(self.last_seq())
