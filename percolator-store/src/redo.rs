@@ -1,12 +1,15 @@
-//! The redo log in front of redb (`docs/design.md`, "A redo log in front of redb").
+//! The redo log in front of redb (`docs/design.md`, "A redo log in front of redb" and "A
+//! memtable in front of redb").
 //!
 //! At durability fsync a group-commit round is made durable by appending one record of the
-//! key-level changes it made to `<store>.redo` and fdatasyncing that append; redb then commits
-//! the round without writing or syncing its pages. A checkpoint (a durable redb commit that
-//! also writes `redo/applied`) empties the log every second or [`CHECKPOINT_BYTES`]; opening
-//! the store replays the records after the last checkpoint.
+//! key-level changes it made and fdatasyncing that append, before the round is published to
+//! the memtable. The log is two files, `<store>.redo` and `<store>.redo.1`, that take turns: a
+//! checkpoint's freeze makes the other file current ([`RedoLog::turn`]), and once the
+//! checkpoint (a durable redb commit that also writes `redo/applied`) is done the file that
+//! held its rounds is emptied ([`RedoLog::retire`]); opening the store replays the records of
+//! both after the last checkpoint.
 //!
-//! The file starts with a header, `"PRCLREDO" ‖ store id: u64`: the id is the store file's
+//! Each file starts with a header, `"PRCLREDO" ‖ store id: u64`: the id is the store file's
 //! (meta `redo/store_id`, made at its first open), so a log is never replayed into another
 //! store file. Then records: `len: u32 ‖ crc32: u32 ‖ seq: u64 ‖ changes`, little-endian,
 //! where `len` counts the bytes after the crc (`seq` and `changes`) and the crc covers them;
