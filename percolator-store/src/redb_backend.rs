@@ -83,6 +83,11 @@ impl Default for RedbConfig {
     }
 }
 
+/// redb's largest value, and largest key and value together (its `MAX_VALUE_LENGTH` and
+/// `MAX_PAIR_LENGTH`, not public).
+const REDB_MAX_VALUE: usize = 3 << 30;
+const REDB_MAX_PAIR: usize = (3 << 30) + (768 << 20);
+
 /// A checkpoint is made this often by default.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// A checkpoint is made at once when the memtable holds this many bytes.
@@ -616,13 +621,19 @@ impl Shared {
                 tx.commit()?;
                 Base::open(db)
             };
-            let base = write().map_err(|e| self.located(e))?;
+            // Any error stops writes (a storage failure; the prober tries again): a memtable
+            // that cannot reach redb must not grow on.
+            let base = write().map_err(|e| match self.located(e) {
+                e if self.failing.load(Ordering::Acquire) => e,
+                e => self.fail(e),
+            })?;
             let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
             layers.frozen = None;
             layers.base = Some(base);
         }
         self.checkpoints.fetch_add(1, Ordering::Relaxed);
         self.room.notify_all();
+        fail::fail_point!("redo-checkpoint-before-truncate");
         if let Some(log) = self.redo.lock().unwrap_or_else(PoisonError::into_inner).as_mut()
             && let Err(e) = log.retire()
         {
@@ -715,6 +726,12 @@ impl Shared {
             return Err(e);
         }
         self.wait_for_room();
+        if self.failing.load(Ordering::Acquire)
+            && let Some(e) = self.failure_error()
+        {
+            // It failed while this round waited for room.
+            return Err(e);
+        }
         let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
         let mut round = Mem::default();
         let mut ops = 0;
@@ -845,6 +862,16 @@ impl KvRead for RoundTable<'_> {
 
 impl KvWrite for RoundTable<'_> {
     fn put(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        // What redb takes (its `MAX_VALUE_LENGTH` and `MAX_PAIR_LENGTH`), checked here: a
+        // round published with more could never be checkpointed (nor replayed at open).
+        if value.len() > REDB_MAX_VALUE || key.len() + value.len() > REDB_MAX_PAIR {
+            return Err(Error::InvalidArgument(format!(
+                "a value of {} bytes under a key of {} bytes: the store takes at most {REDB_MAX_VALUE} bytes a \
+                 value and {REDB_MAX_PAIR} bytes a key and value",
+                value.len(),
+                key.len()
+            )));
+        }
         self.overlay.insert(key.to_vec(), Some(value.to_vec()));
         Ok(())
     }
@@ -882,7 +909,12 @@ impl Drop for RedbBigtable {
                 }
             }
         }
-        if let Some(log) = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).take() {
+        if let Some(mut log) = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).take() {
+            // A failed append's bytes the cut left (nobody was answered for them): off the log,
+            // so that the next open does not replay a round that was never published.
+            if let Err(e) = log.repair() {
+                tracing::warn!(error = %e, "cutting a failed record off the redo log at close failed");
+            }
             log.remove();
         }
     }

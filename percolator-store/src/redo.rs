@@ -403,7 +403,6 @@ impl RedoLog {
     /// that fails they stay (a later open skips them: their `seq` is not above
     /// `redo/applied`), and the next turn tries again.
     pub(crate) fn retire(&mut self) -> Result<()> {
-        fail::fail_point!("redo-checkpoint-before-truncate");
         if !self.segments[1].is_empty() {
             self.segments[1].cut(FILE_HEADER)?;
         }

@@ -192,8 +192,10 @@ fn redo_failpoint_child() {
 
 /// SIGKILL at each step of a round made durable by the redo log — after the append (before
 /// its fsync), after the fsync (before the round is published to the memtable), after the
-/// publish (before the answer) — and between a checkpoint and the emptying of the log's file
-/// it held: every transfer the child saw commit is there after the reopen, the total holds,
+/// publish (before the answer) — and in a checkpoint, after the turn of the log's files but
+/// before redb's commit (rounds after `redo/applied` in both files), and after the commit
+/// before the emptying of the file it held: every transfer the child saw commit is there after
+/// the reopen, the total holds,
 /// and the log is emptied by the open's checkpoint. Rounds write nothing to redb (only
 /// checkpoints do), so without the replay the last rounds' transfers would be lost.
 #[cfg(feature = "failpoints")]
@@ -203,7 +205,8 @@ fn a_kill_at_each_step_of_a_logged_round_loses_no_acknowledged_transfer() {
         ("redo-after-append", 40),
         ("redo-after-fsync", 40),
         ("redo-after-commit", 40),
-        ("redo-checkpoint-before-truncate", 2),
+        ("checkpoint-before-commit", 1),
+        ("redo-checkpoint-before-truncate", 1),
     ] {
         let dir = TempDir::new(failpoint);
         let path = dir.file("store.redb");
