@@ -584,19 +584,23 @@ pub(crate) fn apply_op(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
     use std::ops::Bound;
 
     use super::*;
 
-    struct Map(BTreeMap<Vec<u8>, Vec<u8>>);
+    /// An ordered map as a backend holds one (also the base of `memtable`'s tests).
+    pub(crate) struct Map(pub(crate) BTreeMap<Vec<u8>, Vec<u8>>);
 
     impl KvRead for Map {
         fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
             Ok(self.0.get(key).cloned())
         }
         fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+            if to.is_some_and(|to| to <= from) {
+                return Ok(()); // empty or inverted: `BTreeMap::range` would panic on the latter
+            }
             let upper = to.map_or(Bound::Unbounded, Bound::Excluded);
             for (k, v) in self.0.range::<[u8], _>((Bound::Included(from), upper)) {
                 if !f(k, v)? {

@@ -212,25 +212,7 @@ mod tests {
     use crate::error::Error;
 
     /// A base map as redb would hold it.
-    struct Base(BTreeMap<Vec<u8>, Vec<u8>>);
-
-    impl KvRead for Base {
-        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-            Ok(self.0.get(key).cloned())
-        }
-        fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
-            let bounds = (Bound::Included(from), to.map_or(Bound::Unbounded, Bound::Excluded));
-            if to.is_some_and(|to| to <= from) {
-                return Ok(());
-            }
-            for (k, v) in self.0.range::<[u8], _>(bounds) {
-                if !f(k, v)? {
-                    break;
-                }
-            }
-            Ok(())
-        }
-    }
+    use crate::cells::tests::Map as Base;
 
     /// A small deterministic generator (no dependency on the seed's platform).
     struct Rng(u64);

@@ -395,12 +395,7 @@ impl RedbBigtable {
     /// transaction: for benchmarks and diagnostics, not for a hot path.
     pub fn space(&self) -> Result<Space> {
         let shared = &self.shared;
-        // A frozen memtable left by a failed checkpoint, then the active one.
-        for _ in 0..2 {
-            if !shared.checkpoint()? {
-                break;
-            }
-        }
+        shared.checkpoint_all()?;
         let db = shared.db.read().unwrap_or_else(PoisonError::into_inner);
         let Some(db) = db.as_ref() else {
             return Err(shared
@@ -574,7 +569,7 @@ impl Shared {
     /// write.
     fn checkpoint(self: &Arc<Self>) -> Result<bool> {
         let _one = self.checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
-        let (frozen, seq) = {
+        let (frozen, seq, logging) = {
             let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
             let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
             if layers.frozen.is_none() {
@@ -588,9 +583,8 @@ impl Shared {
                 layers.frozen = Some(Arc::new(std::mem::take(&mut layers.active)));
                 layers.frozen_seq = seq;
             }
-            (layers.frozen.clone().expect("frozen just now or before"), layers.frozen_seq)
+            (layers.frozen.clone().expect("frozen just now or before"), layers.frozen_seq, redo.is_some())
         };
-        let logging = self.redo.lock().unwrap_or_else(PoisonError::into_inner).is_some();
         {
             let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
             let Some(db) = db.as_ref() else {
@@ -688,9 +682,14 @@ impl Shared {
                 tx.commit()?;
             }
         }
-        while self.checkpoint()? {
-            // A frozen memtable left by a failed checkpoint, then the active one.
-            if self.layers.read().unwrap_or_else(PoisonError::into_inner).active.is_empty() {
+        self.checkpoint_all()
+    }
+
+    /// Checkpoints until the memtable is empty: a frozen one left by a failed checkpoint, then
+    /// the active one (rounds arriving meanwhile wait for the next).
+    fn checkpoint_all(self: &Arc<Self>) -> Result<()> {
+        for _ in 0..2 {
+            if !self.checkpoint()? {
                 break;
             }
         }
@@ -719,17 +718,13 @@ impl Shared {
     /// callers' work taken from `next` (see [`crate::group_commit`]) applied in a round overlay
     /// over the published state, logged (durability fsync), then published.
     fn commit_batch(self: &Arc<Self>, next: &mut dyn FnMut() -> Option<Batch>) -> Result<Vec<Done>> {
-        if self.failing.load(Ordering::Acquire)
-            && let Some(e) = self.failure_error()
-        {
-            // Refused at once: the prober finds out when writes work again.
-            return Err(e);
-        }
+        // (Returns at once while the store is failing.)
         self.wait_for_room();
         if self.failing.load(Ordering::Acquire)
             && let Some(e) = self.failure_error()
         {
-            // It failed while this round waited for room.
+            // Refused at once (also if it failed while this round waited for room): the
+            // prober finds out when writes work again.
             return Err(e);
         }
         let mut redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
@@ -897,17 +892,10 @@ impl Drop for RedbBigtable {
         // A clean close ends with the checkpoints of what the memtable holds (a frozen one
         // left by a failed checkpoint, then the active one), after which the log files go (a
         // crash before leaves them, and the next open replays them).
-        if !shared.failing.load(Ordering::Acquire) {
-            for _ in 0..2 {
-                match shared.checkpoint() {
-                    Ok(true) => {}
-                    Ok(false) => break,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "the last checkpoint at close failed; the next open replays the redo log");
-                        break;
-                    }
-                }
-            }
+        if !shared.failing.load(Ordering::Acquire)
+            && let Err(e) = shared.checkpoint_all()
+        {
+            tracing::warn!(error = %e, "the last checkpoint at close failed; the next open replays the redo log");
         }
         if let Some(mut log) = shared.redo.lock().unwrap_or_else(PoisonError::into_inner).take() {
             // A failed append's bytes the cut left (nobody was answered for them): off the log,
