@@ -24,6 +24,10 @@
 //! Run: `cargo run --release -p percolator-bench` (about 1.5 minutes), or
 //! `cargo run --release -p percolator-bench -- --quick` (about 15 seconds, a smoke test).
 
+/// The host's allocator (`host/src/main.rs`), so that what is measured here is what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,6 +2,12 @@
 //! ([`cli::run`]: `up` is `percolator_server::serve::up`, the other verbs are
 //! `percolator_server` commands reached through a `Route`) and prints its error once.
 
+/// mimalloc instead of glibc's malloc: malloc/free were ≈ 17 % of a web-index load's pipeline
+/// CPU under glibc (arena consolidation and chunk unlinking among the top symbols);
+/// BENCHMARKS.md, "mimalloc, 32 runs in flight and optimised guests".
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::IsTerminal;
 use std::process::ExitCode;
 

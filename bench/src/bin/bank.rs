@@ -31,6 +31,10 @@
 //! `-- --quick` (1 s runs, one client count: a smoke test);
 //! `-- --secs S --clients 1,8,64 --accounts 10000,100 --durability fsync,none --systems percolator,postgres,sqlite`.
 
+/// The host's allocator (`host/src/main.rs`), so that what is measured here is what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::Path;
 use std::time::Duration;
 

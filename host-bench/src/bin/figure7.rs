@@ -51,6 +51,10 @@
 //! `--guests DIR`, `--config FILE`, `--no-check`. Prints `name value` lines; `#` lines are
 //! comments.
 
+/// The host's allocator (`host/src/main.rs`), so that what is measured here is what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};

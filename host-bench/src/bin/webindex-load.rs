@@ -61,6 +61,10 @@
 //! `--workers N` (observer runs in flight; default the host's), `--space-every S`. Prints `name value` lines; `#`
 //! lines are comments.
 
+/// The host's allocator (`host/src/main.rs`), so that what is measured here is what it runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
