@@ -23,6 +23,15 @@ pub trait KvRead {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>>;
     /// Calls `f` on each entry with `from <= key < to` in order until it returns `false`.
     fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()>;
+    /// False if this map certainly holds no key with `from <= key < to` (a hint, for a map
+    /// that knows: redb's checkpoint under the memtable; true is always a right answer).
+    fn may_hold(&self, _from: &[u8], _to: Option<&[u8]>) -> bool {
+        true
+    }
+    /// False if this map certainly does not hold `key` (a hint, as [`KvRead::may_hold`]).
+    fn may_hold_key(&self, _key: &[u8]) -> bool {
+        true
+    }
 }
 
 /// Write access to one ordered map.

@@ -32,6 +32,7 @@
 //! `docs/design.md` in the repository describes the key encoding and protocol.
 
 mod backend_coordination;
+mod base_hints;
 mod bigtable;
 mod cells;
 mod changes;

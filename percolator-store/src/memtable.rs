@@ -105,6 +105,9 @@ impl KvRead for Layered<'_> {
                 return Ok(value.clone());
             }
         }
+        if !self.base.may_hold_key(key) {
+            return Ok(None);
+        }
         self.base.get(key)
     }
 
@@ -117,6 +120,17 @@ impl KvRead for Layered<'_> {
         let bounds = (Bound::Included(from), Bound::Unbounded);
         let mut mem =
             Merge { heads: self.layers.iter().flatten().map(|m| m.range::<[u8], _>(bounds).peekable()).collect(), to };
+        if !self.base.may_hold(from, to) {
+            // Nothing of the base in the range (`base_hints.rs`): the layers alone.
+            while let Some((k, v)) = mem.next() {
+                if let Some(v) = v
+                    && !f(k, v)?
+                {
+                    break;
+                }
+            }
+            return Ok(());
+        }
         if mem.least().is_none() {
             return self.base.for_range(from, to, f);
         }

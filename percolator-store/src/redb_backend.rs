@@ -29,6 +29,7 @@ use std::time::{Duration, SystemTime};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use crate::base_hints::{self, BaseHints};
 use crate::bigtable::*;
 use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, LATCHED, Result};
@@ -185,13 +186,83 @@ impl Layers {
     }
 }
 
-/// One redb read transaction's three tables.
-struct Base([R; 3]);
+/// One redb read transaction's three tables; the cells table with what it cannot hold.
+struct Base([BaseTable; 3]);
+
+/// A table of the base, and for the cells table the facts of `base_hints.rs` (`None`: not
+/// known, every read goes to redb).
+struct BaseTable {
+    r: R,
+    hints: Option<BaseHints>,
+}
 
 impl Base {
-    fn open(db: &Database) -> Result<Base> {
+    /// The file's last commit as the readers' base, with the cells' facts as stored with it
+    /// (or scanned, for a store that has none: `scanned` says so).
+    fn open(db: &Database) -> Result<(Base, bool)> {
         let tx = db.begin_read()?;
-        Ok(Base([R(tx.open_table(CELLS)?), R(tx.open_table(NOTIFY)?), R(tx.open_table(META)?)]))
+        let (cells, meta) = (R(tx.open_table(CELLS)?), R(tx.open_table(META)?));
+        let (hints, scanned) = match stored_hints(&meta)? {
+            Some(hints) => (Some(hints), false),
+            None => (BaseHints::scan(&cells)?.filter(|h| !h.too_many()), true),
+        };
+        Ok((Base::with(cells, R(tx.open_table(NOTIFY)?), meta, hints), scanned))
+    }
+
+    /// A checkpoint's new base, with the facts it derived and stored.
+    fn open_with(db: &Database, hints: Option<BaseHints>) -> Result<Base> {
+        let tx = db.begin_read()?;
+        Ok(Base::with(R(tx.open_table(CELLS)?), R(tx.open_table(NOTIFY)?), R(tx.open_table(META)?), hints))
+    }
+
+    fn with(cells: R, notify: R, meta: R, hints: Option<BaseHints>) -> Base {
+        Base([BaseTable { r: cells, hints }, BaseTable { r: notify, hints: None }, BaseTable { r: meta, hints: None }])
+    }
+
+    fn hints(&self) -> Option<&BaseHints> {
+        self.0[Table::Cells as usize].hints.as_ref()
+    }
+}
+
+/// The cells' facts stored in `meta`, if they are there and decode.
+fn stored_hints(meta: &dyn KvRead) -> Result<Option<BaseHints>> {
+    let max_write = meta.get(base_hints::MAX_WRITE_KEY.as_bytes())?;
+    let locks = meta.get(base_hints::LOCKS_KEY.as_bytes())?;
+    Ok(match (max_write, locks) {
+        (Some(m), Some(l)) => BaseHints::decode(&m, &l),
+        _ => None,
+    })
+}
+
+/// Stores `hints` in `meta` (in the transaction that writes the cells they describe), or
+/// removes them if they are not known or too many to keep (the next open scans).
+fn store_hints(meta: &mut redb::Table<&'static [u8], &'static [u8]>, hints: Option<&BaseHints>) -> Result<()> {
+    match hints.filter(|h| !h.too_many()) {
+        Some(h) => {
+            let (max_write, locks) = h.encode();
+            meta.insert(base_hints::MAX_WRITE_KEY.as_bytes(), max_write.as_slice())?;
+            meta.insert(base_hints::LOCKS_KEY.as_bytes(), locks.as_slice())?;
+        }
+        None => {
+            meta.remove(base_hints::MAX_WRITE_KEY.as_bytes())?;
+            meta.remove(base_hints::LOCKS_KEY.as_bytes())?;
+        }
+    }
+    Ok(())
+}
+
+impl KvRead for BaseTable {
+    fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.r.get(key)
+    }
+    fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+        self.r.for_range(from, to, f)
+    }
+    fn may_hold(&self, from: &[u8], to: Option<&[u8]>) -> bool {
+        self.hints.as_ref().is_none_or(|h| h.may_hold(from, to))
+    }
+    fn may_hold_key(&self, key: &[u8]) -> bool {
+        self.hints.as_ref().is_none_or(|h| h.may_hold_key(key))
     }
 }
 
@@ -257,23 +328,40 @@ fn recover(db: &Database, path: &Path, logging: bool) -> Result<Option<RedoLog>>
         let tx = db.begin_write()?;
         {
             let mut tables = [tx.open_table(CELLS)?, tx.open_table(NOTIFY)?, tx.open_table(META)?];
+            // The cells' facts follow the replayed changes (`base_hints.rs`); if there were
+            // none stored, the open scans for them after.
+            let mut hints = {
+                let meta = &tables[Table::Meta as usize];
+                let get =
+                    |k: &str| -> Result<Option<Vec<u8>>> { Ok(meta.get(k.as_bytes())?.map(|v| v.value().to_vec())) };
+                match (get(base_hints::MAX_WRITE_KEY)?, get(base_hints::LOCKS_KEY)?) {
+                    (Some(m), Some(l)) => BaseHints::decode(&m, &l),
+                    _ => None,
+                }
+            };
             for record in &records {
                 let changes = redo::decode(&record.changes).ok_or_else(|| {
                     Error::Storage(format!("{}: record {} does not decode", redo::path_of(path).display(), record.seq))
                 })?;
                 for change in changes {
-                    match change {
+                    let (t, key, present) = match change {
                         redo::Change::Put(t, key, value) => {
                             tables[t as usize].insert(key, value)?;
+                            (t, key, true)
                         }
                         redo::Change::Delete(t, key) => {
                             tables[t as usize].remove(key)?;
+                            (t, key, false)
                         }
+                    };
+                    if t == Table::Cells && hints.as_mut().is_some_and(|h| !h.note(key, present)) {
+                        hints = None;
                     }
                 }
             }
-            tables[Table::Meta as usize]
-                .insert(redo::APPLIED_KEY.as_bytes(), log.last_seq().to_be_bytes().as_slice())?;
+            let meta = &mut tables[Table::Meta as usize];
+            meta.insert(redo::APPLIED_KEY.as_bytes(), log.last_seq().to_be_bytes().as_slice())?;
+            store_hints(meta, hints.as_ref())?;
         }
         tx.commit()?;
         if !records.is_empty() {
@@ -320,7 +408,20 @@ impl RedbBigtable {
         created().map_err(located)?;
         let logging = config.durability == Durability::Fsync && config.redo_log;
         let redo = recover(&db, path, logging).map_err(located)?;
-        let base = Base::open(&db).map_err(located)?;
+        let (base, scanned) = Base::open(&db).map_err(located)?;
+        if scanned {
+            // Kept from now on by every checkpoint; stored now too, so that an open with nothing
+            // to checkpoint after it does not make the next one scan again. Not needed to serve.
+            let stored = || -> Result<()> {
+                let tx = db.begin_write()?;
+                store_hints(&mut tx.open_table(META)?, base.hints())?;
+                tx.commit()?;
+                Ok(())
+            };
+            if let Err(e) = stored() {
+                tracing::warn!(error = %e, "storing what the store's checkpoint holds failed; the next open looks again");
+            }
+        }
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
@@ -592,7 +693,16 @@ impl Shared {
                     .failure_error()
                     .unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
             };
-            let write = || -> Result<Base> {
+            // What the new base's cells cannot hold: the old base's facts with the frozen
+            // layer's keys noted (`base_hints.rs`).
+            let mut hints = self
+                .layers
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .base
+                .as_ref()
+                .and_then(|b| b.hints().cloned());
+            let mut write = || -> Result<Base> {
                 let mut tx = db.begin_write()?;
                 tx.set_durability(redb::Durability::Immediate)?;
                 for table in Table::ALL {
@@ -602,9 +712,15 @@ impl Shared {
                             Some(value) => t.insert(key.as_slice(), value.as_slice())?,
                             None => t.remove(key.as_slice())?,
                         };
+                        if table == Table::Cells && hints.as_mut().is_some_and(|h| !h.note(key, value.is_some())) {
+                            hints = None;
+                        }
                     }
-                    if table == Table::Meta && logging {
-                        t.insert(redo::APPLIED_KEY.as_bytes(), seq.to_be_bytes().as_slice())?;
+                    if table == Table::Meta {
+                        if logging {
+                            t.insert(redo::APPLIED_KEY.as_bytes(), seq.to_be_bytes().as_slice())?;
+                        }
+                        store_hints(&mut t, hints.as_ref())?;
                     }
                 }
                 fail::fail_point!("checkpoint-before-commit", |_| Err(Error::Io {
@@ -613,7 +729,7 @@ impl Shared {
                     disk_full: true,
                 }));
                 tx.commit()?;
-                Base::open(db)
+                Base::open_with(db, hints.take().filter(|h| !h.too_many()))
             };
             // Any error stops writes (a storage failure; the prober tries again): a memtable
             // that cannot reach redb must not grow on.
@@ -652,7 +768,7 @@ impl Shared {
         layers.base = None;
         drop(db.take());
         let reopened = open_database(&self.path, self.config.cache_bytes)?;
-        layers.base = Some(Base::open(&reopened)?);
+        layers.base = Some(Base::open(&reopened)?.0);
         *db = Some(reopened);
         self.reopens.fetch_add(1, Ordering::SeqCst);
         Ok(())
