@@ -4,8 +4,9 @@
 //! its write record inlines) in a **stored form**: a tag byte, then
 //! - `0`: the value as it is;
 //! - `1`: the value's length (u32 little-endian), then the value compressed with deflate
-//!   (`miniz_oxide`, level 1) — for values of at least [`COMPRESS_FROM`] bytes that it makes
-//!   smaller.
+//!   (raw DEFLATE, RFC 1951; libdeflate, level 1 — miniz_oxide's level 1 before: the same
+//!   format, so values written either way read back) — for values of at least
+//!   [`COMPRESS_FROM`] bytes that it makes smaller.
 //!
 //! Stores written before this form existed hold values as they are, with no tag, and nothing in
 //! such a value says so. So a store records when it started: the **format marker**, a write
@@ -32,9 +33,9 @@ pub const COMPRESS_FROM: usize = 256;
 const RAW: u8 = 0;
 /// Tag of a value stored deflated, after its length.
 const DEFLATE: u8 = 1;
-/// miniz_oxide's fastest level: 2.0× on the web index's large values at ~90 MB/s
-/// (`host-bench/src/bin/value-codecs.rs`), against 2.1× at ~60 MB/s for level 6.
-const DEFLATE_LEVEL: u8 = 1;
+/// libdeflate's fastest level that compresses (`host-bench/src/bin/value-codecs.rs` compares
+/// it with miniz_oxide's level 1, used before, and LZ4).
+const DEFLATE_LEVEL: i32 = 1;
 /// Deflate expands at most ≈ 1032:1; a length claiming more than this times the compressed
 /// size (plus slack) is corrupt, and is refused before anything is allocated for it.
 const MAX_DEFLATE_RATIO: usize = 1032;
@@ -63,61 +64,53 @@ pub fn encode_value(value: &[u8]) -> Vec<u8> {
 }
 
 thread_local! {
-    /// This thread's deflate compressor, reused: a new one allocates about 300 KB of tables
-    /// (fresh pages from the kernel, faulted in and zeroed) for every value, which cost more
-    /// than compressing a value of a few KB; `reset` clears the same tables in warm memory.
-    static COMPRESSOR: std::cell::RefCell<Box<miniz_oxide::deflate::core::CompressorOxide>> =
-        std::cell::RefCell::new(Box::new(miniz_oxide::deflate::core::CompressorOxide::new(
-            miniz_oxide::deflate::core::create_comp_flags_from_zip_params(i32::from(DEFLATE_LEVEL), 0, 0),
-        )));
+    /// This thread's compressor and decompressor, reused: a new compressor allocates its
+    /// tables (hundreds of KB, faulted in and zeroed) for every value, which cost more than
+    /// compressing a value of a few KB.
+    static COMPRESSOR: std::cell::RefCell<libdeflater::Compressor> = std::cell::RefCell::new(
+        libdeflater::Compressor::new(libdeflater::CompressionLvl::new(DEFLATE_LEVEL).expect("a valid level")),
+    );
+    static DECOMPRESSOR: std::cell::RefCell<libdeflater::Decompressor> =
+        std::cell::RefCell::new(libdeflater::Decompressor::new());
 }
 
 /// `DEFLATE ‖ len ‖ deflate(value)`, if that is smaller than the value as it is.
 fn deflate(value: &[u8], len: u32) -> Option<Vec<u8>> {
-    use miniz_oxide::deflate::core::{TDEFLFlush, TDEFLStatus, compress};
-    COMPRESSOR.with(|c| {
-        let mut compressor = c.borrow_mut();
-        compressor.reset();
-        // Worth it only if it saves more than the 5 bytes of tag and length.
-        let limit = value.len() - 5;
-        let mut out = vec![0u8; 5 + value.len() / 2];
-        out[0] = DEFLATE;
-        out[1..5].copy_from_slice(&len.to_le_bytes());
-        let (mut input, mut at) = (value, 5);
-        loop {
-            let (status, read, written) = compress(&mut compressor, input, &mut out[at..], TDEFLFlush::Finish);
-            at += written;
-            input = &input[read..];
-            match status {
-                TDEFLStatus::Done => break,
-                TDEFLStatus::Okay if at - 5 < limit => {
-                    let grown = (out.len() * 2).min(5 + limit + 64);
-                    out.resize(grown, 0);
-                }
-                // Not smaller (or the compressor failed): store the value as it is.
-                _ => return None,
-            }
-        }
-        (at - 5 < limit).then(|| {
-            out.truncate(at);
-            out
-        })
-    })
+    // Worth it only if it saves more than the 5 bytes of tag and length: the output may take
+    // at most `limit - 1` bytes (libdeflate answers 0 when the stream does not fit).
+    let limit = value.len() - 5;
+    let mut out = vec![0u8; 5 + limit - 1];
+    out[0] = DEFLATE;
+    out[1..5].copy_from_slice(&len.to_le_bytes());
+    let written = COMPRESSOR.with(|c| c.borrow_mut().deflate_compress(value, &mut out[5..])).ok()?;
+    out.truncate(5 + written);
+    Some(out)
 }
 
 /// The value a stored form ([`encode_value`]) holds. Bytes that are no stored form (an unknown
 /// tag, a truncated or damaged deflate stream, a length that does not match) are
 /// [`Error::Corrupt`].
 pub fn decode_value(stored: &[u8]) -> Result<Vec<u8>> {
-    decode_owned(stored.to_vec())
+    match stored.first() {
+        Some(&RAW) => Ok(stored[1..].to_vec()),
+        _ => inflate(stored),
+    }
 }
 
+/// [`decode_value`] of bytes the caller owns (a value as it is moves out without a copy).
 fn decode_owned(mut stored: Vec<u8>) -> Result<Vec<u8>> {
     match stored.first() {
         Some(&RAW) => {
             stored.remove(0);
             Ok(stored)
         }
+        _ => inflate(&stored),
+    }
+}
+
+/// The value of a stored form that is not [`RAW`].
+fn inflate(stored: &[u8]) -> Result<Vec<u8>> {
+    match stored.first() {
         Some(&DEFLATE) => {
             let len = stored
                 .get(1..5)
@@ -130,12 +123,19 @@ fn decode_owned(mut stored: Vec<u8>) -> Result<Vec<u8>> {
                     packed.len()
                 )));
             }
-            let value = miniz_oxide::inflate::decompress_to_vec_with_limit(packed, len)
-                .map_err(|e| Error::Corrupt(format!("a compressed value does not inflate: {:?}", e.status)))?;
-            if value.len() != len {
+            let mut value = vec![0u8; len];
+            let inflated =
+                DECOMPRESSOR.with(|d| d.borrow_mut().deflate_decompress(packed, &mut value)).map_err(|e| match e {
+                    libdeflater::DecompressionError::InsufficientSpace => {
+                        Error::Corrupt(format!("a compressed value inflates to more than its header's {len} bytes"))
+                    }
+                    libdeflater::DecompressionError::BadData => {
+                        Error::Corrupt("a compressed value does not inflate (not a deflate stream)".into())
+                    }
+                })?;
+            if inflated != len {
                 return Err(Error::Corrupt(format!(
-                    "a compressed value inflates to {} bytes, its header says {len}",
-                    value.len()
+                    "a compressed value inflates to {inflated} bytes, its header says {len}"
                 )));
             }
             Ok(value)
@@ -256,6 +256,24 @@ mod tests {
             })
             .collect();
         assert_eq!(encode_value(&noise)[0], RAW);
+    }
+
+    /// Values stored before libdeflate, deflated by miniz_oxide (level 1, and the other
+    /// levels), read back: the stream is the same format.
+    #[test]
+    fn values_deflated_by_miniz_oxide_read_back() {
+        let text = "<a href=\"/docs/page\">The quick brown fox</a> jumps over the lazy dog.\n".repeat(300);
+        for level in [1, 6, 9] {
+            let packed = miniz_oxide::deflate::compress_to_vec(text.as_bytes(), level);
+            let mut stored = vec![DEFLATE];
+            stored.extend_from_slice(&(text.len() as u32).to_le_bytes());
+            stored.extend_from_slice(&packed);
+            assert_eq!(decode_value(&stored).unwrap(), text.as_bytes(), "level {level}");
+        }
+        // And what libdeflate writes, miniz_oxide reads (a store opened by an older host).
+        let stored = encode_value(text.as_bytes());
+        assert_eq!(stored[0], DEFLATE);
+        assert_eq!(miniz_oxide::inflate::decompress_to_vec(&stored[5..]).unwrap(), text.as_bytes());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Which compression for large cell values: LZ4 (`lz4_flex`) against deflate (`miniz_oxide`,
-//! levels 1 and 6) on the web index's values — every cell of `webindex::batch::compute` over a
+//! levels 1 and 6, and the store's own stored form, libdeflate level 1 with its 5-byte header,
+//! `store_libdeflate1`) on the web index's values — every cell of `webindex::batch::compute` over a
 //! generated crawl (the pages' HTML, their text and links, term lists, cluster rows), which is
 //! what the pipeline's tables hold at the fixed point. For each codec: the ratio over the
 //! values at or above the threshold (and over all bytes), and compression and decompression
@@ -36,6 +37,11 @@ const CODECS: &[Codec] = &[
         name: "deflate1",
         compress: |v| miniz_oxide::deflate::compress_to_vec(v, 1),
         decompress: |c, _| miniz_oxide::inflate::decompress_to_vec(c).expect("deflate round trip"),
+    },
+    Codec {
+        name: "store_libdeflate1",
+        compress: percolator_store::backends::encode_value,
+        decompress: |c, _| percolator_store::backends::decode_value(c).expect("stored form round trip"),
     },
     Codec {
         name: "deflate6",
