@@ -123,7 +123,7 @@ const CHILD_ENV: &str = "PERCOLATOR_BASE_HINTS_STORE";
 #[ignore = "run by conditions_find_what_the_replay_at_open_put_into_redb as a child process"]
 fn logged_then_killed_child() {
     let Ok(path) = std::env::var(CHILD_ENV) else { return };
-    let redb = RedbConfig { checkpoint_every: std::time::Duration::from_secs(3600), ..RedbConfig::default() };
+    let redb = RedbConfig { checkpoint_every: Some(std::time::Duration::from_secs(3600)), ..RedbConfig::default() };
     let b = RedbBigtable::open(std::path::Path::new(&path), redb).unwrap();
     assert_eq!(apply(&b, "locked", vec![], vec![lock(10)]), Outcome::Applied);
     assert_eq!(apply(&b, "written", vec![], vec![write(20)]), Outcome::Applied);

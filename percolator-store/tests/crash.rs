@@ -250,7 +250,7 @@ const TORN_ENV: &str = "PERCOLATOR_CRASH_TORN";
 #[ignore = "run by the redo log's damage tests as a child process"]
 fn commit_then_kill_child() {
     let Ok(path) = std::env::var(TORN_ENV) else { return };
-    let redb = RedbConfig { checkpoint_every: Duration::from_secs(3600), ..RedbConfig::default() };
+    let redb = RedbConfig { checkpoint_every: Some(Duration::from_secs(3600)), ..RedbConfig::default() };
     let store = Store::open(Path::new(&path), StoreConfig::default(), redb).unwrap();
     for i in 0..30u64 {
         store.run(|t| set_u64(t, "t", &format!("r{i}"), "c:v", i)).unwrap();

@@ -12,8 +12,9 @@
 //! - pages per second from the first load to the fixed point, observer runs per page,
 //!   conflicts per page;
 //! - **CPU against the batch computation, side by side**: the process's CPU-seconds (user +
-//!   system, `/proc/self/stat`) from the first load to the fixed point — loader, scanners,
-//!   observers, GC and redb alike — and the loading thread's own share (its transactions
+//!   system, `/proc/self/stat`) from the first load to the fixed point and a checkpoint of
+//!   what the memtable still holds — loader, scanners, observers, GC and redb alike — and the
+//!   loading thread's own share (its transactions
 //!   writing the inputs, then polling for the fixed point), wall time and cores used (CPU /
 //!   wall); then `webindex::batch::compute` over the same inputs on one thread (its thread CPU
 //!   time, the median of 3 runs, after the pipeline stopped), and the ratios `cpu_over_batch`
@@ -396,6 +397,10 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         let loaded = start.elapsed();
         let loader_loaded = thread_cpu();
         let elapsed = wait_fixed_point(&store, start, Duration::from_secs(3 * 3600))?;
+        // Everything written into redb, in the CPU counted: the rounds since the last
+        // checkpoint would otherwise be checkpointed after the count, up to a checkpoint
+        // interval of them (5 s at durability fsync).
+        redb.checkpoint()?;
         let cpu = procfs::cpu_seconds("self").map(|(own, _)| own).zip(cpu_before).map(|(a, b)| a - b);
         let by_thread = procfs::thread_cpu_by_name();
         looking.store(false, Ordering::Relaxed);
