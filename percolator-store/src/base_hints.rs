@@ -4,24 +4,20 @@
 //! the transaction's start; when the base holds no lock of the cell and no write record that
 //! recent, the base is not read.
 //!
-//! The facts follow every change of the base's cells ([`BaseHints::note`]: a checkpoint, the
-//! replay at open), are stored in the same redb transaction as those cells
-//! ([`BaseHints::encode`]), and are rebuilt by one scan ([`BaseHints::scan`]) for a store that
-//! has none.
+//! The facts live in memory only: built by one scan of the cells table at open
+//! ([`BaseHints::scan`]), then kept by each checkpoint ([`BaseHints::note`]), and widened at a
+//! reopen after a failed checkpoint ([`BaseHints::widen`]). Nothing stored can go stale (a
+//! build of another version may have written the file in between).
 
 use std::collections::BTreeSet;
+use std::ops::Bound;
 
 use crate::cells::KvRead;
 use crate::error::Result;
-use crate::key::Kind;
-
-/// Metadata key of [`BaseHints::max_write`] (8 bytes, big-endian).
-pub(crate) const MAX_WRITE_KEY: &str = "redo/base_max_write";
-/// Metadata key of [`BaseHints::locks`] (each key as a 4-byte big-endian length, then its bytes).
-pub(crate) const LOCKS_KEY: &str = "redo/base_locks";
+use crate::key::{self, Kind};
 
 /// Locks kept at most: past this (locks that live across a checkpoint are few), the facts are
-/// dropped, and the next open scans for them again.
+/// dropped until the next open.
 pub(crate) const LOCKS_MAX: usize = 65_536;
 
 /// The suffix of every cells key: kind byte, then the bit-inverted timestamp (big-endian).
@@ -32,13 +28,18 @@ const SUFFIX: usize = 9;
 pub(crate) struct BaseHints {
     /// No write record in the base has a commit timestamp above this (raw).
     max_write: u64,
-    /// Every lock key in the base.
+    /// Every lock key in the base (possibly more: after [`BaseHints::widen`]).
     locks: BTreeSet<Vec<u8>>,
 }
 
-/// A cells key's kind and timestamp, if it is shaped as one (`cell ‖ kind ‖ !ts`).
+/// A version key's cell prefix length, kind and timestamp: `None` unless `key` is exactly
+/// `enc(table) ‖ enc(row) ‖ enc(column) ‖ kind ‖ !ts` (the encoding is prefix-free, so a key
+/// that decodes so belongs to that one cell).
 fn split(key: &[u8]) -> Option<(usize, Kind, u64)> {
-    let cell = key.len().checked_sub(SUFFIX)?;
+    let cell = key::cell_prefix_len(key)?;
+    if key.len() != cell + SUFFIX {
+        return None;
+    }
     let kind = Kind::from_byte(key[cell])?;
     let ts = !u64::from_be_bytes(key[cell + 1..].try_into().ok()?);
     Some((cell, kind, ts))
@@ -46,7 +47,7 @@ fn split(key: &[u8]) -> Option<(usize, Kind, u64)> {
 
 impl BaseHints {
     /// Records that the base's cells table now holds `key` (`present`) or no longer does.
-    /// Returns false if `key` is not a cells key (the facts can no longer be trusted).
+    /// Returns false if `key` is not a version key (the facts can no longer be trusted).
     #[must_use]
     pub(crate) fn note(&mut self, key: &[u8], present: bool) -> bool {
         let Some((_, kind, ts)) = split(key) else { return false };
@@ -64,45 +65,29 @@ impl BaseHints {
         true
     }
 
+    /// Facts true of the base whether or not a checkpoint of these changes (`key`, present or
+    /// removed) reached it: every lock it puts is added, none removed, and the maximum raised.
+    /// Returns false if a key is not a version key.
+    #[must_use]
+    pub(crate) fn widen<'a>(&mut self, changes: impl IntoIterator<Item = (&'a [u8], bool)>) -> bool {
+        changes.into_iter().all(|(key, present)| !present || self.note(key, true))
+    }
+
     /// Whether there are too many locks to keep.
     pub(crate) fn too_many(&self) -> bool {
         self.locks.len() > LOCKS_MAX
     }
 
-    /// Builds the facts from every key of a cells table. `None` if a key is not a cells key.
+    /// Builds the facts from every key of a cells table. `None` if a key is not a version key,
+    /// or past [`LOCKS_MAX`] locks.
     pub(crate) fn scan(cells: &dyn KvRead) -> Result<Option<BaseHints>> {
         let mut hints = BaseHints::default();
         let mut whole = true;
         cells.for_range(&[], None, &mut |k, _| {
-            whole = hints.note(k, true);
+            whole = hints.note(k, true) && !hints.too_many();
             Ok(whole)
         })?;
         Ok(whole.then_some(hints))
-    }
-
-    /// The two metadata values: [`MAX_WRITE_KEY`]'s and [`LOCKS_KEY`]'s.
-    pub(crate) fn encode(&self) -> (Vec<u8>, Vec<u8>) {
-        let mut locks = Vec::with_capacity(self.locks.iter().map(|k| k.len() + 4).sum());
-        for k in &self.locks {
-            locks.extend_from_slice(&(k.len() as u32).to_be_bytes());
-            locks.extend_from_slice(k);
-        }
-        (self.max_write.to_be_bytes().to_vec(), locks)
-    }
-
-    /// The facts from the two metadata values; `None` if they do not decode.
-    pub(crate) fn decode(max_write: &[u8], locks: &[u8]) -> Option<BaseHints> {
-        let max_write = u64::from_be_bytes(max_write.try_into().ok()?);
-        let mut set = BTreeSet::new();
-        let mut rest = locks;
-        while !rest.is_empty() {
-            let n = u32::from_be_bytes(rest.get(..4)?.try_into().ok()?) as usize;
-            let key = rest.get(4..4 + n)?;
-            split(key).filter(|(_, kind, _)| *kind == Kind::Lock)?;
-            set.insert(key.to_vec());
-            rest = &rest[4 + n..];
-        }
-        Some(BaseHints { max_write, locks: set })
     }
 
     /// False if the base certainly holds no key `k` with `from <= k < to`: only for a range
@@ -114,8 +99,8 @@ impl BaseHints {
             return false; // empty (or inverted)
         }
         let Some((cell, from_kind, from_ts)) = split(from) else { return true };
-        // `to` is a cells key of the same cell, or one with a 0 byte after it (the smallest key
-        // after it: the range then includes that key).
+        // `to` is a version key of the same cell, or one with a 0 byte after it (the smallest
+        // key after it: the range then includes that key).
         let (to_key, to_inclusive) = match to.len().checked_sub(from.len()) {
             Some(0) => (to, false),
             Some(1) if to[to.len() - 1] == 0 => (&to[..to.len() - 1], true),
@@ -125,12 +110,7 @@ impl BaseHints {
         if to_cell != cell || from[..cell] != to_key[..cell] || from_kind == Kind::Data || to_kind == Kind::Data {
             return true;
         }
-        if self
-            .locks
-            .range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Excluded(to)))
-            .next()
-            .is_some()
-        {
+        if self.locks.range::<[u8], _>((Bound::Included(from), Bound::Excluded(to))).next().is_some() {
             return true;
         }
         if to_kind == Kind::Lock {
@@ -140,8 +120,7 @@ impl BaseHints {
         // Write records in the range: those above `to_ts` (at it too if inclusive), up to
         // `from_ts` if the range starts among them. The base's are at or below `max_write`.
         let highest = if from_kind == Kind::Write { from_ts } else { u64::MAX };
-        let lowest_excluded = to_ts;
-        if highest <= lowest_excluded && !(to_inclusive && highest == lowest_excluded) {
+        if highest < to_ts || (highest == to_ts && !to_inclusive) {
             return false; // an empty write range
         }
         if to_inclusive { self.max_write >= to_ts } else { self.max_write > to_ts }
@@ -160,20 +139,22 @@ impl BaseHints {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::key::{cell_prefix, version_key};
+    use crate::key::{cell_prefix, prefix_end, row_prefix, version_key};
     use crate::timestamp::Timestamp;
 
     fn t(n: u64) -> Timestamp {
         Timestamp::from_raw(n)
     }
 
-    /// Against a model: a random set of lock, write and data keys over a few cells; for every
-    /// range of the shapes conditions and reads use, and every key, `may_hold` is true whenever
-    /// the set holds a key in it (never a wrong "no"), and false for the condition shapes
-    /// when it holds none and no write record at or below `max_write` could be there.
+    /// Against a model: random sets of lock, write and data keys over cells of rows shaped to
+    /// confuse a parser that looks only at a key's last 9 bytes (6-byte rows, rows holding
+    /// 0x01 / 0x02 / 0x00 bytes); for every range conditions, reads, row reads and scans use,
+    /// and every key, `may_hold` is true whenever the set holds a key in it (never a wrong
+    /// "no"), and it says "no" often for the condition shapes.
     #[test]
     fn never_says_no_when_the_base_holds_a_key_in_the_range() {
-        let cells: Vec<Vec<u8>> = ["a", "b", "c"].iter().map(|c| cell_prefix("t", b"row", c)).collect();
+        let rows: [&[u8]; 5] = [b"row001", b"abc\x01defghi", b"x\x02yz\x01\x02", b"\x00\x01", b"row002"];
+        let cells: Vec<Vec<u8>> = rows.iter().flat_map(|r| ["a", "b"].map(|c| cell_prefix("t", r, c))).collect();
         let mut seed = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = move |n: u64| {
             seed ^= seed << 13;
@@ -185,8 +166,8 @@ mod tests {
         for _ in 0..300 {
             let mut hints = BaseHints::default();
             let mut keys = BTreeSet::new();
-            for _ in 0..next(8) {
-                let cell = &cells[next(3) as usize];
+            for _ in 0..next(10) {
+                let cell = &cells[next(cells.len() as u64) as usize];
                 let kind = [Kind::Lock, Kind::Write, Kind::Data][next(3) as usize];
                 let key = version_key(cell, kind, t(1 + next(20)));
                 assert!(hints.note(&key, true));
@@ -199,9 +180,23 @@ mod tests {
                     keys.remove(&key);
                 }
             }
-            // The facts survive their metadata encoding.
-            let (m, l) = hints.encode();
-            assert_eq!(BaseHints::decode(&m, &l).as_ref(), Some(&hints));
+            let mut check = |from: &[u8], to: Option<&[u8]>, counts: bool| {
+                let upper = to.map_or(Bound::Unbounded, Bound::Excluded);
+                let held = to.is_none_or(|to| from < to)
+                    && keys.range::<[u8], _>((Bound::Included(from), upper)).next().is_some();
+                let says = hints.may_hold(from, to);
+                assert!(says || !held, "said no for {from:02x?}..{to:02x?} holding {keys:02x?}");
+                if counts {
+                    said_no += usize::from(!says);
+                }
+            };
+            for (i, row) in rows.iter().enumerate() {
+                // A row (GC), rows to rows (scans): never a wrong "no".
+                let prefix = row_prefix("t", row);
+                check(&prefix, prefix_end(&prefix).as_deref(), false);
+                check(&prefix, Some(&row_prefix("t", rows[(i + 1) % rows.len()])), false);
+                check(&row_prefix("t", b"row000"), Some(&row_prefix("t", b"row999")), false);
+            }
             for cell in &cells {
                 for since in 1..=22 {
                     let mut inclusive = version_key(cell, Kind::Write, t(since));
@@ -213,27 +208,23 @@ mod tests {
                         (version_key(cell, Kind::Lock, t(since)), version_key(cell, Kind::Data, Timestamp::MAX)),
                     ];
                     for (from, to) in shapes {
-                        let held = keys.range(from.clone()..to.clone()).next().is_some();
-                        let says = hints.may_hold(&from, Some(&to));
-                        assert!(says || !held, "said no for {from:02x?}..{to:02x?} holding {keys:02x?}");
-                        said_no += usize::from(!says);
+                        check(&from, Some(&to), true);
                     }
                     for kind in [Kind::Lock, Kind::Write, Kind::Data] {
                         let key = version_key(cell, kind, t(since));
                         assert!(hints.may_hold_key(&key) || !keys.contains(&key), "said no for key {key:02x?}");
                     }
                 }
-                // A whole row (GC, scans) is never skipped.
-                assert!(hints.may_hold(&cell_prefix("t", b"row", ""), None));
             }
         }
         assert!(said_no > 1000, "the hints skipped only {said_no} ranges");
     }
 
-    /// The facts of a table scanned equal those noted key by key, and a key that is not a
-    /// cells key makes a scan give up (the facts could be wrong).
+    /// The facts of a table scanned equal those noted key by key; a key that is not a version
+    /// key (here: a row prefix whose last 9 bytes look like a lock's suffix) makes a scan give
+    /// up; widening keeps every lock and write either outcome of a checkpoint could leave.
     #[test]
-    fn a_scan_builds_the_facts_and_gives_up_on_a_foreign_key() {
+    fn a_scan_builds_the_facts_gives_up_on_a_foreign_key_and_widening_keeps_both_outcomes() {
         let cell = cell_prefix("t", b"r", "c");
         let mut map = crate::cells::tests::Map(std::collections::BTreeMap::new());
         let mut noted = BaseHints::default();
@@ -244,7 +235,18 @@ mod tests {
         }
         assert_eq!(BaseHints::scan(&map).unwrap(), Some(noted.clone()));
         assert_eq!(noted.max_write, 7);
-        map.0.insert(b"x".to_vec(), b"v".to_vec());
-        assert_eq!(BaseHints::scan(&map).unwrap(), None);
+        let mut foreign = map.0.clone();
+        foreign.insert(row_prefix("t", b"row001"), b"v".to_vec());
+        assert_eq!(BaseHints::scan(&crate::cells::tests::Map(foreign)).unwrap(), None);
+
+        // A checkpoint that removes the lock and adds another, and a write at 12: whether it
+        // reached the file or not, the widened facts say "maybe" for both locks and the write.
+        let (old_lock, new_lock) = (version_key(&cell, Kind::Lock, t(9)), version_key(&cell, Kind::Lock, t(11)));
+        let write = version_key(&cell, Kind::Write, t(12));
+        let mut widened = noted.clone();
+        assert!(widened.widen([(old_lock.as_slice(), false), (new_lock.as_slice(), true), (write.as_slice(), true)]));
+        for key in [&old_lock, &new_lock, &write] {
+            assert!(widened.may_hold_key(key), "{key:02x?}");
+        }
     }
 }

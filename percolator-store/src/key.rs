@@ -195,6 +195,26 @@ pub fn decode_version_key(key: &[u8]) -> Result<DecodedKey> {
 type Cell = (String, Vec<u8>, String);
 
 /// Decodes `enc(table) ‖ enc(row) ‖ enc(column)` from the front of `key`.
+/// The length of the cell prefix (`enc(table) ‖ enc(row) ‖ enc(column)`) at the front of
+/// `key`, without copying it; `None` if `key` does not start with three whole components.
+pub(crate) fn cell_prefix_len(key: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    for _ in 0..3 {
+        loop {
+            let zero = at + key[at..].iter().position(|&b| b == 0)?;
+            match key.get(zero + 1)? {
+                0xFF => at = zero + 2,
+                1 => {
+                    at = zero + 2;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    Some(at)
+}
+
 pub(crate) fn decode_cell(key: &[u8]) -> Option<(Cell, &[u8])> {
     let (table, rest) = dec(key)?;
     let (row, rest) = dec(rest)?;

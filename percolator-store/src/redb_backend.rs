@@ -30,7 +30,7 @@ use std::time::{Duration, SystemTime};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use crate::base_hints::{self, BaseHints};
+use crate::base_hints::BaseHints;
 use crate::bigtable::*;
 use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, LATCHED, Result};
@@ -212,19 +212,17 @@ struct BaseTable {
 }
 
 impl Base {
-    /// The file's last commit as the readers' base, with the cells' facts as stored with it
-    /// (or scanned, for a store that has none: `scanned` says so).
-    fn open(db: &Database) -> Result<(Base, bool)> {
+    /// The file's last commit as the readers' base, with the cells' facts from one scan of it
+    /// (at open: the facts are kept in memory only, so none can be stale).
+    fn open(db: &Database) -> Result<Base> {
         let tx = db.begin_read()?;
-        let (cells, meta) = (R(tx.open_table(CELLS)?), R(tx.open_table(META)?));
-        let (hints, scanned) = match stored_hints(&meta)? {
-            Some(hints) => (Some(hints), false),
-            None => (BaseHints::scan(&cells)?.filter(|h| !h.too_many()), true),
-        };
-        Ok((Base::with(cells, R(tx.open_table(NOTIFY)?), meta, hints), scanned))
+        let cells = R(tx.open_table(CELLS)?);
+        let hints = BaseHints::scan(&cells)?;
+        Ok(Base::with(cells, R(tx.open_table(NOTIFY)?), R(tx.open_table(META)?), hints))
     }
 
-    /// A checkpoint's new base, with the facts it derived and stored.
+    /// The file's last commit as the readers' base, with facts its caller derived: a
+    /// checkpoint's (the old base's noted with what it wrote), a reopen's (widened).
     fn open_with(db: &Database, hints: Option<BaseHints>) -> Result<Base> {
         let tx = db.begin_read()?;
         Ok(Base::with(R(tx.open_table(CELLS)?), R(tx.open_table(NOTIFY)?), R(tx.open_table(META)?), hints))
@@ -237,33 +235,6 @@ impl Base {
     fn hints(&self) -> Option<&BaseHints> {
         self.0[Table::Cells as usize].hints.as_ref()
     }
-}
-
-/// The cells' facts stored in `meta`, if they are there and decode.
-fn stored_hints(meta: &dyn KvRead) -> Result<Option<BaseHints>> {
-    let max_write = meta.get(base_hints::MAX_WRITE_KEY.as_bytes())?;
-    let locks = meta.get(base_hints::LOCKS_KEY.as_bytes())?;
-    Ok(match (max_write, locks) {
-        (Some(m), Some(l)) => BaseHints::decode(&m, &l),
-        _ => None,
-    })
-}
-
-/// Stores `hints` in `meta` (in the transaction that writes the cells they describe), or
-/// removes them if they are not known or too many to keep (the next open scans).
-fn store_hints(meta: &mut redb::Table<&'static [u8], &'static [u8]>, hints: Option<&BaseHints>) -> Result<()> {
-    match hints.filter(|h| !h.too_many()) {
-        Some(h) => {
-            let (max_write, locks) = h.encode();
-            meta.insert(base_hints::MAX_WRITE_KEY.as_bytes(), max_write.as_slice())?;
-            meta.insert(base_hints::LOCKS_KEY.as_bytes(), locks.as_slice())?;
-        }
-        None => {
-            meta.remove(base_hints::MAX_WRITE_KEY.as_bytes())?;
-            meta.remove(base_hints::LOCKS_KEY.as_bytes())?;
-        }
-    }
-    Ok(())
 }
 
 impl KvRead for BaseTable {
@@ -343,40 +314,23 @@ fn recover(db: &Database, path: &Path, logging: bool) -> Result<Option<RedoLog>>
         let tx = db.begin_write()?;
         {
             let mut tables = [tx.open_table(CELLS)?, tx.open_table(NOTIFY)?, tx.open_table(META)?];
-            // The cells' facts follow the replayed changes (`base_hints.rs`); if there were
-            // none stored, the open scans for them after.
-            let mut hints = {
-                let meta = &tables[Table::Meta as usize];
-                let get =
-                    |k: &str| -> Result<Option<Vec<u8>>> { Ok(meta.get(k.as_bytes())?.map(|v| v.value().to_vec())) };
-                match (get(base_hints::MAX_WRITE_KEY)?, get(base_hints::LOCKS_KEY)?) {
-                    (Some(m), Some(l)) => BaseHints::decode(&m, &l),
-                    _ => None,
-                }
-            };
             for record in &records {
                 let changes = redo::decode(&record.changes).ok_or_else(|| {
                     Error::Storage(format!("{}: record {} does not decode", redo::path_of(path).display(), record.seq))
                 })?;
                 for change in changes {
-                    let (t, key, present) = match change {
+                    match change {
                         redo::Change::Put(t, key, value) => {
                             tables[t as usize].insert(key, value)?;
-                            (t, key, true)
                         }
                         redo::Change::Delete(t, key) => {
                             tables[t as usize].remove(key)?;
-                            (t, key, false)
                         }
-                    };
-                    if t == Table::Cells && hints.as_mut().is_some_and(|h| !h.note(key, present)) {
-                        hints = None;
                     }
                 }
             }
-            let meta = &mut tables[Table::Meta as usize];
-            meta.insert(redo::APPLIED_KEY.as_bytes(), log.last_seq().to_be_bytes().as_slice())?;
-            store_hints(meta, hints.as_ref())?;
+            tables[Table::Meta as usize]
+                .insert(redo::APPLIED_KEY.as_bytes(), log.last_seq().to_be_bytes().as_slice())?;
         }
         tx.commit()?;
         if !records.is_empty() {
@@ -423,20 +377,7 @@ impl RedbBigtable {
         created().map_err(located)?;
         let logging = config.durability == Durability::Fsync && config.redo_log;
         let redo = recover(&db, path, logging).map_err(located)?;
-        let (base, scanned) = Base::open(&db).map_err(located)?;
-        if scanned {
-            // Kept from now on by every checkpoint; stored now too, so that an open with nothing
-            // to checkpoint after it does not make the next one scan again. Not needed to serve.
-            let stored = || -> Result<()> {
-                let tx = db.begin_write()?;
-                store_hints(&mut tx.open_table(META)?, base.hints())?;
-                tx.commit()?;
-                Ok(())
-            };
-            if let Err(e) = stored() {
-                tracing::warn!(error = %e, "storing what the store's checkpoint holds failed; the next open looks again");
-            }
-        }
+        let base = Base::open(&db).map_err(located)?;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
@@ -740,11 +681,8 @@ impl Shared {
                             hints = None;
                         }
                     }
-                    if table == Table::Meta {
-                        if logging {
-                            t.insert(redo::APPLIED_KEY.as_bytes(), seq.to_be_bytes().as_slice())?;
-                        }
-                        store_hints(&mut t, hints.as_ref())?;
+                    if table == Table::Meta && logging {
+                        t.insert(redo::APPLIED_KEY.as_bytes(), seq.to_be_bytes().as_slice())?;
                     }
                 }
                 fail::fail_point!("checkpoint-before-commit", |_| Err(Error::Io {
@@ -789,10 +727,19 @@ impl Shared {
         let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
         // Closing first: redb locks the file while it is open. A database that met an I/O
         // error writes nothing on close.
+        // The facts of the file as it will be: the last checkpoint's, widened by a frozen layer
+        // whose checkpoint failed — its commit may or may not have reached the file
+        // (`base_hints.rs`; no scan here, where every reader waits).
+        let hints = layers.base.as_ref().and_then(|b| b.hints().cloned()).and_then(|mut h| match &layers.frozen {
+            Some(frozen) => {
+                h.widen(frozen.table(Table::Cells).iter().map(|(k, v)| (k.as_slice(), v.is_some()))).then_some(h)
+            }
+            None => Some(h),
+        });
         layers.base = None;
         drop(db.take());
         let reopened = open_database(&self.path, self.config.cache_bytes)?;
-        layers.base = Some(Base::open(&reopened)?.0);
+        layers.base = Some(Base::open_with(&reopened, hints)?);
         *db = Some(reopened);
         self.reopens.fetch_add(1, Ordering::SeqCst);
         Ok(())
