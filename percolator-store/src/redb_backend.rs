@@ -196,13 +196,17 @@ impl Layers {
         let base = self.base.as_ref()?;
         Some(Layered {
             layers: [round, Some(self.active.table(table)), self.frozen.as_deref().map(|f| f.table(table))],
-            base: &base.0[table as usize],
+            base: &base.tables[table as usize],
         })
     }
 }
 
 /// One redb read transaction's three tables; the cells table with what it cannot hold.
-struct Base([BaseTable; 3]);
+struct Base {
+    tables: [BaseTable; 3],
+    /// The cells' facts are not known yet: the next checkpoint scans its new base for them.
+    scan_next: bool,
+}
 
 /// A table of the base, and for the cells table the facts of `base_hints.rs` (`None`: not
 /// known, every read goes to redb).
@@ -212,28 +216,31 @@ struct BaseTable {
 }
 
 impl Base {
-    /// The file's last commit as the readers' base, with the cells' facts from one scan of it
-    /// (at open: the facts are kept in memory only, so none can be stale).
-    fn open(db: &Database) -> Result<Base> {
+    /// The file's last commit as the readers' base, with the facts its caller knows of it (a
+    /// checkpoint's: the old base's noted with what it wrote; a reopen's: widened), or none yet
+    /// (`scan_next`: at open, so that opening a store costs no scan of it).
+    fn open(db: &Database, hints: Option<BaseHints>, scan_next: bool) -> Result<Base> {
         let tx = db.begin_read()?;
-        let cells = R(tx.open_table(CELLS)?);
-        let hints = BaseHints::scan(&cells)?;
-        Ok(Base::with(cells, R(tx.open_table(NOTIFY)?), R(tx.open_table(META)?), hints))
+        let tables = [
+            BaseTable { r: R(tx.open_table(CELLS)?), hints },
+            BaseTable { r: R(tx.open_table(NOTIFY)?), hints: None },
+            BaseTable { r: R(tx.open_table(META)?), hints: None },
+        ];
+        Ok(Base { tables, scan_next })
     }
 
-    /// The file's last commit as the readers' base, with facts its caller derived: a
-    /// checkpoint's (the old base's noted with what it wrote), a reopen's (widened).
-    fn open_with(db: &Database, hints: Option<BaseHints>) -> Result<Base> {
-        let tx = db.begin_read()?;
-        Ok(Base::with(R(tx.open_table(CELLS)?), R(tx.open_table(NOTIFY)?), R(tx.open_table(META)?), hints))
-    }
-
-    fn with(cells: R, notify: R, meta: R, hints: Option<BaseHints>) -> Base {
-        Base([BaseTable { r: cells, hints }, BaseTable { r: notify, hints: None }, BaseTable { r: meta, hints: None }])
+    /// The file's last commit as the readers' base, with the facts of one scan of its cells
+    /// (the first checkpoint after the open makes it, on its own thread; the facts are kept in
+    /// memory only, so none can be stale). A scan that gives up leaves none, for good.
+    fn scanned(db: &Database) -> Result<Base> {
+        let mut base = Base::open(db, None, false)?;
+        let cells = &mut base.tables[Table::Cells as usize];
+        cells.hints = BaseHints::scan(&cells.r)?;
+        Ok(base)
     }
 
     fn hints(&self) -> Option<&BaseHints> {
-        self.0[Table::Cells as usize].hints.as_ref()
+        self.tables[Table::Cells as usize].hints.as_ref()
     }
 }
 
@@ -377,7 +384,7 @@ impl RedbBigtable {
         created().map_err(located)?;
         let logging = config.durability == Durability::Fsync && config.redo_log;
         let redo = recover(&db, path, logging).map_err(located)?;
-        let base = Base::open(&db).map_err(located)?;
+        let base = Base::open(&db, None, true).map_err(located)?;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
@@ -659,14 +666,12 @@ impl Shared {
                     .unwrap_or_else(|| Error::Storage("the store's file is not open".into())));
             };
             // What the new base's cells cannot hold: the old base's facts with the frozen
-            // layer's keys noted (`base_hints.rs`).
-            let mut hints = self
-                .layers
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .base
-                .as_ref()
-                .and_then(|b| b.hints().cloned());
+            // layer's keys noted, or a scan of the new base if none was made yet since the open
+            // (`base_hints.rs`).
+            let (mut hints, scan) = match &self.layers.read().unwrap_or_else(PoisonError::into_inner).base {
+                Some(b) => (b.hints().cloned(), b.scan_next),
+                None => (None, true),
+            };
             let mut write = || -> Result<Base> {
                 let mut tx = db.begin_write()?;
                 tx.set_durability(redb::Durability::Immediate)?;
@@ -691,7 +696,10 @@ impl Shared {
                     disk_full: true,
                 }));
                 tx.commit()?;
-                Base::open_with(db, hints.take().filter(|h| !h.too_many()))
+                if scan {
+                    return Base::scanned(db);
+                }
+                Base::open(db, hints.take().filter(|h| !h.too_many()), false)
             };
             // Any error stops writes (a storage failure; the prober tries again): a memtable
             // that cannot reach redb must not grow on.
@@ -725,21 +733,22 @@ impl Shared {
         let _one = self.checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
         let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
         let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
-        // Closing first: redb locks the file while it is open. A database that met an I/O
-        // error writes nothing on close.
         // The facts of the file as it will be: the last checkpoint's, widened by a frozen layer
         // whose checkpoint failed — its commit may or may not have reached the file
         // (`base_hints.rs`; no scan here, where every reader waits).
+        let scan_next = layers.base.as_ref().is_none_or(|b| b.scan_next);
         let hints = layers.base.as_ref().and_then(|b| b.hints().cloned()).and_then(|mut h| match &layers.frozen {
             Some(frozen) => {
                 h.widen(frozen.table(Table::Cells).iter().map(|(k, v)| (k.as_slice(), v.is_some()))).then_some(h)
             }
             None => Some(h),
         });
+        // Closing first: redb locks the file while it is open. A database that met an I/O
+        // error writes nothing on close.
         layers.base = None;
         drop(db.take());
         let reopened = open_database(&self.path, self.config.cache_bytes)?;
-        layers.base = Some(Base::open_with(&reopened, hints)?);
+        layers.base = Some(Base::open(&reopened, hints, scan_next)?);
         *db = Some(reopened);
         self.reopens.fetch_add(1, Ordering::SeqCst);
         Ok(())

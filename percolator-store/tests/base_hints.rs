@@ -91,7 +91,11 @@ fn conditions_find_what_reached_redb_after_a_checkpoint_a_reopen_and_a_scan() {
             check(&b, "after a second checkpoint");
         }
         let b = open(&path, durability);
-        check(&b, "after a reopen");
+        check(&b, "after a reopen (no facts yet)");
+        // The first checkpoint that writes scans its new base for the facts.
+        assert_eq!(apply(&b, "other2", vec![], vec![write(26)]), Outcome::Applied);
+        b.checkpoint().unwrap();
+        check(&b, "after the scan of the first checkpoint since the reopen");
         // The lock resolved (removed) and checkpointed: a prewrite passes again.
         let unlock = Mutation::DeleteLock { column: "c:v".into(), start_ts: ts(10) };
         assert_eq!(apply(&b, "locked", vec![], vec![unlock]), Outcome::Applied);
@@ -132,6 +136,9 @@ fn conditions_find_what_the_replay_at_open_put_into_redb() {
     child.wait().unwrap();
     let b = open(&path, Durability::Fsync);
     check(&b, "after the replay");
+    assert_eq!(apply(&b, "other", vec![], vec![write(25)]), Outcome::Applied);
+    b.checkpoint().unwrap();
+    check(&b, "after the scan of the first checkpoint since the replay");
 }
 
 /// Rows and scans read everything the checkpoint holds, also for rows whose key bytes end like
