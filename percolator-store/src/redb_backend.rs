@@ -239,10 +239,25 @@ impl Base {
         Ok(base)
     }
 
+    /// The base at open: its facts scanned now if its cells table is small (redb knows the
+    /// count without reading it), else by the first checkpoint.
+    fn at_open(db: &Database) -> Result<Base> {
+        let small = {
+            let tx = db.begin_read()?;
+            let cells = tx.open_table(CELLS)?;
+            redb::ReadableTableMetadata::len(&cells)? <= SCAN_AT_OPEN_MAX
+        };
+        if small { Base::scanned(db) } else { Base::open(db, None, true) }
+    }
+
     fn hints(&self) -> Option<&BaseHints> {
         self.tables[Table::Cells as usize].hints.as_ref()
     }
 }
+
+/// The most cells keys an open scans for the facts (`base_hints.rs`) itself, in ≈ 0.1 s; a
+/// larger store gets them from its first checkpoint.
+const SCAN_AT_OPEN_MAX: u64 = 100_000;
 
 impl KvRead for BaseTable {
     fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -384,7 +399,7 @@ impl RedbBigtable {
         created().map_err(located)?;
         let logging = config.durability == Durability::Fsync && config.redo_log;
         let redo = recover(&db, path, logging).map_err(located)?;
-        let base = Base::open(&db, None, true).map_err(located)?;
+        let base = Base::at_open(&db).map_err(located)?;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),

@@ -90,8 +90,31 @@ fn conditions_find_what_reached_redb_after_a_checkpoint_a_reopen_and_a_scan() {
             b.space().unwrap();
             check(&b, "after a second checkpoint");
         }
+        {
+            // More than an open scans itself (100,000 keys): the next open leaves the facts to
+            // its first checkpoint.
+            let b = open(&path, durability);
+            let ops: Vec<Op> = (0..101)
+                .map(|r| {
+                    let mutations = (0..1000)
+                        .map(|c| Mutation::PutWrite {
+                            column: format!("c:{c}"),
+                            commit_ts: ts(5),
+                            write: WriteRecord { start_ts: ts(4), kind: WriteKind::Put(b"v".to_vec()) },
+                        })
+                        .collect();
+                    Op::Row(RowMutation {
+                        table: "t".into(),
+                        row: format!("bulk{r}").into_bytes(),
+                        conditions: vec![],
+                        mutations,
+                    })
+                })
+                .collect();
+            assert!(b.apply(ops).unwrap().iter().all(|o| *o == Outcome::Applied));
+        }
         let b = open(&path, durability);
-        check(&b, "after a reopen (no facts yet)");
+        check(&b, "after a reopen of a large store (no facts yet)");
         // The first checkpoint that writes scans its new base for the facts.
         assert_eq!(apply(&b, "other2", vec![], vec![write(26)]), Outcome::Applied);
         b.checkpoint().unwrap();
