@@ -511,6 +511,13 @@ pub trait Bigtable: Send + Sync + 'static {
     /// order. `None` starts at the beginning. Costs ∝ notify cells, not all cells.
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>>;
 
+    /// True if `cell` has a notify cell (an observer of it has work pending). The default
+    /// scans from the cell's position; a backend that can read one key does that instead.
+    fn has_notify(&self, cell: &CellRef) -> Result<bool> {
+        let pos = notify_position(cell);
+        Ok(self.scan_notify(Some(&pos), 1)?.first().is_some_and(|e| &e.cell == cell))
+    }
+
     /// Reads a metadata key.
     fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>>;
 

@@ -149,17 +149,24 @@ impl Store {
             }
         };
         let force = if self.inner.backend.exclusive() { Force::Yes } else { Force::No };
-        // Pass 1: resolve abandoned locks below the safepoint.
-        rows.for_each(self, |row| {
-            for cell in &row.cells {
-                for (start_ts, l) in cell.locks.iter().filter(|(ts, _)| *ts < safepoint) {
-                    let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
-                    match lock::resolve(&self.inner, &c, *start_ts, l, force)? {
-                        TxnStatus::Live => stats.deferred = true,
-                        _ => stats.locks_resolved += 1,
+        // Pass 1: resolve abandoned locks below the safepoint. The rows it reads are kept for
+        // pass 2 (up to `KEPT_MAX` of them) unless it resolved a lock: see `Kept`.
+        let mut kept = Kept::new(&rows);
+        rows.for_each_page(self, |page| {
+            let mut resolved = false;
+            for row in &page {
+                for cell in &row.cells {
+                    for (start_ts, l) in cell.locks.iter().filter(|(ts, _)| *ts < safepoint) {
+                        let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
+                        resolved = true;
+                        match lock::resolve(&self.inner, &c, *start_ts, l, force)? {
+                            TxnStatus::Live => stats.deferred = true,
+                            _ => stats.locks_resolved += 1,
+                        }
                     }
                 }
             }
+            kept.page(page, resolved);
             Ok(())
         })?;
         if stats.deferred {
@@ -168,7 +175,7 @@ impl Store {
         }
         // Pass 2: remove invisible versions, a page of rows per backend call (one fsync).
         let mut ops: Vec<Op> = Vec::new();
-        rows.for_each(self, |row| {
+        let mut pass_2 = |row: &RowVersions| -> Result<()> {
             stats.rows += 1;
             let (mutations, revisit) = self.removals(row, safepoint)?;
             if let (Some(d), Some(ts)) = (dirty, revisit) {
@@ -184,7 +191,11 @@ impl Store {
                 }
             }
             Ok(())
-        })?;
+        };
+        match kept.take() {
+            Some(pages) => pages.iter().flatten().try_for_each(&mut pass_2)?,
+            None => rows.for_each_page(self, |page| page.iter().try_for_each(&mut pass_2))?,
+        }
         self.apply_removals(ops, &mut stats)?;
         self.inner.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         Ok(stats)
@@ -205,9 +216,7 @@ impl Store {
             // the observer would find no change to react to.
             let notified = || -> Result<bool> {
                 let c = CellRef::new(row.table.clone(), row.row.clone(), cell.column.clone());
-                let pos = notify_position(&c);
-                let next = self.inner.backend.scan_notify(Some(&pos), 1)?;
-                Ok(next.first().is_some_and(|e| e.cell == c) || crate::notify::has_dead_letter(&self.inner, &c)?)
+                Ok(self.inner.backend.has_notify(&c)? || crate::notify::has_dead_letter(&self.inner, &c)?)
             };
             for (ts, w) in &cell.writes {
                 if *ts > safepoint {
@@ -353,18 +362,17 @@ enum Rows {
 }
 
 impl Rows {
-    /// Calls `f` with the versions of each row, read now (pass 2 sees what pass 1 changed).
-    fn for_each(&self, store: &Store, mut f: impl FnMut(&RowVersions) -> Result<()>) -> Result<()> {
+    /// Calls `f` with the versions of each page of rows, read now (pass 2 sees what pass 1
+    /// changed).
+    fn for_each_page(&self, store: &Store, mut f: impl FnMut(Vec<RowVersions>) -> Result<()>) -> Result<()> {
         match self {
-            Rows::All => for_each_row(store, f),
+            Rows::All => for_each_row_page(store, f),
             Rows::Due(rows) => {
                 // A page of rows per read view, without the values of write records (what is
                 // removed depends on versions, never on values). A row whose every version is
                 // gone is left out: nothing to do.
                 for page in rows.chunks(PAGE) {
-                    for v in store.inner.backend.row_versions_without_values(page)? {
-                        f(&v)?;
-                    }
+                    f(store.inner.backend.row_versions_without_values(page)?)?;
                 }
                 Ok(())
             }
@@ -372,19 +380,58 @@ impl Rows {
     }
 }
 
-fn for_each_row(store: &Store, mut f: impl FnMut(&RowVersions) -> Result<()>) -> Result<()> {
+/// Rows of an incremental pass kept from pass 1 for pass 2 (at most this many).
+const KEPT_MAX: usize = 64 * PAGE;
+
+/// The rows pass 1 read, for pass 2 to use instead of reading them again: only in an
+/// incremental pass (its rows are read without values), only up to [`KEPT_MAX`] rows, and only
+/// if pass 1 resolved no lock. Reading them once is enough then (`docs/design.md`, "GC"): pass 1
+/// changed none of them, and what others wrote meanwhile is above the safepoint (a transaction
+/// running when it was computed started at or above it) or is a rollback record a reader's
+/// lock resolution added — pass 2 removes only versions it saw, and a record it did not see is
+/// kept for a later pass (its write marked the row dirty).
+struct Kept {
+    pages: Option<Vec<Vec<RowVersions>>>,
+    rows: usize,
+}
+
+impl Kept {
+    fn new(rows: &Rows) -> Kept {
+        let pages = match rows {
+            Rows::Due(due) if due.len() <= KEPT_MAX => Some(Vec::new()),
+            _ => None,
+        };
+        Kept { pages, rows: 0 }
+    }
+
+    /// A page pass 1 read; `resolved`: it resolved a lock in it (pass 2 reads every row again).
+    fn page(&mut self, page: Vec<RowVersions>, resolved: bool) {
+        self.rows += page.len();
+        match &mut self.pages {
+            Some(pages) if !resolved && self.rows <= KEPT_MAX => pages.push(page),
+            _ => self.pages = None,
+        }
+    }
+
+    fn take(self) -> Option<Vec<Vec<RowVersions>>> {
+        self.pages
+    }
+}
+
+fn for_each_row_page(store: &Store, mut f: impl FnMut(Vec<RowVersions>) -> Result<()>) -> Result<()> {
     let mut from: Option<(String, Vec<u8>)> = None;
     loop {
         let page = store.inner.backend.scan_versions(from.as_ref().map(|(t, r)| (t.as_str(), r.as_slice())), PAGE)?;
-        for row in &page {
-            f(row)?;
+        let next = (page.len() == PAGE).then(|| {
+            let last = page.last().expect("full page");
+            let mut next = last.row.clone();
+            next.push(0);
+            (last.table.clone(), next)
+        });
+        f(page)?;
+        match next {
+            Some(n) => from = Some(n),
+            None => return Ok(()),
         }
-        if page.len() < PAGE {
-            return Ok(());
-        }
-        let last = page.last().expect("full page");
-        let mut next = last.row.clone();
-        next.push(0);
-        from = Some((last.table.clone(), next));
     }
 }

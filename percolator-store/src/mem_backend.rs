@@ -109,6 +109,10 @@ impl Bigtable for MemBigtable {
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
         self.with(|m| cells::scan_notify(&m.notify, from, limit))
     }
+    fn has_notify(&self, cell: &CellRef) -> Result<bool> {
+        let pos = notify_position(cell);
+        self.with(|m| Ok(m.notify.get(&pos)?.is_some()))
+    }
     fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.with(|m| m.meta.get(key.as_bytes()))
     }

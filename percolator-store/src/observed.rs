@@ -96,6 +96,9 @@ impl<H: ApplyHook> Bigtable for Observed<H> {
     fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
         self.inner.scan_notify(from, limit)
     }
+    fn has_notify(&self, cell: &CellRef) -> Result<bool> {
+        self.inner.has_notify(cell)
+    }
     fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.inner.meta_get(key)
     }

@@ -1079,6 +1079,11 @@ impl Bigtable for RedbBigtable {
         self.shared.read(Table::Notify, |n| cells::scan_notify(n, from, limit))
     }
 
+    fn has_notify(&self, cell: &CellRef) -> Result<bool> {
+        let pos = notify_position(cell);
+        self.shared.read(Table::Notify, |n| Ok(n.get(&pos)?.is_some()))
+    }
+
     fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
         self.shared.read(Table::Meta, |m| m.get(key.as_bytes()))
     }

@@ -392,3 +392,47 @@ fn gc_reads_the_versions_of_due_rows_as_a_version_scan_does_without_values() {
         assert_eq!(store.backend.row_versions_without_values(&wanted).unwrap(), expected);
     }
 }
+
+/// An incremental pass that resolves a lock reads the rows again for its removals: pass 2 sees
+/// the commit record pass 1 rolled forward, and removes the version it replaced in the same pass
+/// (a pass that kept pass 1's reads would see the lock still there and keep the old version).
+#[test]
+fn an_incremental_pass_removes_what_the_lock_it_rolled_forward_replaced() {
+    use percolator_store::CellRef;
+    use percolator_store::backends::{LockRecord, Mutation, Op, RowMutation, WriteRecord, encode_value};
+    let dir = TempDir::new("gc-incremental-roll-forward");
+    let store = redb_store(&dir, StoreConfig::default());
+    assert!(store.gc_incremental().unwrap().full, "the first pass reads every row");
+    store.run(|t| set_u64(t, "t", "r", "c:x", 1)).unwrap();
+    // A writer that died after committing its primary (t/p c:y) and before its secondary
+    // (t/r c:x): the secondary's lock and staged value are left, below the next safepoint.
+    let start = store.begin().unwrap().start_ts();
+    let commit = store.begin().unwrap().start_ts();
+    let lock = LockRecord { primary: CellRef::new("t", "p", "c:y"), wall_ms: 0, ttl_ms: 0, worker: 0 };
+    let row = |row: &str, mutations| {
+        Op::Row(RowMutation { table: "t".into(), row: row.into(), conditions: vec![], mutations })
+    };
+    let two = encode_value(&2u64.to_be_bytes());
+    let put = || WriteRecord { start_ts: start, kind: WriteKind::Put(two.clone()) };
+    store
+        .backend
+        .apply(vec![
+            row("p", vec![Mutation::PutWrite { column: "c:y".into(), commit_ts: commit, write: put() }]),
+            row(
+                "r",
+                vec![
+                    Mutation::PutLock { column: "c:x".into(), start_ts: start, lock },
+                    Mutation::PutData { column: "c:x".into(), start_ts: start, value: two.clone() },
+                ],
+            ),
+        ])
+        .unwrap();
+    let pass = store.gc_incremental().unwrap();
+    assert!(!pass.full && pass.locks_resolved == 1, "{pass:?}");
+    let r = store.backend.scan_versions(Some(("t", b"r")), 1).unwrap();
+    let cell = &r[0].cells[0];
+    assert!(cell.locks.is_empty() && cell.data.is_empty(), "{cell:?}");
+    assert_eq!(cell.writes.len(), 1, "the version the rolled-forward commit replaced is gone: {cell:?}");
+    assert_eq!(cell.writes[0].0, commit);
+    assert_eq!(get_u64(&store.begin().unwrap(), "t", "r", "c:x").unwrap(), 2);
+}
