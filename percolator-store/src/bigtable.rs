@@ -424,6 +424,8 @@ pub struct BackendStats {
     /// For redb at durability fsync: checkpoints (durable redb commits that emptied the redo
     /// log).
     pub checkpoints: u64,
+    /// For redb: compactions of the open file while the store was quiet.
+    pub compactions: u64,
 }
 
 /// Why a backend refuses writes now ([`Bigtable::storage_failure`],

@@ -26,7 +26,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -74,6 +74,12 @@ pub struct RedbConfig {
     /// durable (durability fsync), every second otherwise, where the checkpoint is what makes
     /// them durable and its interval bounds what a crash loses.
     pub checkpoint_every: Option<Duration>,
+    /// Compact the open file when the store has been quiet this long and a quarter of the
+    /// file (at least 16 MiB) is free pages (`docs/design.md`, "GC", compaction when quiet):
+    /// redb grows its file in doubling steps and gives freed pages back only by compacting.
+    /// Readers and rounds wait while it runs. `None`: never (the file shrinks only offline,
+    /// [`RedbBigtable::compact`]). Default: 30 s.
+    pub compact_when_quiet: Option<Duration>,
 }
 
 impl RedbConfig {
@@ -89,7 +95,13 @@ impl RedbConfig {
 
 impl Default for RedbConfig {
     fn default() -> RedbConfig {
-        RedbConfig { durability: Durability::Fsync, cache_bytes: 256 << 20, redo_log: true, checkpoint_every: None }
+        RedbConfig {
+            durability: Durability::Fsync,
+            cache_bytes: 256 << 20,
+            redo_log: true,
+            checkpoint_every: None,
+            compact_when_quiet: Some(COMPACT_WHEN_QUIET),
+        }
     }
 }
 
@@ -106,6 +118,16 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// work counted: the checkpointer's CPU −25 %, the process's −6 %, pages/s +10 %, against
 /// every second; BENCHMARKS.md, "Fifth round").
 const CHECKPOINT_EVERY_LOGGED: Duration = Duration::from_secs(5);
+
+/// [`RedbConfig::compact_when_quiet`]'s default.
+const COMPACT_WHEN_QUIET: Duration = Duration::from_secs(30);
+/// The store is quiet while at most this many operations are applied per checkpoint interval
+/// (a host's lease and oracle writes are a few).
+const QUIET_OPS: u64 = 64;
+/// The free pages that make a compaction worth its wait: at least this many bytes...
+const COMPACT_MIN_FREE: u64 = 16 << 20;
+/// ...and at least this fraction of the file (1/4: a file over 4/3 of its pages).
+const COMPACT_MIN_FREE_PART: u64 = 4;
 /// A checkpoint is made at once when the memtable holds this many bytes.
 const CHECKPOINT_BYTES: usize = 64 << 20;
 /// A round waits for a checkpoint that is being written when the memtable holds this many.
@@ -174,6 +196,8 @@ struct Shared {
     /// Rounds made durable by the log, and checkpoints ([`BackendStats`]).
     log_syncs: AtomicU64,
     checkpoints: AtomicU64,
+    /// Compactions of the open file ([`RedbConfig::compact_when_quiet`]).
+    compactions: AtomicU64,
 }
 
 /// The published state (`docs/design.md`, "A memtable in front of redb", 1.): `active` over
@@ -271,6 +295,35 @@ impl KvRead for BaseTable {
     }
     fn may_hold_key(&self, key: &[u8]) -> bool {
         self.hints.as_ref().is_none_or(|h| h.may_hold_key(key))
+    }
+}
+
+/// The checkpointer's measure of a quiet store: how long at most [`QUIET_OPS`] operations
+/// were applied between two of its ticks.
+struct Quiet {
+    ops: u64,
+    since: Instant,
+    /// A compaction was tried in this quiet spell (one per spell).
+    tried: bool,
+}
+
+impl Quiet {
+    fn new(ops: u64) -> Quiet {
+        Quiet { ops, since: Instant::now(), tried: false }
+    }
+
+    /// A tick with `ops` applied so far: true once per spell that has lasted `after`.
+    fn tick(&mut self, ops: u64, after: Duration) -> bool {
+        if ops.saturating_sub(self.ops) > QUIET_OPS {
+            self.since = Instant::now();
+            self.tried = false;
+        }
+        self.ops = ops;
+        if self.tried || self.since.elapsed() < after {
+            return false;
+        }
+        self.tried = true;
+        true
     }
 }
 
@@ -419,6 +472,7 @@ impl RedbBigtable {
                 redo: Mutex::new(redo),
                 log_syncs: AtomicU64::new(0),
                 checkpoints: AtomicU64::new(0),
+                compactions: AtomicU64::new(0),
             }),
         };
         let shared = backend.shared.clone();
@@ -628,6 +682,7 @@ impl Shared {
     /// a checkpoint — unless the store is failing (the prober makes it then). Ends when the
     /// backend is dropped.
     fn checkpoint_every_so_often(self: Arc<Self>) {
+        let mut quiet = Quiet::new(self.ops.load(Ordering::Relaxed));
         loop {
             {
                 let h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
@@ -646,8 +701,91 @@ impl Shared {
             if let Err(e) = self.checkpoint() {
                 // Recorded as the store's failure if it was the file's: the prober takes over.
                 tracing::debug!(error = %e, "a checkpoint failed");
+                continue;
+            }
+            if let Some(after) = self.config.compact_when_quiet
+                && quiet.tick(self.ops.load(Ordering::Relaxed), after)
+                && let Err(e) = self.compact_if_worth_it()
+            {
+                tracing::debug!(error = %e, "compacting the store's file failed");
             }
         }
+    }
+
+    /// Compacts the open file if a quarter of it (and at least [`COMPACT_MIN_FREE`]) is free
+    /// pages (`docs/design.md`, "GC", compaction when quiet). Every round and every reader
+    /// waits meanwhile: the readers' base, the only read transaction, is closed while redb
+    /// moves pages, and opened again on the same content after.
+    fn compact_if_worth_it(self: &Arc<Self>) -> Result<()> {
+        let _one = self.checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
+        let _redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
+        let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
+        if self.failing.load(Ordering::Acquire) || layers.frozen.is_some() {
+            // A failed checkpoint: the prober's.
+            return Ok(());
+        }
+        let Some(database) = db.as_mut() else { return Ok(()) };
+        let file = |path: &Path| -> Result<u64> { Ok(std::fs::metadata(path)?.len()) };
+        let started = Instant::now();
+        // The same content after: the same facts (a compaction moves pages, not keys).
+        let (hints, scan_next) = match &layers.base {
+            Some(b) => (b.hints().cloned(), b.scan_next),
+            None => (None, true),
+        };
+        layers.base = None;
+        let mut compacted = || -> Result<Option<(u64, u64)>> {
+            // The pages the last checkpoint freed are reusable only after a later commit: two
+            // empty ones, so that redb's count of allocated pages is what the content takes.
+            for _ in 0..2 {
+                let mut tx = database.begin_write()?;
+                tx.set_durability(redb::Durability::Immediate)?;
+                tx.commit()?;
+            }
+            let before = file(&self.path)?;
+            let allocated = {
+                let tx = database.begin_write()?;
+                let stats = tx.stats()?;
+                tx.abort()?;
+                stats.allocated_pages() * stats.page_size() as u64
+            };
+            let free = before.saturating_sub(allocated);
+            if free < COMPACT_MIN_FREE || free < before / COMPACT_MIN_FREE_PART {
+                return Ok(None);
+            }
+            // Each call moves what it can; a later one may find more (bounded, as offline).
+            for _ in 0..16 {
+                if !database.compact().map_err(redb::Error::from)? {
+                    break;
+                }
+            }
+            Ok(Some((before, allocated)))
+        };
+        let result = compacted();
+        let result = match Base::open(database, hints, scan_next) {
+            Ok(base) => {
+                layers.base = Some(base);
+                result
+            }
+            // Readers find no base until the prober reopens the file.
+            Err(e) => Err(e),
+        };
+        drop((layers, db));
+        let (before, allocated) = match result {
+            Ok(Some(compacted)) => compacted,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(self.located(e)),
+        };
+        let after = file(&self.path)?;
+        self.compactions.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            before,
+            after,
+            allocated,
+            ms = started.elapsed().as_millis() as u64,
+            "compacted the store's file while the store was quiet"
+        );
+        Ok(())
     }
 
     /// One checkpoint (`docs/design.md`, "A memtable in front of redb", 3.): freezes the
@@ -1111,6 +1249,7 @@ impl Bigtable for RedbBigtable {
             ops: s.ops.load(Ordering::Relaxed),
             log_syncs: s.log_syncs.load(Ordering::Relaxed),
             checkpoints: s.checkpoints.load(Ordering::Relaxed),
+            compactions: s.compactions.load(Ordering::Relaxed),
         }
     }
 

@@ -436,3 +436,91 @@ fn an_incremental_pass_removes_what_the_lock_it_rolled_forward_replaced() {
     assert_eq!(cell.writes[0].0, commit);
     assert_eq!(get_u64(&store.begin().unwrap(), "t", "r", "c:x").unwrap(), 2);
 }
+
+/// A store that GC left with many free pages compacts its open file by itself once it has
+/// been quiet (`RedbConfig::compact_when_quiet`): the file shrinks to about its pages, a reader
+/// running throughout reads every row's value before, during and after, and writes go on after
+/// it, also across a reopen.
+#[test]
+fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
+    use percolator_store::backends::{Bigtable, RedbBigtable};
+    use percolator_store::{Durability, RedbConfig};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+    let dir = TempDir::new("gc-compact-quiet");
+    let path = dir.file("store.redb");
+    let value = |row: u64, round: u64| -> Vec<u8> {
+        let mut x = (row << 32 | round) ^ 0x9E37_79B9_7F4A_7C15;
+        (0..2048)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    let config = RedbConfig {
+        durability: Durability::Fsync,
+        checkpoint_every: Some(Duration::from_millis(50)),
+        compact_when_quiet: Some(Duration::from_millis(400)),
+        ..RedbConfig::default()
+    };
+    let (rows, rounds) = (300u64, 30u64);
+    let open = || {
+        let redb = Arc::new(RedbBigtable::open(&path, config.clone()).unwrap());
+        (TestStore::new(redb.clone(), StoreConfig::default()), redb)
+    };
+    let (store, redb) = open();
+    for round in 0..rounds {
+        store
+            .run(|t| {
+                for r in 0..rows {
+                    t.set("t", format!("r{r:04}"), "c:v", value(r, round))?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    let gc = store.gc().unwrap();
+    assert_eq!(gc.versions_removed, rows * (rounds - 1), "{gc:?}");
+    redb.checkpoint().unwrap();
+    let grown = std::fs::metadata(&path).unwrap().len();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (store, stop) = (store.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let t = store.begin().unwrap();
+                let r = reads % rows;
+                assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, rounds - 1)), "row {r}");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while redb.stats().compactions == 0 {
+        assert!(Instant::now() < deadline, "no compaction in 30 s of quiet: {:?}", redb.stats());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::SeqCst);
+    assert!(reader.join().unwrap() > 0);
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(after < grown / 4, "{grown} bytes before, {after} after");
+    // Writes go on, and what was there reads back, also after a reopen.
+    store.run(|t| t.set("t", "new", "c:v", "after")).unwrap();
+    drop((store, redb));
+    let (store, redb) = open();
+    let t = store.begin().unwrap();
+    for r in 0..rows {
+        assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, rounds - 1)), "row {r}");
+    }
+    assert_eq!(t.get("t", "new", "c:v").unwrap(), Some(b"after".to_vec()));
+    drop(t);
+    // A store that stays compact is not compacted again.
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(redb.stats().compactions, 0, "{:?}", redb.space());
+}

@@ -34,6 +34,11 @@
 //!   `cpu_s`); with old versions collected every second
 //!   during the load (`--no-gc`: never); values of 256 bytes or more are stored deflated
 //!   (`docs/design.md`, "Compressed values");
+//! - with `--compact-when-quiet S` (the store's `RedbConfig::compact_when_quiet`; 0: off), the
+//!   pipeline at rest after the fixed point, GC on as during the load, until the quiet store
+//!   compacted its open file: the file then over the batch tables
+//!   (`quiet_file_over_batch_tables`), and the longest a reader probing every 10 ms waited
+//!   (`quiet_longest_read_ms`);
 //! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
 //!   linking to it (a new anchor), each from an idle pipeline to its fixed point again:
 //!   observer runs and bytes written. Each page is first updated once to a fixed version, so
@@ -59,7 +64,8 @@
 //! `--durability fsync|none` (fsync),
 //! `--guests DIR` (the components; default `target/guests`), `--config FILE` (whose
 //! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`, `--no-gc`,
-//! `--workers N` (observer runs in flight; default the host's), `--space-every S`. Prints `name value` lines; `#`
+//! `--workers N` (observer runs in flight; default the host's), `--space-every S`,
+//! `--compact-when-quiet S`. Prints `name value` lines; `#`
 //! lines are comments.
 
 /// The host's allocator (`host/src/main.rs`), so that what is measured here is what it runs.
@@ -199,6 +205,10 @@ struct Args {
     /// How often to look at the store file's space during the load (`None`: only at the fixed
     /// point; each look walks the B-trees, CPU that counts in `cpu_s`).
     space_every: Option<Duration>,
+    /// `--compact-when-quiet S`: the store's [`RedbConfig::compact_when_quiet`] (0: off), and
+    /// at the end, a wait for the quiet store to compact its file. `None`: the store's default,
+    /// no wait.
+    compact_when_quiet: Option<Duration>,
 }
 
 fn root() -> PathBuf {
@@ -217,6 +227,7 @@ fn parse_args() -> Res<Args> {
         no_gc: false,
         workers: None,
         space_every: None,
+        compact_when_quiet: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -251,9 +262,16 @@ fn parse_args() -> Res<Args> {
                 }
                 args.space_every = Some(Duration::from_secs_f64(secs));
             }
+            "--compact-when-quiet" => {
+                let secs: f64 = value()?.parse().map_err(|e| format!("--compact-when-quiet: {e}"))?;
+                if !(secs.is_finite() && (0.0..=3600.0).contains(&secs)) {
+                    return Err(format!("--compact-when-quiet {secs}: expected seconds, 0 (off) to 3600").into());
+                }
+                args.compact_when_quiet = Some(Duration::from_secs_f64(secs));
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --workers, --space-every)"
+                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --workers, --space-every, --compact-when-quiet)"
                 )
                 .into());
             }
@@ -318,7 +336,15 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let config = Config::load(&dir.join("pipeline.toml"))?;
     let redb = Arc::new(RedbBigtable::open(
         &config.store_path,
-        RedbConfig { durability: args.durability, ..RedbConfig::default() },
+        RedbConfig {
+            durability: args.durability,
+            compact_when_quiet: match args.compact_when_quiet {
+                Some(d) if d.is_zero() => None,
+                Some(d) => Some(d),
+                None => RedbConfig::default().compact_when_quiet,
+            },
+            ..RedbConfig::default()
+        },
     )?);
     let counting = Arc::new(Observed::new(redb.clone(), Counting::default()));
     let store = Store::with_backend(counting.clone(), StoreConfig::default())?;
@@ -499,6 +525,42 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         figure("load_max_file_over_stored", format!("{:.2}", worst(|s| s.stored_bytes)));
         figure("load_max_allocated_bytes", looks.iter().map(|s| s.allocated_bytes).max().unwrap_or(0).to_string());
     }
+    let mut quiet_file = None;
+    // The host at rest: GC on as during the load, the store quiet: with `--compact-when-quiet`,
+    // the file once the store compacted it, and the longest a reader waited meanwhile.
+    if let Some(quiet) = args.compact_when_quiet.filter(|d| !d.is_zero()) {
+        let gc = store.start_gc(Duration::from_secs(1));
+        let compactions = redb.stats().compactions;
+        let started = Instant::now();
+        let (stop, longest) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+        let probe = {
+            let (store, stop, longest, hub) = (store.clone(), stop.clone(), longest.clone(), hub.clone());
+            std::thread::spawn(move || -> StoreResult<()> {
+                while !stop.load(Ordering::Relaxed) {
+                    let start = Instant::now();
+                    store.begin()?.get(schema::PAGES, hub.as_bytes(), schema::RAW_HTML)?;
+                    longest.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Ok(())
+            })
+        };
+        let deadline = started + quiet + Duration::from_secs(120);
+        while redb.stats().compactions == compactions && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        stop.store(true, Ordering::Relaxed);
+        probe.join().map_err(|_| "the read probe panicked")??;
+        drop(gc);
+        let file = std::fs::metadata(&config.store_path)?.len();
+        figure("quiet_compactions", (redb.stats().compactions - compactions).to_string());
+        figure("quiet_compaction_after_s", format!("{:.1}", started.elapsed().as_secs_f64()));
+        figure("quiet_longest_read_ms", format!("{:.1}", longest.load(Ordering::Relaxed) as f64 / 1e3));
+        figure("quiet_file_bytes", file.to_string());
+        figure("quiet_file_over_input", format!("{:.2}", file as f64 / input_bytes as f64));
+        quiet_file = Some(file);
+    }
+
     let inlinks = store
         .begin()?
         .scan(
@@ -589,6 +651,9 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     figure("batch_table_bytes", batch_bytes.to_string());
     figure("store_over_batch_tables", format!("{:.2}", file as f64 / batch_bytes as f64));
     figure("allocated_over_batch_tables", format!("{:.2}", at_fixed_point.allocated_bytes as f64 / batch_bytes as f64));
+    if let Some(file) = quiet_file {
+        figure("quiet_file_over_batch_tables", format!("{:.2}", file as f64 / batch_bytes as f64));
+    }
     println!("#   load average after: {}", load_average());
     if args.check {
         batch::normalize(&mut expected);

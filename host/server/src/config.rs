@@ -154,6 +154,8 @@ mod raw {
         pub(super) redis: Option<Spanned<Redis>>,
         #[serde(default)]
         pub(super) gc_interval_s: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) compact_when_quiet_s: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -336,6 +338,9 @@ pub enum Backend {
     Redb {
         /// fsync per group commit or not.
         durability: Durability,
+        /// `[store] compact_when_quiet_s` ([`RedbConfig::compact_when_quiet`]: 30 s by default,
+        /// `None` when 0).
+        compact_when_quiet: Option<Duration>,
     },
     /// A Redis Cluster (`[store.redis]`); [`Config::store_path`] then only anchors this host's
     /// local files (the endpoint file, the compiled-component cache).
@@ -381,9 +386,15 @@ impl Backend {
     /// Opens the store this backend describes, at `path` for redb.
     pub fn open(&self, path: &Path, config: StoreConfig) -> percolator_store::Result<Store> {
         match self {
-            Backend::Redb { durability } => {
-                Store::open(path, config, RedbConfig { durability: *durability, ..RedbConfig::default() })
-            }
+            Backend::Redb { durability, compact_when_quiet } => Store::open(
+                path,
+                config,
+                RedbConfig {
+                    durability: *durability,
+                    compact_when_quiet: *compact_when_quiet,
+                    ..RedbConfig::default()
+                },
+            ),
             Backend::Redis(r) => {
                 let backend = Arc::new(RedisBigtable::open(RedisConfig {
                     nodes: r.nodes.clone(),
@@ -989,9 +1000,28 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
                     "is set but store.backend is not \"redis\" (add backend = \"redis\" to [store])",
                 ));
             }
-            Ok(Backend::Redb { durability })
+            let compact_when_quiet = match &store.compact_when_quiet_s {
+                None => RedbConfig::default().compact_when_quiet,
+                Some(s) if *s.get_ref() == 0 => None,
+                Some(s) if (1..=86_400).contains(s.get_ref()) => Some(Duration::from_secs(*s.get_ref() as u64)),
+                Some(s) => {
+                    return Err(cx.err(
+                        Some(s.span()),
+                        "store.compact_when_quiet_s",
+                        "must be between 0 (off) and 86400",
+                    ));
+                }
+            };
+            Ok(Backend::Redb { durability, compact_when_quiet })
         }
         Some(("redis", _)) => {
+            if let Some(c) = &store.compact_when_quiet_s {
+                return Err(cx.err(
+                    Some(c.span()),
+                    "store.compact_when_quiet_s",
+                    "applies to the redb backend only (a Redis store has no file to compact)",
+                ));
+            }
             if let Some(d) = &store.durability {
                 return Err(cx.err(
                     Some(d.span()),

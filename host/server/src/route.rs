@@ -207,7 +207,9 @@ fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
                     .unwrap_or(OracleServiceConfig::default().listen),
             })
         }
-        _ => Backend::Redb { durability },
+        _ => {
+            Backend::Redb { durability, compact_when_quiet: percolator_store::RedbConfig::default().compact_when_quiet }
+        }
     };
     let token_file = field("http", "token_file").map(|p| rel(&p));
     Some((rel(&path), backend, HttpConfig { listen: DEFAULT_LISTEN, token_file }))
@@ -405,7 +407,10 @@ mod tests {
         );
         let t = Target::find(&file).unwrap();
         assert!(t.config.as_ref().is_err_and(|e| e.contains("p.toml")), "{:?}", t.config);
-        let redb = |durability| Backend::Redb { durability };
+        let redb = |durability| Backend::Redb {
+            durability,
+            compact_when_quiet: percolator_store::RedbConfig::default().compact_when_quiet,
+        };
         assert_eq!((t.store_path.as_path(), &t.backend), (dir.join("s.redb").as_path(), &redb(Durability::None)));
         assert_eq!(t.http.token_file, Some(dir.join("tok")));
         assert_eq!(t.endpoint_file(), dir.join("s.redb.endpoint"));

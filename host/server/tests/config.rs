@@ -49,7 +49,10 @@ fn a_valid_config_is_parsed_into_domain_types() {
         binding("count", "b.wasm", "derived:upper", "notify = \"weak\"\nreads = [\"docs/raw:text\"]\n"),
     );
     let c = Config::load(&dir.config(&body)).unwrap();
-    assert_eq!(c.backend, Backend::Redb { durability: Durability::Fsync });
+    assert_eq!(
+        c.backend,
+        Backend::Redb { durability: Durability::Fsync, compact_when_quiet: Some(std::time::Duration::from_secs(30)) }
+    );
     assert_eq!((c.scanner_threads, c.observer_workers), (3, 16));
     assert_eq!(c.bindings[0].limits.pool, 16, "an observer keeps a warm instance per run in flight");
     assert_eq!(c.store_path, dir.0.join("data/store.redb"));
@@ -177,6 +180,27 @@ fn observer_workers_default_and_bounds() {
     assert_eq!(Config::load(&dir.config(off)).unwrap().gc_interval, None);
     let e = err(&dir, &off.replace("= 0", "= -5"));
     assert!(e.contains("pipeline.toml:3: store.gc_interval_s: must be between 0 (off) and 86400"), "{e}");
+}
+
+#[test]
+fn compaction_when_quiet_defaults_to_30_s_0_turns_it_off_and_only_redb_takes_it() {
+    let dir = Dir::new("compactquiet");
+    let quiet = |line: &str| {
+        let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
+        Config::load(&dir.config(&text)).map(|c| match c.backend {
+            Backend::Redb { compact_when_quiet, .. } => compact_when_quiet,
+            other => panic!("{other:?}"),
+        })
+    };
+    assert_eq!(quiet("").unwrap(), Some(std::time::Duration::from_secs(30)));
+    assert_eq!(quiet("compact_when_quiet_s = 5").unwrap(), Some(std::time::Duration::from_secs(5)));
+    assert_eq!(quiet("compact_when_quiet_s = 0").unwrap(), None);
+    let e = quiet("compact_when_quiet_s = -1").unwrap_err().to_string();
+    assert!(e.contains("pipeline.toml:3: store.compact_when_quiet_s: must be between 0 (off) and 86400"), "{e}");
+    let redis = "[store]\npath = \"data/store.redb\"\nbackend = \"redis\"\ncompact_when_quiet_s = 5\n\
+                 [store.redis]\nnodes = [\"127.0.0.1:7000\"]\n[observers]\ndir = \"observers\"\n";
+    let e = err(&dir, redis);
+    assert!(e.contains("store.compact_when_quiet_s: applies to the redb backend only"), "{e}");
 }
 
 #[test]
