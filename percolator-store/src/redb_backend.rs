@@ -753,6 +753,7 @@ impl Shared {
             if free < COMPACT_MIN_FREE || free < before / COMPACT_MIN_FREE_PART {
                 return Ok(None);
             }
+            fail::fail_point!("redb-compact-start");
             // Each call moves what it can; a later one may find more (bounded, as offline).
             for _ in 0..16 {
                 if !database.compact().map_err(redb::Error::from)? {

@@ -383,3 +383,99 @@ fn at_durability_none_a_crash_after_a_quiet_second_loses_nothing() {
         );
     }
 }
+
+#[cfg(feature = "failpoints")]
+const COMPACT_ENV: &str = "PERCOLATOR_CRASH_COMPACT";
+
+/// Incompressible bytes, different per row and round.
+#[cfg(feature = "failpoints")]
+fn incompressible(row: u64, round: u64) -> Vec<u8> {
+    let mut x = (row << 32 | round) ^ 0x9E37_79B9_7F4A_7C15;
+    (0..2048)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[cfg(feature = "failpoints")]
+const COMPACT_ROWS: u64 = 300;
+#[cfg(feature = "failpoints")]
+const COMPACT_ROUNDS: u64 = 30;
+
+/// The child of [`a_kill_while_a_quiet_store_compacts_its_file_loses_nothing`]: writes
+/// `COMPACT_ROUNDS` versions of `COMPACT_ROWS` rows, collects the old ones, then rests until its
+/// checkpointer compacts the file (printing `COMPACTING` as it starts) and the parent kills it.
+#[cfg(feature = "failpoints")]
+#[test]
+#[ignore = "run by a_kill_while_a_quiet_store_compacts_its_file_loses_nothing as a child process"]
+fn compaction_child() {
+    let Ok(path) = std::env::var(COMPACT_ENV) else { return };
+    fail::cfg_callback("redb-compact-start", || {
+        println!("COMPACTING");
+        std::io::stdout().flush().unwrap();
+    })
+    .unwrap();
+    let config = RedbConfig {
+        durability: Durability::Fsync,
+        checkpoint_every: Some(Duration::from_millis(50)),
+        compact_when_quiet: Some(Duration::from_millis(300)),
+        ..RedbConfig::default()
+    };
+    let redb = std::sync::Arc::new(RedbBigtable::open(&path, config).unwrap());
+    let store = TestStore::new(redb.clone(), StoreConfig::default());
+    for round in 0..COMPACT_ROUNDS {
+        store
+            .run(|t| {
+                for r in 0..COMPACT_ROWS {
+                    t.set("t", format!("r{r:04}"), "c:v", incompressible(r, round))?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+    store.gc().unwrap();
+    redb.checkpoint().unwrap();
+    println!("READY");
+    std::io::stdout().flush().unwrap();
+    loop {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
+/// SIGKILL while the host compacts its open file (`docs/design.md`, "GC", compaction when
+/// quiet), at several delays after the compaction started (some land in redb's moves, some
+/// after): the store opens, every row reads its last value, and an offline compaction of it
+/// still works.
+#[cfg(feature = "failpoints")]
+#[test]
+fn a_kill_while_a_quiet_store_compacts_its_file_loses_nothing() {
+    for delay_ms in [0u64, 2, 10, 40] {
+        let dir = TempDir::new("compact-kill");
+        let path = dir.file("store.redb");
+        let (mut child, rx) = spawn_child_test("compaction_child", COMPACT_ENV, path.to_str().unwrap());
+        loop {
+            match rx.recv_timeout(Duration::from_secs(120)) {
+                Ok(l) if l.ends_with("COMPACTING") => break,
+                Ok(_) => {}
+                Err(e) => panic!("delay {delay_ms} ms: the child did not start a compaction: {e}"),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        {
+            let store = open(&path);
+            let t = store.begin().unwrap();
+            for r in 0..COMPACT_ROWS {
+                let got = t.get("t", format!("r{r:04}"), "c:v").unwrap();
+                assert_eq!(got, Some(incompressible(r, COMPACT_ROUNDS - 1)), "delay {delay_ms} ms: row {r}");
+            }
+        }
+        let c = Store::compact(&path).unwrap();
+        assert!(c.bytes_after <= c.bytes_before, "delay {delay_ms} ms: {c:?}");
+    }
+}

@@ -10,7 +10,9 @@
 //! deadline. What reuse allows is state carried from one run to the next inside one
 //! observer's instance (observers are meant to be stateless; state that matters belongs in the
 //! store). An instance that traps is discarded (wasmtime refuses further calls into it), and
-//! every instance is retired after [`MAX_RUNS_PER_INSTANCE`] runs, which bounds leaks.
+//! every instance is retired after [`MAX_RUNS_PER_INSTANCE`] runs, which bounds leaks, or once
+//! its memory grew more than [`GROWN_SLACK`] (or twice) past its fresh size, which bounds what
+//! warm instances hold.
 
 use std::cell::{Cell as StdCell, RefCell};
 use std::collections::hash_map::DefaultHasher;
@@ -678,7 +680,29 @@ struct Warm {
     store: Store<HostState>,
     instance: ObserverWorld,
     runs: u32,
+    /// Bytes of linear memory and tables it held when new.
+    fresh: usize,
 }
+
+impl Warm {
+    /// Whether to keep it warm after a run: not past [`MAX_RUNS_PER_INSTANCE`], and not grown
+    /// far beyond its fresh size — a guest's allocator never gives memory back, so an instance
+    /// that once held a 3 MB page would keep its tens of MiB for as long as it is pooled, in
+    /// every warm instance of every binding (a fresh one costs tens of µs, once per big input).
+    fn keep(&self) -> bool {
+        keeps_warm(self.fresh, self.store.data().limits.used(), self.runs)
+    }
+}
+
+/// [`Warm::keep`] of an instance that held `fresh` bytes when new, holds `used` now and ran
+/// `runs` times.
+fn keeps_warm(fresh: usize, used: usize, runs: u32) -> bool {
+    runs < MAX_RUNS_PER_INSTANCE && used <= fresh.saturating_mul(2).max(fresh.saturating_add(GROWN_SLACK))
+}
+
+/// How far past its fresh size (or twice it, if more) an instance's memory may grow and the
+/// instance still be kept warm ([`Warm::keep`]).
+const GROWN_SLACK: usize = 8 << 20;
 
 /// An observer component bound to a column: implements the store's `Observer`.
 pub struct WasmObserver {
@@ -795,7 +819,8 @@ impl WasmObserver {
                 });
             }
         };
-        Ok(Warm { store, instance, runs: 0 })
+        let fresh = store.data().limits.used();
+        Ok(Warm { store, instance, runs: 0, fresh })
     }
 
     fn describe_trap(&self, e: &wasmtime::Error) -> String {
@@ -905,7 +930,7 @@ impl WasmObserver {
             Some(e) => Err(ObserveError::Store(e)),
             None => outcome,
         };
-        if warm.runs < MAX_RUNS_PER_INSTANCE
+        if warm.keep()
             && !self.env.deterministic()
             && let Ok(mut pool) = self.pool.lock()
             && pool.len() < self.limits.pool
@@ -977,6 +1002,18 @@ mod tests {
         assert_eq!(panic_message("a message of another form"), "a message of another form");
         let long = panic_message(&format!("panicked at a.rs:1:1:\n{}", "é".repeat(1000)));
         assert!(long.len() < MAX_PANIC_MESSAGE + 32 && long.ends_with("bytes)"), "{long}");
+    }
+
+    #[test]
+    fn an_instance_grown_far_past_its_fresh_size_or_run_too_often_is_not_kept_warm() {
+        let mib = 1 << 20;
+        assert!(keeps_warm(mib, mib, 1));
+        assert!(keeps_warm(mib, mib + GROWN_SLACK, 1), "up to the slack past a small fresh size");
+        assert!(!keeps_warm(mib, mib + GROWN_SLACK + 65536, 1), "one Wasm page more");
+        assert!(keeps_warm(40 * mib, 80 * mib, 1), "twice a large fresh size");
+        assert!(!keeps_warm(40 * mib, 80 * mib + 65536, 1));
+        assert!(!keeps_warm(mib, mib, MAX_RUNS_PER_INSTANCE));
+        assert!(keeps_warm(usize::MAX, usize::MAX, 1), "no overflow");
     }
 
     #[test]
