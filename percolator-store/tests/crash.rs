@@ -390,15 +390,7 @@ const COMPACT_ENV: &str = "PERCOLATOR_CRASH_COMPACT";
 /// Incompressible bytes, different per row and round.
 #[cfg(feature = "failpoints")]
 fn incompressible(row: u64, round: u64) -> Vec<u8> {
-    let mut x = (row << 32 | round) ^ 0x9E37_79B9_7F4A_7C15;
-    (0..2048)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    noise(row << 32 | round, 2048)
 }
 
 #[cfg(feature = "failpoints")]

@@ -19,20 +19,7 @@ use percolator_store::{
     CellOutcome, Durability, Error, NotifyKind, ObserveError, Observer, ObserverSpec, RedbConfig, ScannerConfig, Store,
     StoreConfig, Transaction,
 };
-use percolator_testkit::SmallDisk;
-
-/// Incompressible bytes (values of 256 bytes and more are deflated), different per `seed`.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+use percolator_testkit::{SmallDisk, noise};
 
 /// Writes `in:v` of `t/row`, its length into `out:len`.
 struct Length {

@@ -92,18 +92,7 @@ fn continuous_gc_collects_as_it_goes_and_the_file_stops_growing() {
 fn compaction_after_gc_shrinks_the_file_and_keeps_every_value() {
     let dir = TempDir::new("gc-compact");
     let path = dir.file("store.redb");
-    let value = |row: u64, round: u64| -> Vec<u8> {
-        // Incompressible bytes, different per row and round.
-        let mut x = (row << 32 | round) ^ 0x9E37_79B9_7F4A_7C15;
-        (0..2048)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    };
+    let value = |row: u64, round: u64| noise(row << 32 | round, 2048);
     let (rows, rounds) = (300u64, 30u64);
     {
         let store = TestStore::open(&path, StoreConfig::default(), percolator_store::Durability::Fsync);
@@ -450,17 +439,7 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     use std::time::{Duration, Instant};
     let dir = TempDir::new("gc-compact-quiet");
     let path = dir.file("store.redb");
-    let value = |row: u64, round: u64| -> Vec<u8> {
-        let mut x = (row << 32 | round) ^ 0x9E37_79B9_7F4A_7C15;
-        (0..2048)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    };
+    let value = |row: u64, round: u64| noise(row << 32 | round, 2048);
     let config = RedbConfig {
         durability: Durability::Fsync,
         checkpoint_every: Some(Duration::from_millis(50)),

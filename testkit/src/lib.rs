@@ -287,3 +287,17 @@ impl Drop for SmallDisk {
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
+
+/// Incompressible bytes (values of 256 bytes and more are stored deflated), different per
+/// `seed`: for tests whose file sizes must be the values'.
+pub fn noise(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
