@@ -419,16 +419,7 @@ fn compaction_child() {
     };
     let redb = std::sync::Arc::new(RedbBigtable::open(&path, config).unwrap());
     let store = TestStore::new(redb.clone(), StoreConfig::default());
-    for round in 0..COMPACT_ROUNDS {
-        store
-            .run(|t| {
-                for r in 0..COMPACT_ROWS {
-                    t.set("t", format!("r{r:04}"), "c:v", incompressible(r, round))?;
-                }
-                Ok(())
-            })
-            .unwrap();
-    }
+    write_rounds(&store, COMPACT_ROWS, COMPACT_ROUNDS, incompressible);
     store.gc().unwrap();
     redb.checkpoint().unwrap();
     println!("READY");

@@ -96,16 +96,7 @@ fn compaction_after_gc_shrinks_the_file_and_keeps_every_value() {
     let (rows, rounds) = (300u64, 30u64);
     {
         let store = TestStore::open(&path, StoreConfig::default(), percolator_store::Durability::Fsync);
-        for round in 0..rounds {
-            store
-                .run(|t| {
-                    for r in 0..rows {
-                        t.set("t", format!("r{r:04}"), "c:v", value(r, round))?;
-                    }
-                    Ok(())
-                })
-                .unwrap();
-        }
+        write_rounds(&store, rows, rounds, value);
         store.run(|t| t.set("t", "small", "c:v", "kept")).unwrap();
         // Open: compaction is refused and changes nothing.
         let refused = percolator_store::Store::compact(&path);
@@ -452,16 +443,7 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
         (TestStore::new(redb.clone(), StoreConfig::default()), redb)
     };
     let (store, redb) = open();
-    for round in 0..rounds {
-        store
-            .run(|t| {
-                for r in 0..rows {
-                    t.set("t", format!("r{r:04}"), "c:v", value(r, round))?;
-                }
-                Ok(())
-            })
-            .unwrap();
-    }
+    write_rounds(&store, rows, rounds, value);
     let gc = store.gc().unwrap();
     assert_eq!(gc.versions_removed, rows * (rounds - 1), "{gc:?}");
     redb.checkpoint().unwrap();

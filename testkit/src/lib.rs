@@ -301,3 +301,18 @@ pub fn noise(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+/// `rounds` transactions, each writing `value(row, round)` to `t/r{row:04} c:v` of every row
+/// below `rows`: versions for GC and compaction tests to collect.
+pub fn write_rounds(store: &Store, rows: u64, rounds: u64, value: impl Fn(u64, u64) -> Vec<u8>) {
+    for round in 0..rounds {
+        store
+            .run(|t| {
+                for r in 0..rows {
+                    t.set("t", format!("r{r:04}"), "c:v", value(r, round))?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+}
