@@ -122,8 +122,11 @@ const CHECKPOINT_EVERY_LOGGED: Duration = Duration::from_secs(5);
 /// [`RedbConfig::compact_when_quiet`]'s default.
 const COMPACT_WHEN_QUIET: Duration = Duration::from_secs(30);
 /// The store is quiet while at most this many operations are applied per checkpoint interval
-/// (a host's lease and oracle writes are a few).
+/// (a host's lease and oracle writes are a few)...
 const QUIET_OPS: u64 = 64;
+/// ...and at most this many reads per second are made (a dashboard's few, not a service's
+/// queries: every read waits while a compaction runs).
+const QUIET_READS_PER_S: f64 = 100.0;
 /// The free pages that make a compaction worth its wait: at least this many bytes...
 const COMPACT_MIN_FREE: u64 = 16 << 20;
 /// ...and at least this fraction of the file (1/4: a file over 4/3 of its pages).
@@ -198,6 +201,8 @@ struct Shared {
     checkpoints: AtomicU64,
     /// Compactions of the open file ([`RedbConfig::compact_when_quiet`]).
     compactions: AtomicU64,
+    /// Reads through the layers (for the checkpointer's measure of a quiet store).
+    reads: AtomicU64,
 }
 
 /// The published state (`docs/design.md`, "A memtable in front of redb", 1.): `active` over
@@ -298,27 +303,30 @@ impl KvRead for BaseTable {
     }
 }
 
-/// The checkpointer's measure of a quiet store: how long at most [`QUIET_OPS`] operations
-/// were applied between two of its ticks.
+/// The checkpointer's measure of a quiet store: how long at most [`QUIET_OPS`] operations were
+/// applied between two of its ticks, and reads made at most [`QUIET_READS_PER_S`].
 struct Quiet {
-    ops: u64,
+    /// Operations applied and reads made at the last tick, and when it was.
+    seen: (u64, u64),
+    at: Instant,
     since: Instant,
     /// A compaction was tried in this quiet spell (one per spell).
     tried: bool,
 }
 
 impl Quiet {
-    fn new(ops: u64) -> Quiet {
-        Quiet { ops, since: Instant::now(), tried: false }
+    fn new(seen: (u64, u64)) -> Quiet {
+        Quiet { seen, at: Instant::now(), since: Instant::now(), tried: false }
     }
 
-    /// A tick with `ops` applied so far: true once per spell that has lasted `after`.
-    fn tick(&mut self, ops: u64, after: Duration) -> bool {
-        if ops.saturating_sub(self.ops) > QUIET_OPS {
+    /// A tick with `(ops, reads)` so far: true once per spell that has lasted `after`.
+    fn tick(&mut self, (ops, reads): (u64, u64), after: Duration) -> bool {
+        let reads_allowed = (QUIET_READS_PER_S * self.at.elapsed().as_secs_f64()) as u64;
+        if ops.saturating_sub(self.seen.0) > QUIET_OPS || reads.saturating_sub(self.seen.1) > reads_allowed {
             self.since = Instant::now();
             self.tried = false;
         }
-        self.ops = ops;
+        (self.seen, self.at) = ((ops, reads), Instant::now());
         if self.tried || self.since.elapsed() < after {
             return false;
         }
@@ -473,6 +481,7 @@ impl RedbBigtable {
                 log_syncs: AtomicU64::new(0),
                 checkpoints: AtomicU64::new(0),
                 compactions: AtomicU64::new(0),
+                reads: AtomicU64::new(0),
             }),
         };
         let shared = backend.shared.clone();
@@ -682,7 +691,8 @@ impl Shared {
     /// a checkpoint — unless the store is failing (the prober makes it then). Ends when the
     /// backend is dropped.
     fn checkpoint_every_so_often(self: Arc<Self>) {
-        let mut quiet = Quiet::new(self.ops.load(Ordering::Relaxed));
+        let activity = || (self.ops.load(Ordering::Relaxed), self.reads.load(Ordering::Relaxed));
+        let mut quiet = Quiet::new(activity());
         loop {
             {
                 let h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
@@ -704,7 +714,7 @@ impl Shared {
                 continue;
             }
             if let Some(after) = self.config.compact_when_quiet
-                && quiet.tick(self.ops.load(Ordering::Relaxed), after)
+                && quiet.tick(activity(), after)
                 && let Err(e) = self.compact_if_worth_it()
             {
                 tracing::debug!(error = %e, "compacting the store's file failed");
@@ -768,14 +778,22 @@ impl Shared {
                 layers.base = Some(base);
                 result
             }
-            // Readers find no base until the prober reopens the file.
-            Err(e) => Err(e),
+            // Readers find no base until the prober reopens the file; the compaction's error,
+            // if it had one, is the cause.
+            Err(e) => Err(result.err().unwrap_or(e)),
         };
         drop((layers, db));
         let (before, allocated) = match result {
             Ok(Some(compacted)) => compacted,
             Ok(None) => return Ok(()),
-            Err(e) => return Err(self.located(e)),
+            // As a failed checkpoint's: writes stop, and the prober reopens the file (and with
+            // it the readers' base, if it could not be opened here).
+            Err(e) => {
+                return Err(match self.located(e) {
+                    e if self.failing.load(Ordering::Acquire) => e,
+                    e => self.fail(e),
+                });
+            }
         };
         let after = file(&self.path)?;
         self.compactions.fetch_add(1, Ordering::Relaxed);
@@ -1050,6 +1068,7 @@ impl Shared {
     /// Runs `f` on `table` as readers see it, holding the layers shared (so a call sees
     /// whole rounds).
     fn read<T>(self: &Arc<Self>, table: Table, f: impl FnOnce(&dyn KvRead) -> Result<T>) -> Result<T> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
         self.layered(table, None, f).map_err(|e| self.located(e))
     }
 

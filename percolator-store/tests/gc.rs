@@ -418,9 +418,9 @@ fn an_incremental_pass_removes_what_the_lock_it_rolled_forward_replaced() {
 }
 
 /// A store that GC left with many free pages compacts its open file by itself once it has
-/// been quiet (`RedbConfig::compact_when_quiet`): the file shrinks to about its pages, a reader
-/// running throughout reads every row's value before, during and after, and writes go on after
-/// it, also across a reopen.
+/// been quiet (`RedbConfig::compact_when_quiet`), and not while it is read without a pause: the
+/// file shrinks to about its pages, a reader running throughout reads every row's value
+/// before, during and after, and writes go on after it, also across a reopen.
 #[test]
 fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     use percolator_store::backends::{Bigtable, RedbBigtable};
@@ -448,6 +448,13 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     assert_eq!(gc.versions_removed, rows * (rounds - 1), "{gc:?}");
     redb.checkpoint().unwrap();
     let grown = std::fs::metadata(&path).unwrap().len();
+    // Read without a pause (thousands a second) for well over the quiet time: not quiet.
+    let busy = Instant::now();
+    while busy.elapsed() < Duration::from_millis(1500) {
+        let t = store.begin().unwrap();
+        assert_eq!(t.get("t", "r0000", "c:v").unwrap(), Some(value(0, rounds - 1)));
+    }
+    assert_eq!(redb.stats().compactions, 0, "a store read this much is not quiet");
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
         let (store, stop) = (store.clone(), stop.clone());
@@ -458,6 +465,8 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
                 let r = reads % rows;
                 assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, rounds - 1)), "row {r}");
                 reads += 1;
+                // 40 reads a second: still a quiet store (a busier one is not compacted).
+                std::thread::sleep(Duration::from_millis(25));
             }
             reads
         })

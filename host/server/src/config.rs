@@ -497,7 +497,19 @@ impl Config {
             }
         };
         differs("store.path", self.store_path.display().to_string(), other.store_path.display().to_string());
-        differs("store.backend", format!("{:?}", self.backend), format!("{:?}", other.backend));
+        // The compaction setting by its own key, not as a difference of the whole backend.
+        let backend = |b: &Backend| match b {
+            Backend::Redb { durability, .. } => {
+                format!("{:?}", Backend::Redb { durability: *durability, compact_when_quiet: None })
+            }
+            other => format!("{other:?}"),
+        };
+        differs("store.backend", backend(&self.backend), backend(&other.backend));
+        let quiet = |b: &Backend| match b {
+            Backend::Redb { compact_when_quiet: Some(d), .. } => format!("{}s", d.as_secs()),
+            _ => "off".to_owned(),
+        };
+        differs("store.compact_when_quiet_s", quiet(&self.backend), quiet(&other.backend));
         let gc = |g: Option<Duration>| g.map_or("off".to_owned(), |d| format!("{}s", d.as_secs()));
         differs("store.gc_interval_s", gc(self.gc_interval), gc(other.gc_interval));
         differs("log.status_interval_s", gc(self.status_log_interval), gc(other.status_log_interval));

@@ -208,7 +208,15 @@ fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
             })
         }
         _ => {
-            Backend::Redb { durability, compact_when_quiet: percolator_store::RedbConfig::default().compact_when_quiet }
+            // A whole number of seconds (the line scan of a file that does not parse reads
+            // strings only: the default then).
+            let quiet = doc.as_ref().and_then(|d| d.get("store")?.get("compact_when_quiet_s")?.as_integer());
+            let compact_when_quiet = match quiet {
+                Some(0) => None,
+                Some(s) if s > 0 => Some(std::time::Duration::from_secs(s as u64)),
+                _ => percolator_store::RedbConfig::default().compact_when_quiet,
+            };
+            Backend::Redb { durability, compact_when_quiet }
         }
     };
     let token_file = field("http", "token_file").map(|p| rel(&p));
@@ -415,6 +423,10 @@ mod tests {
         assert_eq!(t.http.token_file, Some(dir.join("tok")));
         assert_eq!(t.endpoint_file(), dir.join("s.redb.endpoint"));
         assert!(t.explain("x".into()).starts_with("x\n(and the configuration does not load: "));
+        // Compaction when quiet turned off in it: off for the verbs that open the store.
+        write("[store]\npath = \"s.redb\"\ncompact_when_quiet_s = 0\n[[binding]]\nname = 1\n");
+        let t = Target::find(&file).unwrap();
+        assert_eq!(t.backend, Backend::Redb { durability: Durability::Fsync, compact_when_quiet: None });
         // A TOML syntax error elsewhere (a bad edit in progress): the store is still found.
         write(
             "[store]\npath = \"s.redb\" # the store\n[http]\ntoken_file = 'tok'\n[[binding]]\nname = \"x\nwasm = 3\n",

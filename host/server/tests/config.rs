@@ -201,6 +201,13 @@ fn compaction_when_quiet_defaults_to_30_s_0_turns_it_off_and_only_redb_takes_it(
                  [store.redis]\nnodes = [\"127.0.0.1:7000\"]\n[observers]\ndir = \"observers\"\n";
     let e = err(&dir, redis);
     assert!(e.contains("store.compact_when_quiet_s: applies to the redb backend only"), "{e}");
+    // A change needs a restart, and a rejected reload names it by its key.
+    let load = |line: &str| {
+        let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
+        Config::load(&dir.config(&text)).unwrap()
+    };
+    let changes = load("").restart_changes(&load("compact_when_quiet_s = 5"));
+    assert_eq!(changes, vec!["store.compact_when_quiet_s (30s → 5s)".to_owned()]);
 }
 
 #[test]
