@@ -763,7 +763,9 @@ impl Shared {
             if free < COMPACT_MIN_FREE || free < before / COMPACT_MIN_FREE_PART {
                 return Ok(None);
             }
-            fail::fail_point!("redb-compact-start");
+            // Prints, or fails the compaction with an error of redb's that is not an I/O error
+            // (tests).
+            fail::fail_point!("redb-compact-start", |_| Err(Error::Storage("failpoint redb-compact-start".into())));
             // Each call moves what it can; a later one may find more (bounded, as offline).
             for _ in 0..16 {
                 if !database.compact().map_err(redb::Error::from)? {

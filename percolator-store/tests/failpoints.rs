@@ -650,3 +650,47 @@ fn a_failed_checkpoint_keeps_every_acknowledged_transfer() {
     }
     scenario.teardown();
 }
+
+/// A compaction when quiet that fails (an error of redb's as it moves pages, not only an I/O one) stops writes as a failed
+/// checkpoint does; the prober reopens the file, and with it the readers' base: every row reads
+/// its value again and writes go on.
+#[test]
+fn a_failed_compaction_when_quiet_stops_writes_until_the_prober_reopens_the_file() {
+    use percolator_store::backends::{Bigtable, RedbBigtable};
+    use percolator_store::{Durability, RedbConfig};
+    let scenario = FailScenario::setup();
+    let dir = TempDir::new("compaction-failed");
+    let config = RedbConfig {
+        durability: Durability::Fsync,
+        checkpoint_every: Some(Duration::from_millis(50)),
+        compact_when_quiet: Some(Duration::from_millis(300)),
+        ..RedbConfig::default()
+    };
+    let redb = Arc::new(RedbBigtable::open(dir.file("s.redb"), config).unwrap());
+    let store = TestStore::new(redb.clone(), StoreConfig::default());
+    let value = |row: u64, round: u64| noise(row << 32 | round, 2048);
+    fail::cfg("redb-compact-start", "return").unwrap();
+    // 18 MB of versions, most collected: over the 16 MiB of free pages a compaction needs.
+    write_rounds(&store, 300, 30, value);
+    store.gc().unwrap();
+    redb.checkpoint().unwrap();
+    let start = Instant::now();
+    while store.storage_failure().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no compaction was tried");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(store.run(|t| set_u64(t, "t", "during", "c:v", 1)).is_err(), "a write while the store fails");
+    fail::remove("redb-compact-start");
+    while store.storage_failure().is_some() {
+        assert!(start.elapsed() < Duration::from_secs(30), "writes did not come back");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(redb.reopens() > 0, "the prober reopened the file");
+    let t = store.begin().unwrap();
+    for r in 0..300 {
+        assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, 29)), "row {r}");
+    }
+    drop(t);
+    store.run(|t| set_u64(t, "t", "after", "c:v", 3)).unwrap();
+    scenario.teardown();
+}
