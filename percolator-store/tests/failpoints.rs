@@ -651,9 +651,9 @@ fn a_failed_checkpoint_keeps_every_acknowledged_transfer() {
     scenario.teardown();
 }
 
-/// A compaction when quiet that fails (an error of redb's as it moves pages, not only an I/O one) stops writes as a failed
-/// checkpoint does; the prober reopens the file, and with it the readers' base: every row reads
-/// its value again and writes go on.
+/// A compaction when quiet that fails (an error of redb's as it moves pages, not only an I/O
+/// one) stops writes as a failed checkpoint does; the prober reopens the file, and with it the
+/// readers' base: every row reads its value again and writes go on.
 #[test]
 fn a_failed_compaction_when_quiet_stops_writes_until_the_prober_reopens_the_file() {
     use percolator_store::backends::{Bigtable, RedbBigtable};
