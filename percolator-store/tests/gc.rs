@@ -426,7 +426,7 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     use percolator_store::backends::{Bigtable, RedbBigtable};
     use percolator_store::{Durability, RedbConfig};
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     use std::time::{Duration, Instant};
     let dir = TempDir::new("gc-compact-quiet");
     let path = dir.file("store.redb");
@@ -444,31 +444,42 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     };
     let (store, redb) = open();
     write_rounds(&store, rows, rounds, value);
+    // Read without a pause (thousands a second) from before GC freed the pages to well after:
+    // not a quiet store.
+    let busy = Arc::new(AtomicBool::new(true));
+    let busy_reader = {
+        let (store, busy) = (store.clone(), busy.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while busy.load(Ordering::SeqCst) {
+                let t = store.begin().unwrap();
+                assert_eq!(t.get("t", "r0000", "c:v").unwrap(), Some(value(0, rounds - 1)));
+                n += 1;
+            }
+            n
+        })
+    };
     let gc = store.gc().unwrap();
     assert_eq!(gc.versions_removed, rows * (rounds - 1), "{gc:?}");
     redb.checkpoint().unwrap();
     let grown = std::fs::metadata(&path).unwrap().len();
-    // Read without a pause (thousands a second) for well over the quiet time: not quiet.
-    let busy = Instant::now();
-    while busy.elapsed() < Duration::from_millis(1500) {
-        let t = store.begin().unwrap();
-        assert_eq!(t.get("t", "r0000", "c:v").unwrap(), Some(value(0, rounds - 1)));
-    }
-    assert_eq!(redb.stats().compactions, 0, "a store read this much is not quiet");
-    let stop = Arc::new(AtomicBool::new(false));
+    std::thread::sleep(Duration::from_millis(1500));
+    busy.store(false, Ordering::SeqCst);
+    let busy_reads = busy_reader.join().unwrap();
+    assert_eq!(redb.stats().compactions, 0, "a store read this much ({busy_reads} reads) is not quiet");
+    // Then a reader from before the compaction to after it.
+    let (stop, reads) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let reader = {
-        let (store, stop) = (store.clone(), stop.clone());
+        let (store, stop, reads) = (store.clone(), stop.clone(), reads.clone());
         std::thread::spawn(move || {
-            let mut reads = 0u64;
             while !stop.load(Ordering::SeqCst) {
                 let t = store.begin().unwrap();
-                let r = reads % rows;
+                let r = reads.load(Ordering::SeqCst) % rows;
                 assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, rounds - 1)), "row {r}");
-                reads += 1;
+                reads.fetch_add(1, Ordering::SeqCst);
                 // 40 reads a second: still a quiet store (a busier one is not compacted).
                 std::thread::sleep(Duration::from_millis(25));
             }
-            reads
         })
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -476,8 +487,13 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
         assert!(Instant::now() < deadline, "no compaction in 30 s of quiet: {:?}", redb.stats());
         std::thread::sleep(Duration::from_millis(20));
     }
+    let during = reads.load(Ordering::SeqCst);
+    // A read after the compaction, by the same reader.
+    while reads.load(Ordering::SeqCst) == during {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     stop.store(true, Ordering::SeqCst);
-    assert!(reader.join().unwrap() > 0);
+    reader.join().unwrap();
     let after = std::fs::metadata(&path).unwrap().len();
     assert!(after < grown / 4, "{grown} bytes before, {after} after");
     // Writes go on, and what was there reads back, also after a reopen.
