@@ -18,6 +18,7 @@ mod cli;
 mod project;
 
 fn main() -> ExitCode {
+    percolator_server::memory::without_transparent_huge_pages();
     let cli = Cli::parse();
     // `up` logs at info by default; the other commands only warnings (RUST_LOG overrides).
     let default = if matches!(cli.command, Command::Up { .. }) { "info" } else { "warn" };

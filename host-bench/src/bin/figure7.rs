@@ -222,6 +222,8 @@ fn parse_args() -> Res<Args> {
 }
 
 fn main() {
+    // As the host runs (`host/src/main.rs`).
+    percolator_server::memory::without_transparent_huge_pages();
     if let Err(e) = parse_args().and_then(|args| {
         if let Some(log) = &args.replot {
             return replot(log, &args.out);

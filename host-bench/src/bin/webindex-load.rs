@@ -285,6 +285,8 @@ fn parse_args() -> Res<Args> {
 }
 
 fn main() {
+    // As the host runs (`host/src/main.rs`).
+    percolator_server::memory::without_transparent_huge_pages();
     if let Err(e) = parse_args().and_then(|args| {
         let dir = std::env::temp_dir().join(format!("percolator-webindex-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;

@@ -23,6 +23,7 @@
 pub mod config;
 pub mod dashboard;
 pub mod http;
+pub mod memory;
 pub mod metrics;
 pub mod ops;
 pub mod pipeline;
