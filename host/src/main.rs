@@ -4,7 +4,7 @@
 
 /// mimalloc instead of glibc's malloc: malloc/free were ≈ 17 % of a web-index load's pipeline
 /// CPU under glibc (arena consolidation and chunk unlinking among the top symbols);
-/// BENCHMARKS.md, "mimalloc, 32 runs in flight and optimised guests".
+/// BENCHMARKS.md, "Fifth round"; transparent huge pages off at start ("Sixth round").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
