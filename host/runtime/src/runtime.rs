@@ -39,13 +39,58 @@ use crate::world::Provided;
 
 /// Epoch ticker period: deadlines are enforced to within one tick.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+/// A run's clocks, for its deadline ([`Limits::timeout`]): the CPU time its thread had spent and
+/// the wall time when it started.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunClock {
+    cpu: Duration,
+    wall: Instant,
+}
+
+/// A run is interrupted after this many times its deadline of wall time, however little CPU it
+/// had: a bound on a run starved of cores.
+const WALL_DEADLINE_FACTOR: u32 = 10;
+
+impl RunClock {
+    pub(crate) fn now() -> RunClock {
+        RunClock { cpu: thread_cpu(), wall: Instant::now() }
+    }
+
+    /// What to do when the epoch deadline of a run of `timeout` passes (it is called on the
+    /// run's thread): interrupt it if its thread spent `timeout` of CPU in it since it started
+    /// (or `WALL_DEADLINE_FACTOR` times it of wall time passed), else wait the ticks of what is
+    /// left of its CPU time.
+    pub(crate) fn deadline(&self, timeout: Duration) -> wasmtime::UpdateDeadline {
+        let spent = thread_cpu().saturating_sub(self.cpu);
+        if spent >= timeout || self.wall.elapsed() >= timeout * WALL_DEADLINE_FACTOR {
+            return wasmtime::UpdateDeadline::Interrupt;
+        }
+        let left = (timeout - spent).as_millis() as u64;
+        wasmtime::UpdateDeadline::Continue(left.div_ceil(EPOCH_TICK.as_millis() as u64).max(1))
+    }
+}
+
+/// The CPU time this thread has spent (`CLOCK_THREAD_CPUTIME_ID`); zero if unknown, so that
+/// the wall-time bound decides.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(ts.tv_sec.max(0) as u64, ts.tv_nsec.clamp(0, 999_999_999) as u32)
+}
+
 /// Retire an instance after this many runs.
 const MAX_RUNS_PER_INSTANCE: u32 = 10_000;
 
 /// Per-binding limits of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Wall-clock deadline of one `observe` call.
+    /// Deadline of one `observe` call: CPU time of its thread, and at most ten times it of wall
+    /// time (`RunClock`).
     pub timeout: Duration,
     /// Linear-memory cap of one instance (all its memories and tables), in bytes.
     pub memory_bytes: usize,
@@ -791,7 +836,11 @@ impl WasmObserver {
         let state = HostState::new(self.name.clone(), self.access.clone(), budget, self.env.params.clone(), wasi);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        store.epoch_deadline_trap();
+        // The deadline is of CPU time: a run interrupted only once its thread spent
+        // `limits.timeout` in it, so that a run waiting for a core among many in flight is
+        // not failed for the wait (`RunClock`).
+        let timeout = self.limits.timeout;
+        store.epoch_deadline_callback(move |ctx| Ok(ctx.data().run_clock.deadline(timeout)));
         store.set_epoch_deadline(self.ticks);
         let mut attempt = 1;
         let instance = loop {
@@ -876,6 +925,7 @@ impl WasmObserver {
         data.denied = None;
         data.io_bytes = 0;
         data.wasi.start_run(self.env.random_seed);
+        data.run_clock = RunClock::now();
         warm.store.set_epoch_deadline(self.ticks);
         GUEST_PANIC.with(|p| p.borrow_mut().take());
         let result = warm.instance.call_observe(&mut warm.store, &notification);
@@ -1014,6 +1064,29 @@ mod tests {
         assert!(!keeps_warm(40 * mib, 80 * mib + 65536, 1));
         assert!(!keeps_warm(mib, mib, MAX_RUNS_PER_INSTANCE));
         assert!(keeps_warm(usize::MAX, usize::MAX, 1), "no overflow");
+    }
+
+    #[test]
+    fn a_run_is_interrupted_by_its_cpu_time_not_by_waiting() {
+        let timeout = Duration::from_millis(40);
+        let continues = |u: wasmtime::UpdateDeadline| matches!(u, wasmtime::UpdateDeadline::Continue(n) if n >= 1);
+        // Waiting (no CPU) past the deadline: not interrupted, up to ten times it.
+        let clock = RunClock::now();
+        std::thread::sleep(timeout * 2);
+        assert!(continues(clock.deadline(timeout)), "a run that waited is not interrupted");
+        let old = RunClock { wall: Instant::now() - timeout * WALL_DEADLINE_FACTOR, ..RunClock::now() };
+        assert!(
+            matches!(old.deadline(timeout), wasmtime::UpdateDeadline::Interrupt),
+            "ten times the deadline of wall time"
+        );
+        // Spending the CPU time: interrupted.
+        let clock = RunClock::now();
+        let mut x = 0u64;
+        while thread_cpu().saturating_sub(clock.cpu) < timeout {
+            x = std::hint::black_box(x.wrapping_add(1));
+        }
+        assert!(matches!(clock.deadline(timeout), wasmtime::UpdateDeadline::Interrupt));
+        assert!(thread_cpu() > Duration::ZERO, "this thread's CPU time is known");
     }
 
     #[test]

@@ -47,6 +47,8 @@ pub(crate) struct HostState {
     pub(crate) params: Arc<BTreeMap<String, String>>,
     /// The instance's WASI context (deny-by-default, `sandbox.rs`) and its resources.
     pub(crate) wasi: Wasi,
+    /// When the current run (or the instantiation) started, for its deadline.
+    pub(crate) run_clock: crate::runtime::RunClock,
     table: ResourceTable,
 }
 
@@ -69,6 +71,7 @@ impl HostState {
             denied: None,
             params,
             wasi,
+            run_clock: crate::runtime::RunClock::now(),
             table: ResourceTable::new(),
         }
     }
