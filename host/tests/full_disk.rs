@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use percolator_testkit::SmallDisk;
+use percolator_testkit::{SmallDisk, noise};
 
 /// `uppercase` on `docs/raw:text`; a run counted as failed would be a dead letter at once.
 const UPPER: &str = "\n[[binding]]\nname = \"upper\"\nwasm = \"uppercase.wasm\"\ntable = \"docs\"\ncolumn = \"raw:text\"\nwrites = [\"docs/derived:upper\"]\nmax_attempts = 1\n";
@@ -164,15 +164,7 @@ fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
 /// Text no compression shrinks much (values of 256 bytes and more are deflated): hex of a
 /// xorshift stream, different per record.
 fn text(i: u64, len: usize) -> String {
-    let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            char::from(b"0123456789abcdef"[(x & 15) as usize])
-        })
-        .collect()
+    noise(i, len).into_iter().map(|x| char::from(b"0123456789abcdef"[usize::from(x & 15)])).collect()
 }
 
 fn records(from: u64, to: u64) -> String {

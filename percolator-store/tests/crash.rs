@@ -118,6 +118,18 @@ fn check_after_kill(path: &Path, committed: &[String], timestamps: &BTreeSet<u64
     assert!(versions.iter().all(|r| r.cells.iter().all(|c| c.locks.is_empty())), "{what}: locks left after GC");
 }
 
+/// Waits until the child prints a line ending in `marker` (the test harness prints lines of
+/// its own first); panics, naming `what` it waited for, if it stops or is silent for 120 s.
+fn wait_for_line(rx: &std::sync::mpsc::Receiver<String>, marker: &str, what: &str) {
+    loop {
+        match rx.recv_timeout(Duration::from_secs(120)) {
+            Ok(l) if l.ends_with(marker) => return,
+            Ok(_) => {}
+            Err(e) => panic!("{what}: the child stopped before printing {marker}: {e}"),
+        }
+    }
+}
+
 /// Kills this process with SIGKILL (no destructor runs, as in a crash).
 fn kill_self() -> ! {
     let _ = std::process::Command::new("kill").args(["-KILL", &std::process::id().to_string()]).status();
@@ -363,14 +375,7 @@ fn at_durability_none_a_crash_after_a_quiet_second_loses_nothing() {
     let dir = TempDir::new("crash-quiet");
     let path = dir.file("store.redb");
     let (mut child, rx) = spawn_child_test("quiet_child", QUIET_ENV, path.to_str().unwrap());
-    // (The test harness prints lines of its own first.)
-    loop {
-        match rx.recv_timeout(Duration::from_secs(120)) {
-            Ok(l) if l.ends_with("QUIET") => break,
-            Ok(_) => {}
-            Err(e) => panic!("the child stopped: {e}"),
-        }
-    }
+    wait_for_line(&rx, "QUIET", "the quiet second");
     child.kill().unwrap(); // SIGKILL: no clean close
     child.wait().unwrap();
     let store = TestStore::open(&path, StoreConfig::default(), Durability::None);
@@ -440,13 +445,7 @@ fn a_kill_while_a_quiet_store_compacts_its_file_loses_nothing() {
         let dir = TempDir::new("compact-kill");
         let path = dir.file("store.redb");
         let (mut child, rx) = spawn_child_test("compaction_child", COMPACT_ENV, path.to_str().unwrap());
-        loop {
-            match rx.recv_timeout(Duration::from_secs(120)) {
-                Ok(l) if l.ends_with("COMPACTING") => break,
-                Ok(_) => {}
-                Err(e) => panic!("delay {delay_ms} ms: the child did not start a compaction: {e}"),
-            }
-        }
+        wait_for_line(&rx, "COMPACTING", &format!("delay {delay_ms} ms: a compaction"));
         std::thread::sleep(Duration::from_millis(delay_ms));
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();

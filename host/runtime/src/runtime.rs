@@ -62,7 +62,7 @@ impl RunClock {
     /// left of its CPU time.
     pub(crate) fn deadline(&self, timeout: Duration) -> wasmtime::UpdateDeadline {
         let spent = thread_cpu().saturating_sub(self.cpu);
-        if spent >= timeout || self.wall.elapsed() >= timeout * WALL_DEADLINE_FACTOR {
+        if spent >= timeout || self.wall.elapsed() >= timeout.saturating_mul(WALL_DEADLINE_FACTOR) {
             return wasmtime::UpdateDeadline::Interrupt;
         }
         let left = (timeout - spent).as_millis() as u64;
