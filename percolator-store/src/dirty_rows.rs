@@ -7,6 +7,8 @@
 //! its safepoint and puts back those that still hold something for a later pass.
 
 use std::collections::HashMap;
+
+use foldhash::fast::RandomState;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,8 +33,9 @@ pub(crate) struct DirtyRows {
 
 #[derive(Default)]
 struct State {
-    /// Table → row → smallest unexamined version timestamp.
-    rows: HashMap<String, HashMap<Vec<u8>, Timestamp>>,
+    /// Table → row → smallest unexamined version timestamp (foldhash, seeded per process:
+    /// rows are recorded on the group commit's round, for every row it writes).
+    rows: HashMap<String, HashMap<Vec<u8>, Timestamp, RandomState>>,
     len: usize,
     /// The set holds every row written since the last full pass started: an incremental pass
     /// may rely on it. False until a full pass starts, and after an overflow.
@@ -44,21 +47,28 @@ struct State {
 impl DirtyRows {
     /// Records that `row` of `table` has a version at `ts` no pass has looked at.
     pub(crate) fn record(&self, table: &str, row: &[u8], ts: Timestamp) {
+        self.record_all([(table, row, ts)]);
+    }
+
+    /// Records each `(table, row, ts)`, under one lock.
+    pub(crate) fn record_all<'a>(&self, writes: impl IntoIterator<Item = (&'a str, &'a [u8], Timestamp)>) {
         let Ok(mut s) = self.state.lock() else { return };
         if !s.complete {
             // Nothing to keep: the next pass is full.
             return;
         }
         let State { rows, len, .. } = &mut *s;
-        let table_rows = match rows.get_mut(table) {
-            Some(t) => t,
-            None => rows.entry(table.to_owned()).or_default(),
-        };
-        match table_rows.get_mut(row) {
-            Some(t) => *t = (*t).min(ts),
-            None => {
-                table_rows.insert(row.to_vec(), ts);
-                *len += 1;
+        for (table, row, ts) in writes {
+            let table_rows = match rows.get_mut(table) {
+                Some(t) => t,
+                None => rows.entry(table.to_owned()).or_default(),
+            };
+            match table_rows.get_mut(row) {
+                Some(t) => *t = (*t).min(ts),
+                None => {
+                    table_rows.insert(row.to_vec(), ts);
+                    *len += 1;
+                }
             }
         }
         if s.len > DIRTY_ROWS_MAX {
@@ -141,9 +151,7 @@ impl ApplyHook for DirtyRows {
     }
 
     fn applied(&self, notes: Vec<Self::Note>) {
-        for (table, row, ts) in &notes {
-            self.record(table, row, *ts);
-        }
+        self.record_all(notes.iter().map(|(table, row, ts)| (table.as_str(), row.as_slice(), *ts)));
     }
 }
 

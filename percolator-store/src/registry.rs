@@ -61,7 +61,8 @@ pub(crate) struct Registry {
     pub(crate) version: Timestamp,
     specs: BTreeMap<String, ObserverSpec>,
     local: BTreeMap<String, Arc<dyn Observer>>,
-    by_column: HashMap<(String, String), Vec<Arc<Bound>>>,
+    /// Bindings by table, then column (nested: a lookup with `&str`s allocates nothing).
+    by_column: HashMap<String, HashMap<String, Vec<Arc<Bound>>>>,
     /// The logged columns, as saved.
     logged: BTreeSet<(String, String)>,
     /// The same by table, for the commit path's lookups.
@@ -79,11 +80,13 @@ impl Registry {
         for (table, column) in &logged {
             logged_by_table.entry(table.clone()).or_default().insert(column.clone());
         }
-        let mut by_column: HashMap<(String, String), Vec<Arc<Bound>>> = HashMap::new();
+        let mut by_column: HashMap<String, HashMap<String, Vec<Arc<Bound>>>> = HashMap::new();
         for spec in specs.values() {
             let observer = local.get(&spec.name).cloned();
             by_column
-                .entry((spec.table.clone(), spec.column.clone()))
+                .entry(spec.table.clone())
+                .or_default()
+                .entry(spec.column.clone())
                 .or_default()
                 .push(Arc::new(Bound { spec: spec.clone(), observer }));
         }
@@ -97,7 +100,9 @@ impl Registry {
             let binding = Folder::binding(spec);
             let folder: Arc<dyn Observer> = Arc::new(Folder { spec: spec.clone() });
             by_column
-                .entry((binding.table.clone(), binding.column.clone()))
+                .entry(binding.table.clone())
+                .or_default()
+                .entry(binding.column.clone())
                 .or_default()
                 .push(Arc::new(Bound { spec: binding, observer: Some(folder) }));
         }
@@ -155,12 +160,16 @@ impl Registry {
         if self.by_column.is_empty() {
             return None;
         }
-        self.by_column.get(&(table.to_owned(), column.to_owned())).and_then(|v| v.first()).map(|b| b.spec.kind)
+        self.bound(table, column).and_then(|v| v.first()).map(|b| b.spec.kind)
     }
 
     /// The store's bindings of `table/column`, each with this process's implementation if any.
     pub(crate) fn observers(&self, table: &str, column: &str) -> Vec<Arc<Bound>> {
-        self.by_column.get(&(table.to_owned(), column.to_owned())).cloned().unwrap_or_default()
+        self.bound(table, column).cloned().unwrap_or_default()
+    }
+
+    fn bound(&self, table: &str, column: &str) -> Option<&Vec<Arc<Bound>>> {
+        self.by_column.get(table)?.get(column)
     }
 
     pub(crate) fn specs(&self) -> &BTreeMap<String, ObserverSpec> {
