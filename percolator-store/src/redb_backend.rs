@@ -560,9 +560,11 @@ impl RedbBigtable {
             Ok(stats)
         };
         let stats = stats().map_err(|e| shared.located(e))?;
-        let file_bytes = std::fs::metadata(&shared.path).map_err(|e| shared.located(e.into()))?.len();
+        let meta = std::fs::metadata(&shared.path).map_err(|e| shared.located(e.into()))?;
         Ok(Space {
-            file_bytes,
+            file_bytes: meta.len(),
+            // `st_blocks` counts 512-byte units whatever the file system's block size.
+            disk_bytes: std::os::unix::fs::MetadataExt::blocks(&meta) * 512,
             allocated_bytes: stats.allocated_pages() * stats.page_size() as u64,
             stored_bytes: stats.stored_bytes(),
         })
@@ -574,6 +576,10 @@ impl RedbBigtable {
 pub struct Space {
     /// The file's size.
     pub file_bytes: u64,
+    /// What the file takes on disk: redb grows the file with `set_len`, which allocates no
+    /// blocks, so the part of a growth step never written takes none (pages written once and
+    /// freed later keep theirs).
+    pub disk_bytes: u64,
     /// Pages in use (data, branches, metadata, not yet reusable pages of recent commits).
     pub allocated_bytes: u64,
     /// Keys and values in the B-trees' leaves.

@@ -19,6 +19,9 @@
 //!   wall); then `webindex::batch::compute` over the same inputs on one thread (its thread CPU
 //!   time, the median of 3 runs, after the pipeline stopped), and the ratios `cpu_over_batch`
 //!   (the whole process) and `pipeline_cpu_over_batch` (the loading thread's CPU left out);
+//!   and the same computation as a batch job runs it, each of 3 runs in a new process of this
+//!   binary (`batch_fresh_process_cpu_s`, the median; `cpu_over_fresh_process_batch`): the
+//!   in-process runs follow the allocator state the load left behind;
 //! - the same CPU by thread (`thread_cpu_s{observers|scanners|gc|...}`: threads alive at the
 //!   fixed point, by name);
 //! - bytes written per page: row key, column and value of every committed cell version
@@ -31,7 +34,8 @@
 //!   the file grows in large steps, so its size is a coarse figure); with `--space-every S`, the
 //!   same looked at every S seconds during the load (the worst file / allocated and file /
 //!   stored keys and values, `load_max_*`; each look walks the B-trees, CPU counted in
-//!   `cpu_s`); with old versions collected every second
+//!   `cpu_s`); with old versions collected as the configuration's `[store] gc_interval_s`
+//!   says (the host's default if absent; `--gc-every S`: every S seconds)
 //!   during the load (`--no-gc`: never); values of 256 bytes or more are stored deflated
 //!   (`docs/design.md`, "Compressed values");
 //! - with `--compact-when-quiet S` (the store's `RedbConfig::compact_when_quiet`; 0: off), the
@@ -65,6 +69,7 @@
 //! `--guests DIR` (the components; default `target/guests`), `--config FILE` (whose
 //! `[[binding]]` tables to use; default `config/web-index.toml`), `--no-check`, `--no-gc`,
 //! `--workers N` (observer runs in flight; default the configuration's `[scanner] workers`),
+//! `--gc-every S` (seconds between GC passes; default the configuration's `gc_interval_s`),
 //! `--space-every S`,
 //! `--compact-when-quiet S`. Prints `name value` lines; `#`
 //! lines are comments.
@@ -201,6 +206,9 @@ struct Args {
     config: PathBuf,
     check: bool,
     no_gc: bool,
+    /// How often GC runs an incremental pass during the load (`None`: as the configuration's
+    /// `[store] gc_interval_s` says, as the host would run it).
+    gc_every: Option<Duration>,
     /// Observer runs in flight (`[scanner] workers`); `None`: the host's default.
     workers: Option<usize>,
     /// How often to look at the store file's space during the load (`None`: only at the fixed
@@ -226,6 +234,7 @@ fn parse_args() -> Res<Args> {
         config: root().join("config/web-index.toml"),
         check: true,
         no_gc: false,
+        gc_every: None,
         workers: None,
         space_every: None,
         compact_when_quiet: None,
@@ -255,6 +264,13 @@ fn parse_args() -> Res<Args> {
             "--config" => args.config = PathBuf::from(value()?),
             "--no-check" => args.check = false,
             "--no-gc" => args.no_gc = true,
+            "--gc-every" => {
+                let secs: f64 = value()?.parse().map_err(|e| format!("--gc-every: {e}"))?;
+                if !(secs.is_finite() && (0.05..=3600.0).contains(&secs)) {
+                    return Err(format!("--gc-every {secs}: expected seconds, 0.05 to 3600").into());
+                }
+                args.gc_every = Some(Duration::from_secs_f64(secs));
+            }
             "--workers" => args.workers = Some(value()?.parse().map_err(|e| format!("--workers: {e}"))?),
             "--space-every" => {
                 let secs: f64 = value()?.parse().map_err(|e| format!("--space-every: {e}"))?;
@@ -272,7 +288,7 @@ fn parse_args() -> Res<Args> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --workers, --space-every, --compact-when-quiet)"
+                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --gc-every, --workers, --space-every, --compact-when-quiet)"
                 )
                 .into());
             }
@@ -287,6 +303,18 @@ fn parse_args() -> Res<Args> {
 fn main() {
     // As the host runs (`host/src/main.rs`).
     percolator_server::memory::without_transparent_huge_pages();
+    // The batch computation in a process of its own (see `batch_in_fresh_processes`).
+    let mut argv = std::env::args().skip(1);
+    if argv.next().as_deref() == Some(BATCH_CHILD) {
+        match argv.next().ok_or_else(|| format!("{BATCH_CHILD} needs a file").into()).and_then(|f| batch_child(&f)) {
+            Ok(cpu) => println!("{cpu}"),
+            Err(e) => {
+                eprintln!("webindex-load {BATCH_CHILD}: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     if let Err(e) = parse_args().and_then(|args| {
         let dir = std::env::temp_dir().join(format!("percolator-webindex-load-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
@@ -297,6 +325,94 @@ fn main() {
         eprintln!("webindex-load: {e}");
         std::process::exit(1);
     }
+}
+
+/// The argument that makes this binary a batch run of its own (see `batch_in_fresh_processes`).
+const BATCH_CHILD: &str = "--batch-child";
+
+/// `inputs` as the child reads them: for each URL, its length and bytes, then each of HTML and
+/// PageRank as a flag (present or not), a length and bytes; lengths as 8-byte little endian.
+fn write_inputs(inputs: &Inputs, to: &Path) -> Res<()> {
+    let mut out = Vec::new();
+    let mut put = |bytes: &[u8]| {
+        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        out.extend_from_slice(bytes);
+    };
+    for (url, (html, pagerank)) in inputs {
+        put(url.as_bytes());
+        for v in [html, pagerank] {
+            match v {
+                Some(v) => {
+                    put(b"1");
+                    put(v);
+                }
+                None => put(b""),
+            }
+        }
+    }
+    std::fs::write(to, out).map_err(|e| format!("{}: {e}", to.display()).into())
+}
+
+fn read_inputs(from: &Path) -> Res<Inputs> {
+    let bytes = std::fs::read(from).map_err(|e| format!("{}: {e}", from.display()))?;
+    let mut rest = bytes.as_slice();
+    let mut take = || -> Res<Option<Vec<u8>>> {
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let (len, tail) = rest.split_at_checked(8).ok_or("inputs end inside a length")?;
+        let len = usize::try_from(u64::from_le_bytes(len.try_into().expect("8 bytes")))?;
+        let (v, tail) = tail.split_at_checked(len).ok_or("inputs end inside a value")?;
+        rest = tail;
+        Ok(Some(v.to_vec()))
+    };
+    let mut inputs = Inputs::new();
+    while let Some(url) = take()? {
+        let url = String::from_utf8(url)?;
+        let mut value = || -> Res<Option<Vec<u8>>> {
+            match take()?.ok_or("inputs end inside a page")?.is_empty() {
+                true => Ok(None),
+                false => Ok(Some(take()?.ok_or("inputs end inside a page")?)),
+            }
+        };
+        let (html, pagerank) = (value()?, value()?);
+        inputs.insert(url, (html, pagerank));
+    }
+    Ok(inputs)
+}
+
+/// In the child: the thread CPU of one `batch::compute` over the inputs in `file`.
+fn batch_child(file: &str) -> Res<f64> {
+    let inputs = read_inputs(Path::new(file))?;
+    let cpu = || procfs::cpu_seconds("thread-self").map(|(own, _)| own).ok_or("no /proc/thread-self/stat");
+    let before = cpu()?;
+    let tables = batch::compute(&inputs)?;
+    let took = cpu()? - before;
+    drop(tables);
+    Ok(took)
+}
+
+/// The batch computation as a batch job runs it: each of [`BATCH_RUNS`] runs in a new process
+/// of this binary (a fresh allocator, no memory left mapped by the load), timed by its own
+/// thread's CPU from after it read the inputs. The in-process runs (`batch_cpu_s`) follow the
+/// allocator state the pipeline left behind (BENCHMARKS.md, "Sixth round").
+fn batch_in_fresh_processes(inputs: &Inputs, dir: &Path) -> Res<Vec<f64>> {
+    let file = dir.join("batch-inputs");
+    write_inputs(inputs, &file)?;
+    let exe = std::env::current_exe()?;
+    let mut runs = Vec::new();
+    for _ in 0..BATCH_RUNS {
+        let out = std::process::Command::new(&exe).arg(BATCH_CHILD).arg(&file).output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            return Err(
+                format!("the batch run in its own process failed: {}", String::from_utf8_lossy(&out.stderr)).into()
+            );
+        }
+        runs.push(text.trim().parse::<f64>().map_err(|e| format!("the batch run printed {text:?}: {e}"))?);
+    }
+    let _ = std::fs::remove_file(&file);
+    Ok(runs)
 }
 
 /// The hub's HTML, version `v`.
@@ -329,20 +445,20 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         Durability::None => "none",
     };
     // Observer runs in flight: `--workers`, else the configuration's `[scanner] workers`, else
-    // the host's default.
+    // the host's default; GC's interval: `--gc-every`, else the configuration's (or the host's
+    // default): as the host runs that configuration.
+    let table = real.parse::<toml::Table>().map_err(|e| format!("{}: {e}", args.config.display()))?;
+    let integer =
+        |section: &str, key: &str| table.get(section).and_then(|s| s.get(key)).and_then(toml::Value::as_integer);
     let workers = match args.workers {
         Some(w) => Some(w),
-        None => real
-            .parse::<toml::Table>()
-            .map_err(|e| format!("{}: {e}", args.config.display()))?
-            .get("scanner")
-            .and_then(|s| s.get("workers"))
-            .and_then(toml::Value::as_integer)
+        None => integer("scanner", "workers")
             .map(|w| usize::try_from(w).map_err(|_| format!("{}: scanner.workers = {w}", args.config.display())))
             .transpose()?,
     };
+    let gc_interval = integer("store", "gc_interval_s").map(|s| format!("gc_interval_s = {s}\n")).unwrap_or_default();
     let toml = format!(
-        "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n[scanner]\nthreads = 2\n{}\
+        "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n{gc_interval}[scanner]\nthreads = 2\n{}\
          [observers]\ndir = {:?}\ncache_dir = {:?}\n{bindings}",
         workers.map(|w| format!("workers = {w}\n")).unwrap_or_default(),
         args.guests.display().to_string(),
@@ -350,6 +466,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     );
     std::fs::write(dir.join("pipeline.toml"), toml)?;
     let config = Config::load(&dir.join("pipeline.toml"))?;
+    let gc_every = if args.no_gc { None } else { args.gc_every.or(config.gc_interval) };
     let redb = Arc::new(RedbBigtable::open(
         &config.store_path,
         RedbConfig {
@@ -389,7 +506,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     println!(
         "#   redb durability {durability}, 2 scanner threads, {} observer workers, {LOAD_BATCH} pages per load transaction, gc {}",
         config.observer_workers,
-        if args.no_gc { "off" } else { "every second" }
+        gc_every.map_or("off".to_owned(), |d| format!("every {d:?}"))
     );
 
     // The load, with the pipeline running, to the fixed point.
@@ -398,9 +515,9 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         workers: config.observer_workers,
         ..ScannerConfig::default()
     });
-    // Old versions collected as the load goes, as a host does (`[store] gc_interval_s`; every
-    // second here, for a load of minutes).
-    let gc = (!args.no_gc).then(|| store.start_gc(Duration::from_secs(1)));
+    // Old versions collected as the load goes, as the host does (`[store] gc_interval_s` of the
+    // configuration, or `--gc-every`).
+    let gc = gc_every.map(|every| store.start_gc(every));
     let before = store.metrics();
     let cpu_before = procfs::cpu_seconds("self").map(|(own, _)| own);
     let by_thread_before = procfs::thread_cpu_by_name();
@@ -530,6 +647,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     // What of the file redb uses (the file grows in large steps and never shrinks while open).
     let at_fixed_point = redb.space()?;
     figure("store_allocated_bytes", at_fixed_point.allocated_bytes.to_string());
+    figure("store_disk_bytes", at_fixed_point.disk_bytes.to_string());
     figure("store_stored_bytes", at_fixed_point.stored_bytes.to_string());
     if !looks.is_empty() {
         // During the load: the worst ratios of the file to what redb holds in it.
@@ -539,13 +657,20 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         figure("space_looks", looks.len().to_string());
         figure("load_max_file_over_allocated", format!("{:.2}", worst(|s| s.allocated_bytes)));
         figure("load_max_file_over_stored", format!("{:.2}", worst(|s| s.stored_bytes)));
+        // The same for the blocks the file takes on disk (a growth step's unwritten tail
+        // takes none).
+        let worst_disk = |f: fn(&percolator_store::Space) -> u64| {
+            looks.iter().map(|s| s.disk_bytes as f64 / f(s).max(1) as f64).fold(0.0, f64::max)
+        };
+        figure("load_max_disk_over_allocated", format!("{:.2}", worst_disk(|s| s.allocated_bytes)));
+        figure("load_max_disk_over_stored", format!("{:.2}", worst_disk(|s| s.stored_bytes)));
         figure("load_max_allocated_bytes", looks.iter().map(|s| s.allocated_bytes).max().unwrap_or(0).to_string());
     }
     let mut quiet_file = None;
     // The host at rest: GC on as during the load, the store quiet: with `--compact-when-quiet`,
     // the file once the store compacted it, and the longest a reader waited meanwhile.
     if let Some(quiet) = args.compact_when_quiet.filter(|d| !d.is_zero()) {
-        let gc = store.start_gc(Duration::from_secs(1));
+        let gc = gc_every.map(|every| store.start_gc(every));
         let compactions = redb.stats().compactions;
         let started = Instant::now();
         let (stop, longest) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
@@ -661,9 +786,15 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         expected.values().flat_map(|t| t.iter()).map(|((row, column), v)| row.len() + column.len() + v.len()).sum();
     figure("batch_cpu_s", format!("{batch_cpu:.2}"));
     println!("# batch runs (thread CPU s): {runs_s:.2?}");
+    let mut fresh = batch_in_fresh_processes(&inputs, dir)?;
+    fresh.sort_by(f64::total_cmp);
+    let fresh_cpu = fresh[fresh.len() / 2];
+    figure("batch_fresh_process_cpu_s", format!("{fresh_cpu:.2}"));
+    println!("# batch runs, each in a process of its own (thread CPU s): {fresh:.2?}");
     if let (Some(cpu), Some(main)) = (cpu, main_cpu) {
         figure("cpu_over_batch", format!("{:.1}", cpu / batch_cpu));
         figure("pipeline_cpu_over_batch", format!("{:.1}", (cpu - main) / batch_cpu));
+        figure("cpu_over_fresh_process_batch", format!("{:.1}", cpu / fresh_cpu));
     }
     figure("batch_table_bytes", batch_bytes.to_string());
     figure("store_over_batch_tables", format!("{:.2}", file as f64 / batch_bytes as f64));
