@@ -2,7 +2,7 @@
 //! that turns a batch of the change feed's changes into the changes a sink delivers.
 //!
 //! The same sandbox as observers (`sandbox.rs`: WASI deny-by-default, stdout and stderr
-//! captured), the same deadline (epoch interruption) and memory limiter, and always the
+//! captured), the same deadline (of CPU time, by epoch interruption) and memory limiter, and always the
 //! deterministic environment: fixed clocks and randomness seeded with
 //! [`TRANSFORM_RANDOM_SEED`], in a **fresh instance per batch** — delivery is at least once
 //! and a batch may come again split differently after a crash, so what a transform derives
@@ -33,7 +33,9 @@ use wasmtime::{Engine, Result, Store, Trap};
 use crate::footprint::Footprint;
 use crate::host::Budget;
 use crate::host::sink::TransformState;
-use crate::runtime::{EPOCH_TICK, Limits, RunStats, Runtime, export_names, limit_error, one_line, without_panics};
+use crate::runtime::{
+    EPOCH_TICK, Limits, RunClock, RunStats, Runtime, export_names, limit_error, one_line, without_panics,
+};
 use crate::sandbox::{ClockMode, Environment, Output, Wasi};
 use crate::sink_bindings::{Transform, TransformPre, WitChange};
 
@@ -277,7 +279,10 @@ impl SinkTransform {
         let state = TransformState::new(self.name.clone(), Budget::new(&self.limits), self.env.params.clone(), wasi);
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        store.epoch_deadline_trap();
+        // The deadline is of CPU time, as an observer run's (`RunClock`): a batch waiting for a
+        // core is not failed for the wait.
+        let timeout = self.limits.timeout;
+        store.epoch_deadline_callback(move |ctx| Ok(ctx.data().run_clock.deadline(timeout)));
         store.set_epoch_deadline(self.ticks);
         // What lifting a guest's strings and lists may allocate on the host, per call: the
         // output of `transform`, and every WASI or `log` call.
@@ -304,6 +309,7 @@ impl SinkTransform {
                 commit_ts: c.commit_ts.raw(),
             })
             .collect();
+        store.data_mut().run_clock = RunClock::now();
         store.set_epoch_deadline(self.ticks);
         let result = instance.call_transform(&mut store, &input);
         drop(input);

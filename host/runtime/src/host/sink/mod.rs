@@ -11,6 +11,7 @@ use wasmtime::component::{HasSelf, Linker, ResourceTable};
 use wasmtime_wasi::{WasiCtxView, WasiView};
 
 use super::Budget;
+use crate::runtime::RunClock;
 use crate::sandbox::Wasi;
 
 /// What the SDK-less guests' panic hook puts before a panic's message when it logs it through
@@ -30,12 +31,23 @@ pub(crate) struct TransformState {
     pub(crate) panic: Option<String>,
     /// The instance's WASI context (deny-by-default, fixed clocks, seeded randomness).
     pub(crate) wasi: Wasi,
+    /// When the call under way started, in CPU and wall time (the deadline is of CPU time, as
+    /// an observer run's: `RunClock`).
+    pub(crate) run_clock: RunClock,
     table: ResourceTable,
 }
 
 impl TransformState {
     pub(crate) fn new(sink: Arc<str>, limits: Budget, params: Arc<BTreeMap<String, String>>, wasi: Wasi) -> Self {
-        TransformState { sink, limits, params, panic: None, wasi, table: ResourceTable::new() }
+        TransformState {
+            sink,
+            limits,
+            params,
+            panic: None,
+            wasi,
+            run_clock: RunClock::now(),
+            table: ResourceTable::new(),
+        }
     }
 }
 
