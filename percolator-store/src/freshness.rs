@@ -181,8 +181,9 @@ mod tests {
         store.register_observer(spec("weak", NotifyKind::Weak), std::sync::Arc::new(Slow)).unwrap();
         // The oracle samples a timestamp at most once per `FINE_EVERY`, and a timestamp between
         // two samples is placed by interpolation, which may put it before `before`. After this
-        // wait the transaction's start timestamp is a sample taken after `before`, and the
-        // commit timestamp (above it) is placed no earlier.
+        // wait (one interval would do; two leave a margin) the transaction's start timestamp
+        // is a sample taken after `before` — nothing else takes timestamps on this store here:
+        // no scanner, no GC thread — and the commit timestamp, above it, is placed no earlier.
         std::thread::sleep(2 * crate::clock::FINE_EVERY);
         let before = Instant::now();
         store

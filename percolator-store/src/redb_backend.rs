@@ -23,6 +23,7 @@
 //! What was published since the last checkpoint stays in memory across the reopen, so nothing
 //! acknowledged is lost, at either durability.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
@@ -564,7 +565,7 @@ impl RedbBigtable {
         Ok(Space {
             file_bytes: meta.len(),
             // `st_blocks` counts 512-byte units whatever the file system's block size.
-            disk_bytes: std::os::unix::fs::MetadataExt::blocks(&meta) * 512,
+            disk_bytes: meta.blocks() * 512,
             allocated_bytes: stats.allocated_pages() * stats.page_size() as u64,
             stored_bytes: stats.stored_bytes(),
         })
@@ -573,6 +574,7 @@ impl RedbBigtable {
 
 /// [`RedbBigtable::space`]: how the store file's bytes are used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Space {
     /// The file's size.
     pub file_bytes: u64,

@@ -61,8 +61,9 @@ pub(crate) struct Registry {
     pub(crate) version: Timestamp,
     specs: BTreeMap<String, ObserverSpec>,
     local: BTreeMap<String, Arc<dyn Observer>>,
-    /// Bindings by table, then column (nested: a lookup with `&str`s allocates nothing).
-    by_column: HashMap<String, HashMap<String, Vec<Arc<Bound>>>>,
+    /// Bindings by table, then column (nested, so that [`Registry::kind_of`], on every
+    /// `set`, looks up with the `&str`s it has instead of building a key).
+    by_table: HashMap<String, HashMap<String, Vec<Arc<Bound>>>>,
     /// The logged columns, as saved.
     logged: BTreeSet<(String, String)>,
     /// The same by table, for the commit path's lookups.
@@ -80,10 +81,10 @@ impl Registry {
         for (table, column) in &logged {
             logged_by_table.entry(table.clone()).or_default().insert(column.clone());
         }
-        let mut by_column: HashMap<String, HashMap<String, Vec<Arc<Bound>>>> = HashMap::new();
+        let mut by_table: HashMap<String, HashMap<String, Vec<Arc<Bound>>>> = HashMap::new();
         for spec in specs.values() {
             let observer = local.get(&spec.name).cloned();
-            by_column
+            by_table
                 .entry(spec.table.clone())
                 .or_default()
                 .entry(spec.column.clone())
@@ -99,14 +100,14 @@ impl Registry {
             // The folder: bound by the registry itself, on every host.
             let binding = Folder::binding(spec);
             let folder: Arc<dyn Observer> = Arc::new(Folder { spec: spec.clone() });
-            by_column
+            by_table
                 .entry(binding.table.clone())
                 .or_default()
                 .entry(binding.column.clone())
                 .or_default()
                 .push(Arc::new(Bound { spec: binding, observer: Some(folder) }));
         }
-        Registry { version, specs, local, by_column, logged, logged_by_table, combined, combined_by_table }
+        Registry { version, specs, local, by_table, logged, logged_by_table, combined, combined_by_table }
     }
 
     /// The spec of `table/column` if it is combined.
@@ -157,7 +158,7 @@ impl Registry {
 
     /// How `table/column` is observed, if it is (by any binding of the store).
     pub(crate) fn kind_of(&self, table: &str, column: &str) -> Option<NotifyKind> {
-        if self.by_column.is_empty() {
+        if self.by_table.is_empty() {
             return None;
         }
         self.bound(table, column).and_then(|v| v.first()).map(|b| b.spec.kind)
@@ -165,11 +166,11 @@ impl Registry {
 
     /// The store's bindings of `table/column`, each with this process's implementation if any.
     pub(crate) fn observers(&self, table: &str, column: &str) -> Vec<Arc<Bound>> {
-        self.bound(table, column).cloned().unwrap_or_default()
+        self.bound(table, column).map(<[_]>::to_vec).unwrap_or_default()
     }
 
-    fn bound(&self, table: &str, column: &str) -> Option<&Vec<Arc<Bound>>> {
-        self.by_column.get(table)?.get(column)
+    fn bound(&self, table: &str, column: &str) -> Option<&[Arc<Bound>]> {
+        self.by_table.get(table)?.get(column).map(Vec::as_slice)
     }
 
     pub(crate) fn specs(&self) -> &BTreeMap<String, ObserverSpec> {

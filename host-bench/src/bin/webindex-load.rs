@@ -31,10 +31,11 @@
 //!   batch computation's tables (`store_over_batch_tables`: each cell's row, column and value,
 //!   uncompressed, as a batch run would write them); the pages redb has allocated in it (live
 //!   data, versions not collected yet, B-tree overhead) over the same (`allocated_over_batch_tables`:
-//!   the file grows in large steps, so its size is a coarse figure); with `--space-every S`, the
-//!   same looked at every S seconds during the load (the worst file / allocated and file /
-//!   stored keys and values, `load_max_*`; each look walks the B-trees, CPU counted in
-//!   `cpu_s`); with old versions collected as the configuration's `[store] gc_interval_s`
+//!   the file grows in large steps, so its size is a coarse figure), and the blocks the file
+//!   takes on disk (`store_disk_bytes`: the unwritten tail of a growth step takes none); with
+//!   `--space-every S`, the same looked at every S seconds during the load (the worst file /
+//!   allocated and file / stored keys and values, the same for the disk blocks,
+//!   `load_max_*`; each look walks the B-trees, CPU counted in `cpu_s`); with old versions collected as the configuration's `[store] gc_interval_s`
 //!   says (the host's default if absent; `--gc-every S`: every S seconds)
 //!   during the load (`--no-gc`: never); values of 256 bytes or more are stored deflated
 //!   (`docs/design.md`, "Compressed values");
@@ -297,6 +298,9 @@ fn parse_args() -> Res<Args> {
     if args.pages < 10 {
         return Err("--pages must be at least 10".into());
     }
+    if args.no_gc && args.gc_every.is_some() {
+        return Err("--no-gc and --gc-every contradict each other: give one".into());
+    }
     Ok(args)
 }
 
@@ -370,9 +374,13 @@ fn read_inputs(from: &Path) -> Res<Inputs> {
     while let Some(url) = take()? {
         let url = String::from_utf8(url)?;
         let mut value = || -> Res<Option<Vec<u8>>> {
-            match take()?.ok_or("inputs end inside a page")?.is_empty() {
-                true => Ok(None),
-                false => Ok(Some(take()?.ok_or("inputs end inside a page")?)),
+            let tag = take()?.ok_or("inputs end inside a page")?;
+            if tag.is_empty() {
+                Ok(None)
+            } else if tag == b"1" {
+                Ok(Some(take()?.ok_or("inputs end inside a page")?))
+            } else {
+                Err(format!("inputs hold a value tagged {tag:?}, expected 1 or nothing").into())
             }
         };
         let (html, pagerank) = (value()?, value()?);
@@ -405,9 +413,8 @@ fn batch_in_fresh_processes(inputs: &Inputs, dir: &Path) -> Res<Vec<f64>> {
         let out = std::process::Command::new(&exe).arg(BATCH_CHILD).arg(&file).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
-            return Err(
-                format!("the batch run in its own process failed: {}", String::from_utf8_lossy(&out.stderr)).into()
-            );
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("the batch run in its own process failed ({}): {stderr}", out.status).into());
         }
         runs.push(text.trim().parse::<f64>().map_err(|e| format!("the batch run printed {text:?}: {e}"))?);
     }
@@ -456,7 +463,17 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
             .map(|w| usize::try_from(w).map_err(|_| format!("{}: scanner.workers = {w}", args.config.display())))
             .transpose()?,
     };
-    let gc_interval = integer("store", "gc_interval_s").map(|s| format!("gc_interval_s = {s}\n")).unwrap_or_default();
+    // Checked here, so that an error names the user's file rather than the copy.
+    let gc_interval = match table.get("store").and_then(|s| s.get("gc_interval_s")) {
+        None => String::new(),
+        Some(v) => match v.as_integer() {
+            Some(s @ 0..=86_400) => format!("gc_interval_s = {s}\n"),
+            _ => {
+                let file = args.config.display();
+                return Err(format!("{file}: store.gc_interval_s = {v}: must be between 0 (off) and 86400").into());
+            }
+        },
+    };
     let toml = format!(
         "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n{gc_interval}[scanner]\nthreads = 2\n{}\
          [observers]\ndir = {:?}\ncache_dir = {:?}\n{bindings}",

@@ -89,8 +89,9 @@ const MAX_RUNS_PER_INSTANCE: u32 = 10_000;
 /// Per-binding limits of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
-    /// Deadline of one `observe` call: CPU time of its thread, and at most ten times it of wall
-    /// time (`RunClock`).
+    /// Deadline of one `observe` call (of a sink transform: of its instantiation, then of one
+    /// `transform` call): CPU time of its thread, and at most ten times it of wall time
+    /// (`RunClock`).
     pub timeout: Duration,
     /// Linear-memory cap of one instance (all its memories and tables), in bytes.
     pub memory_bytes: usize,

@@ -2,8 +2,8 @@
 //! that turns a batch of the change feed's changes into the changes a sink delivers.
 //!
 //! The same sandbox as observers (`sandbox.rs`: WASI deny-by-default, stdout and stderr
-//! captured), the same deadline (of CPU time, by epoch interruption) and memory limiter, and always the
-//! deterministic environment: fixed clocks and randomness seeded with
+//! captured), the same deadline (of CPU time, by epoch interruption) and memory limiter, and
+//! always the deterministic environment: fixed clocks and randomness seeded with
 //! [`TRANSFORM_RANDOM_SEED`], in a **fresh instance per batch** — delivery is at least once
 //! and a batch may come again split differently after a crash, so what a transform derives
 //! must not depend on when it ran or on what it saw before.
