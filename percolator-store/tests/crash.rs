@@ -404,7 +404,8 @@ const COMPACT_ROWS: u64 = 300;
 const COMPACT_ROUNDS: u64 = 30;
 
 /// The child of [`a_kill_while_a_quiet_store_compacts_its_file_loses_nothing`]: writes
-/// `COMPACT_ROUNDS` versions of `COMPACT_ROWS` rows, collects the old ones, then rests until its
+/// `COMPACT_ROUNDS` versions of `COMPACT_ROWS` rows, each into redb, collects the old ones (18 MB
+/// of the file's pages, past the compaction's 16 MiB), then rests until its
 /// checkpointer compacts the file (printing `COMPACTING` as it starts) and the parent kills it.
 #[cfg(feature = "failpoints")]
 #[test]
@@ -424,7 +425,9 @@ fn compaction_child() {
     };
     let redb = std::sync::Arc::new(RedbBigtable::open(&path, config).unwrap());
     let store = TestStore::new(redb.clone(), StoreConfig::default());
-    write_rounds(&store, COMPACT_ROWS, COMPACT_ROUNDS, incompressible);
+    // Each round reaches the file (else, on a loaded machine, GC may remove versions that never
+    // left the memtable, and there is nothing to compact).
+    write_rounds_into(&store, &redb, COMPACT_ROWS, COMPACT_ROUNDS, incompressible);
     store.gc().unwrap();
     redb.checkpoint().unwrap();
     println!("READY");

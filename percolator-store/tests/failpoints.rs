@@ -671,7 +671,7 @@ fn a_failed_compaction_when_quiet_stops_writes_until_the_prober_reopens_the_file
     let value = |row: u64, round: u64| noise(row << 32 | round, 2048);
     fail::cfg("redb-compact-start", "return").unwrap();
     // 18 MB of versions, most collected: over the 16 MiB of free pages a compaction needs.
-    write_rounds(&store, 300, 30, value);
+    write_rounds_into(&store, &redb, 300, 30, value);
     store.gc().unwrap();
     redb.checkpoint().unwrap();
     let start = Instant::now();

@@ -443,7 +443,7 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
         (TestStore::new(redb.clone(), StoreConfig::default()), redb)
     };
     let (store, redb) = open();
-    write_rounds(&store, rows, rounds, value);
+    write_rounds_into(&store, &redb, rows, rounds, value);
     // Read without a pause (thousands a second) from before GC freed the pages to well after:
     // not a quiet store.
     let busy = Arc::new(AtomicBool::new(true));

@@ -316,3 +316,20 @@ pub fn write_rounds(store: &Store, rows: u64, rounds: u64, value: impl Fn(u64, u
             .unwrap();
     }
 }
+
+/// [`write_rounds`], each round checkpointed into `redb` before the next is written, so that
+/// every version reaches the file: for compaction tests, whose file must hold the versions GC
+/// then frees (one that GC removes while it is still in the memtable never reaches the file,
+/// and a loaded machine checkpoints seldom).
+pub fn write_rounds_into(
+    store: &Store,
+    redb: &RedbBigtable,
+    rows: u64,
+    rounds: u64,
+    value: impl Fn(u64, u64) -> Vec<u8>,
+) {
+    for round in 0..rounds {
+        write_rounds(store, rows, 1, |row, _| value(row, round));
+        redb.checkpoint().unwrap();
+    }
+}
