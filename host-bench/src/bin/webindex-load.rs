@@ -19,7 +19,7 @@
 //!   wall); then `webindex::batch::compute` over the same inputs on one thread (its thread CPU
 //!   time, the median of 3 runs, after the pipeline stopped), and the ratios `cpu_over_batch`
 //!   (the whole process) and `pipeline_cpu_over_batch` (the loading thread's CPU left out);
-//!   and the same computation as a batch job runs it, each of 3 runs in a new process of this
+//!   and the same computation in a process of its own, each of 3 runs in a new process of this
 //!   binary (`batch_fresh_process_cpu_s`, the median; `cpu_over_fresh_process_batch`): the
 //!   in-process runs follow the allocator state the load left behind;
 //! - the same CPU by thread (`thread_cpu_s{observers|scanners|gc|...}`: threads alive at the
@@ -35,10 +35,10 @@
 //!   takes on disk (`store_disk_bytes`: the unwritten tail of a growth step takes none); with
 //!   `--space-every S`, the same looked at every S seconds during the load (the worst file /
 //!   allocated and file / stored keys and values, the same for the disk blocks,
-//!   `load_max_*`; each look walks the B-trees, CPU counted in `cpu_s`); with old versions collected as the configuration's `[store] gc_interval_s`
-//!   says (the host's default if absent; `--gc-every S`: every S seconds)
-//!   during the load (`--no-gc`: never); values of 256 bytes or more are stored deflated
-//!   (`docs/design.md`, "Compressed values");
+//!   `load_max_*`; each look walks the B-trees, CPU counted in `cpu_s`); with old versions
+//!   collected during the load as the configuration's `[store] gc_interval_s` says (the
+//!   host's default if absent; `--gc-every S`: every S seconds; `--no-gc`: never); values of
+//!   256 bytes or more are stored deflated (`docs/design.md`, "Compressed values");
 //! - with `--compact-when-quiet S` (the store's `RedbConfig::compact_when_quiet`; 0: off), the
 //!   pipeline at rest after the fixed point, GC on as during the load, until the quiet store
 //!   compacted its open file: the file then over the batch tables
@@ -400,7 +400,7 @@ fn batch_child(file: &str) -> Res<f64> {
     Ok(took)
 }
 
-/// The batch computation as a batch job runs it: each of [`BATCH_RUNS`] runs in a new process
+/// The batch computation in a process of its own: each of [`BATCH_RUNS`] runs in a new process
 /// of this binary (a fresh allocator, no memory left mapped by the load), timed by its own
 /// thread's CPU from after it read the inputs. The in-process runs (`batch_cpu_s`) follow the
 /// allocator state the pipeline left behind (BENCHMARKS.md, "Sixth round").
