@@ -389,15 +389,18 @@ fn read_inputs(from: &Path) -> Res<Inputs> {
     Ok(inputs)
 }
 
+/// `batch::compute` over `inputs`, and the CPU seconds this thread spent in it.
+fn timed_batch(inputs: &Inputs) -> Res<(batch::Tables, f64)> {
+    let cpu = || procfs::cpu_seconds("thread-self").map(|(own, _)| own).ok_or("no /proc/thread-self/stat");
+    let before = cpu()?;
+    let tables = batch::compute(inputs)?;
+    Ok((tables, cpu()? - before))
+}
+
 /// In the child: the thread CPU of one `batch::compute` over the inputs in `file`.
 fn batch_child(file: &str) -> Res<f64> {
     let inputs = read_inputs(Path::new(file))?;
-    let cpu = || procfs::cpu_seconds("thread-self").map(|(own, _)| own).ok_or("no /proc/thread-self/stat");
-    let before = cpu()?;
-    let tables = batch::compute(&inputs)?;
-    let took = cpu()? - before;
-    drop(tables);
-    Ok(took)
+    timed_batch(&inputs).map(|(_, cpu)| cpu)
 }
 
 /// The batch computation in a process of its own: each of [`BATCH_RUNS`] runs in a new process
@@ -418,7 +421,6 @@ fn batch_in_fresh_processes(inputs: &Inputs, dir: &Path) -> Res<Vec<f64>> {
         }
         runs.push(text.trim().parse::<f64>().map_err(|e| format!("the batch run printed {text:?}: {e}"))?);
     }
-    let _ = std::fs::remove_file(&file);
     Ok(runs)
 }
 
@@ -791,9 +793,8 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let mut runs_s = Vec::new();
     let mut expected = None;
     for _ in 0..BATCH_RUNS {
-        let before = thread_cpu().ok_or("no /proc/thread-self/stat to time the batch computation")?;
-        let tables = batch::compute(&inputs)?;
-        runs_s.push(thread_cpu().ok_or("no /proc/thread-self/stat")? - before);
+        let (tables, cpu) = timed_batch(&inputs)?;
+        runs_s.push(cpu);
         expected = Some(tables);
     }
     let mut expected = expected.expect("BATCH_RUNS > 0");
