@@ -37,13 +37,11 @@ struct RowWrites {
 
 fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
     let mut rows: Vec<RowWrites> = Vec::new();
-    // (table, row) → index in `rows`: grouping stays linear in the transaction's size.
-    let mut index: HashMap<(&str, &[u8]), usize> = HashMap::new();
-    fn index_of<'a>(
-        rows: &mut Vec<RowWrites>,
-        index: &mut HashMap<(&'a str, &'a [u8]), usize>,
-        c: &'a CellRef,
-    ) -> usize {
+    // (table, row) → index in `rows`: grouping stays linear in the transaction's size. The keys
+    // are this transaction's own rows, so a fast hash (foldhash, seeded per process) serves.
+    let mut index: RowIndex<'_> = HashMap::default();
+    type RowIndex<'a> = HashMap<(&'a str, &'a [u8]), usize, foldhash::fast::RandomState>;
+    fn index_of<'a>(rows: &mut Vec<RowWrites>, index: &mut RowIndex<'a>, c: &'a CellRef) -> usize {
         *index.entry((c.table.as_str(), c.row.as_slice())).or_insert_with(|| {
             rows.push(RowWrites {
                 table: c.table.clone(),
@@ -268,11 +266,11 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
 }
 
 /// Leaves the 1PC fence even if the commit fails or panics.
-struct FenceGuard<'a>(&'a Inner, Vec<Vec<u8>>, u64);
+struct FenceGuard<'a>(&'a Inner, u64);
 
 impl Drop for FenceGuard<'_> {
     fn drop(&mut self) {
-        self.0.fence.exit(&self.1, self.2);
+        self.0.fence.exit(self.1);
     }
 }
 
@@ -296,8 +294,7 @@ const ONE_PHASE_MAX_ROWS: usize = SECONDARY_BATCH;
 fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: Timestamp) -> Result<Timestamp> {
     let fenced: Vec<Vec<u8>> =
         rows.iter().filter(|r| !r.cells.is_empty()).map(|r| key::row_prefix(&r.table, &r.row)).collect();
-    let number = inner.fence.enter(&fenced);
-    let _guard = FenceGuard(inner, fenced, number);
+    let _guard = FenceGuard(inner, inner.fence.enter(fenced));
     let commit_ts = inner.oracle.next()?;
     fail_point!("before-one-phase-write", |_| Err(Error::Storage("failpoint before-one-phase-write".into())));
     // Built again for a retry rather than cloned on every commit.

@@ -63,25 +63,30 @@ pub(crate) struct Registry {
     local: BTreeMap<String, Arc<dyn Observer>>,
     /// Bindings by table, then column (nested, so that [`Registry::kind_of`], on every
     /// `set`, looks up with the `&str`s it has instead of building a key).
-    by_table: HashMap<String, HashMap<String, Vec<Arc<Bound>>>>,
+    by_table: Names<Names<Vec<Arc<Bound>>>>,
     /// The logged columns, as saved.
     logged: BTreeSet<(String, String)>,
     /// The same by table, for the commit path's lookups.
-    logged_by_table: HashMap<String, HashSet<String>>,
+    logged_by_table: Names<HashSet<String, foldhash::fast::RandomState>>,
     /// The combined columns, as saved.
     combined: BTreeSet<CombineSpec>,
     /// The same by table and column, for the read path's lookups.
-    combined_by_table: HashMap<String, HashMap<String, Arc<CombineSpec>>>,
+    combined_by_table: Names<Names<Arc<CombineSpec>>>,
 }
+
+/// A map by table or column name, looked up for every cell a commit writes: hashed with
+/// foldhash (seeded per process) rather than SipHash. Its keys are the bindings' names, which
+/// the operator writes, not what a request sends.
+type Names<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 impl Registry {
     pub(crate) fn new(saved: Saved, local: BTreeMap<String, Arc<dyn Observer>>) -> Registry {
         let Saved { version, specs, logged, combined } = saved;
-        let mut logged_by_table: HashMap<String, HashSet<String>> = HashMap::new();
+        let mut logged_by_table: Names<HashSet<String, foldhash::fast::RandomState>> = Names::default();
         for (table, column) in &logged {
             logged_by_table.entry(table.clone()).or_default().insert(column.clone());
         }
-        let mut by_table: HashMap<String, HashMap<String, Vec<Arc<Bound>>>> = HashMap::new();
+        let mut by_table: Names<Names<Vec<Arc<Bound>>>> = Names::default();
         for spec in specs.values() {
             let observer = local.get(&spec.name).cloned();
             by_table
@@ -91,7 +96,7 @@ impl Registry {
                 .or_default()
                 .push(Arc::new(Bound { spec: spec.clone(), observer }));
         }
-        let mut combined_by_table: HashMap<String, HashMap<String, Arc<CombineSpec>>> = HashMap::new();
+        let mut combined_by_table: Names<Names<Arc<CombineSpec>>> = Names::default();
         for spec in &combined {
             combined_by_table
                 .entry(spec.table.clone())

@@ -133,6 +133,13 @@ impl Signal {
 /// the reader must not see it, and a hot row's stream of commits cannot starve it
 /// (`docs/design.md`, "Combine columns", the 1PC fence).
 ///
+/// A row is found by a 64-bit hash of its key: entering and leaving cost a hash and a hash-map
+/// slot per row, not an ordered insert of a copied key (with `memcmp`s along long keys) under
+/// the fence's mutex. Two rows whose keys hash alike share a slot, so a reader of one may also
+/// wait for an entry holding the other: a wait that was not needed, never one that is missed
+/// (the entry leaves when its commit ends, as every entry does). A range of rows is checked
+/// against the keys of the entries in flight it may wait for.
+///
 /// Waiters sleep on the condition variable of their row's stripe (or, for a range, on the
 /// range one), and an exit wakes only the stripes of the rows it held, and only where someone
 /// sleeps: with many commits of a few hot rows in flight, one notification for every waiter
@@ -145,7 +152,10 @@ pub(crate) struct OnePcFence {
     /// its write, so views are reopened when this changes.
     exits: AtomicU64,
     state: Mutex<FenceState>,
-    /// Waiters for one row, by [`fence_stripe`] of its key.
+    /// Hashes row keys for [`FenceState::rows`] (seeded per process: which rows share a slot
+    /// is not predictable from outside).
+    hasher: foldhash::fast::RandomState,
+    /// Waiters for one row, by [`fence_stripe`] of its hash.
     row_cvs: Vec<Condvar>,
     /// Waiters for a range of rows: woken by every exit.
     range_cv: Condvar,
@@ -156,22 +166,65 @@ pub(crate) struct OnePcFence {
 
 /// What the fence's mutex guards.
 struct FenceState {
-    /// Fenced row keys (`key::row_prefix`), each with the numbers of the entries holding it;
-    /// ordered, so a scan's range is one range lookup.
-    rows: BTreeMap<Vec<u8>, Vec<u64>>,
+    /// Fenced rows by the hash of their key, each with the numbers of the entries holding a
+    /// row of that hash.
+    rows: HashMap<u64, Holders, foldhash::fast::RandomState>,
+    /// The entries in flight by number: their rows' hashes and keys (the keys for the waits
+    /// on a range of rows).
+    entries: BTreeMap<u64, Fenced>,
     /// Threads asleep on each of `row_cvs`, and on `range_cv`: an exit notifies only where
     /// someone sleeps.
     row_waiters: Vec<u32>,
     range_waiters: u32,
 }
 
+/// An entry's rows: their keys (`key::row_prefix`) and the hash of each.
+struct Fenced {
+    hashes: Vec<u64>,
+    keys: Vec<Vec<u8>>,
+}
+
+/// The entries holding the rows of one hash: nearly always one.
+enum Holders {
+    One(u64),
+    Many(Vec<u64>),
+}
+
+impl Holders {
+    fn add(&mut self, number: u64) {
+        match self {
+            Holders::One(n) => *self = Holders::Many(vec![*n, number]),
+            Holders::Many(numbers) => numbers.push(number),
+        }
+    }
+
+    /// Takes `number` out; whether none is left.
+    fn remove(&mut self, number: u64) -> bool {
+        match self {
+            Holders::One(n) => *n == number,
+            Holders::Many(numbers) => {
+                if let Some(i) = numbers.iter().position(|n| *n == number) {
+                    numbers.swap_remove(i);
+                }
+                numbers.is_empty()
+            }
+        }
+    }
+
+    fn any_upto(&self, upto: u64) -> bool {
+        match self {
+            Holders::One(n) => *n <= upto,
+            Holders::Many(numbers) => numbers.iter().any(|n| *n <= upto),
+        }
+    }
+}
+
 /// Condition variables of the fence's row waiters.
 const FENCE_STRIPES: usize = 64;
 
-/// The stripe of a row key's waiters (FNV-1a).
-fn fence_stripe(row_key: &[u8]) -> usize {
-    let h = row_key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3));
-    (h % FENCE_STRIPES as u64) as usize
+/// The stripe of a row's waiters, from its hash.
+fn fence_stripe(hash: u64) -> usize {
+    (hash % FENCE_STRIPES as u64) as usize
 }
 
 impl OnePcFence {
@@ -182,10 +235,12 @@ impl OnePcFence {
             entered: AtomicU64::new(0),
             exits: AtomicU64::new(0),
             state: Mutex::new(FenceState {
-                rows: BTreeMap::new(),
+                rows: HashMap::default(),
+                entries: BTreeMap::new(),
                 row_waiters: vec![0; FENCE_STRIPES],
                 range_waiters: 0,
             }),
+            hasher: foldhash::fast::RandomState::default(),
             row_cvs: (0..FENCE_STRIPES).map(|_| Condvar::new()).collect(),
             range_cv: Condvar::new(),
             hurry: Box::new(move || backend.hurry()),
@@ -196,27 +251,38 @@ impl OnePcFence {
         self.state.lock().expect("1PC fence poisoned")
     }
 
-    /// Fences `row_keys`; returns the entry's number, for [`OnePcFence::exit`].
-    pub(crate) fn enter(&self, row_keys: &[Vec<u8>]) -> u64 {
+    fn row_hash(&self, row_key: &[u8]) -> u64 {
+        std::hash::BuildHasher::hash_one(&self.hasher, row_key)
+    }
+
+    /// Fences the rows of `row_keys` (`key::row_prefix` each); returns the entry's number, for
+    /// [`OnePcFence::exit`].
+    pub(crate) fn enter(&self, row_keys: Vec<Vec<u8>>) -> u64 {
+        let hashes: Vec<u64> = row_keys.iter().map(|k| self.row_hash(k)).collect();
         let mut state = self.lock();
         let number = self.entered.fetch_add(1, Ordering::SeqCst) + 1;
-        for k in row_keys {
-            state.rows.entry(k.clone()).or_default().push(number);
+        for h in &hashes {
+            match state.rows.entry(*h) {
+                std::collections::hash_map::Entry::Occupied(mut o) => o.get_mut().add(number),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(Holders::One(number));
+                }
+            }
         }
+        state.entries.insert(number, Fenced { hashes, keys: row_keys });
         self.count.fetch_add(1, Ordering::SeqCst);
         number
     }
 
-    pub(crate) fn exit(&self, row_keys: &[Vec<u8>], number: u64) {
+    /// Takes entry `number` out of the fence and wakes who waits for its rows.
+    pub(crate) fn exit(&self, number: u64) {
         let mut state = self.lock();
-        for k in row_keys {
-            if let Some(numbers) = state.rows.get_mut(k) {
-                if let Some(i) = numbers.iter().position(|n| *n == number) {
-                    numbers.swap_remove(i);
-                }
-                if numbers.is_empty() {
-                    state.rows.remove(k);
-                }
+        let Some(fenced) = state.entries.remove(&number) else { return };
+        for h in &fenced.hashes {
+            if let Some(holders) = state.rows.get_mut(h)
+                && holders.remove(number)
+            {
+                state.rows.remove(h);
             }
         }
         self.exits.fetch_add(1, Ordering::SeqCst);
@@ -224,7 +290,7 @@ impl OnePcFence {
         // Every sleeper counted here is inside `wait` (it counted itself and slept under the
         // mutex), so notifying after the mutex is released loses no wakeup.
         let mut stripes: Vec<usize> =
-            row_keys.iter().map(|k| fence_stripe(k)).filter(|s| state.row_waiters[*s] > 0).collect();
+            fenced.hashes.iter().map(|h| fence_stripe(*h)).filter(|s| state.row_waiters[*s] > 0).collect();
         let ranges = state.range_waiters > 0;
         drop(state);
         stripes.sort_unstable();
@@ -256,15 +322,17 @@ impl OnePcFence {
         self.wait_slow(lo, hi, upto)
     }
 
-    /// Waits while `row_key` is fenced by an entry numbered at most `upto`.
+    /// Waits while `row_key` is fenced by an entry numbered at most `upto` (or a row of the
+    /// same hash is).
     pub(crate) fn wait_row(&self, row_key: &[u8], upto: u64) {
         if self.count.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let stripe = fence_stripe(row_key);
+        let h = self.row_hash(row_key);
+        let stripe = fence_stripe(h);
         let mut state = self.lock();
         let mut hurried = false;
-        while state.rows.get(row_key).is_some_and(|n| n.iter().any(|n| *n <= upto)) {
+        while state.rows.get(&h).is_some_and(|holders| holders.any_upto(upto)) {
             if !std::mem::replace(&mut hurried, true) {
                 (self.hurry)();
             }
@@ -276,11 +344,10 @@ impl OnePcFence {
 
     #[cold]
     fn wait_slow(&self, lo: &[u8], hi: Option<&[u8]>, upto: u64) {
-        use std::ops::Bound;
-        let upper = hi.map_or(Bound::Unbounded, Bound::Excluded);
+        let inside = |k: &Vec<u8>| k.as_slice() >= lo && hi.is_none_or(|hi| k.as_slice() < hi);
         let mut state = self.lock();
         let mut hurried = false;
-        while state.rows.range::<[u8], _>((Bound::Included(lo), upper)).any(|(_, n)| n.iter().any(|n| *n <= upto)) {
+        while state.entries.range(..=upto).any(|(_, fenced)| fenced.keys.iter().any(inside)) {
             if !std::mem::replace(&mut hurried, true) {
                 (self.hurry)();
             }
@@ -677,5 +744,90 @@ impl Inner {
     /// The store's coordination: the oracle's timestamps and the worker leases.
     pub(crate) fn coordination(&self) -> &dyn Coordination {
         self.oracle.seam()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key;
+    use std::sync::mpsc;
+
+    fn fence() -> Arc<OnePcFence> {
+        Arc::new(OnePcFence::new(Arc::new(MemBigtable::new())))
+    }
+
+    /// Whether `wait` (on another thread) returns within `within`: it is left waiting if not
+    /// (the caller exits the entry it waits for, then joins).
+    fn returns_within(within: Duration, wait: impl FnOnce() + Send + 'static) -> (bool, std::thread::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel();
+        let t = std::thread::spawn(move || {
+            wait();
+            let _ = tx.send(());
+        });
+        (rx.recv_timeout(within).is_ok(), t)
+    }
+
+    const SOON: Duration = Duration::from_millis(200);
+
+    #[test]
+    fn a_reader_waits_for_the_fenced_rows_of_entries_up_to_its_bound() {
+        let f = fence();
+        let a = key::row_prefix("t", b"a");
+        let b = key::row_prefix("t", b"b");
+        let first = f.enter(vec![a.clone(), b.clone()]);
+        let upto = f.entered();
+        let second = f.enter(vec![key::row_prefix("t", b"c")]);
+        assert_eq!((first, second, f.count.load(Ordering::SeqCst)), (1, 2, 2));
+
+        // Rows no entry holds, and an entry after the reader's bound: no wait.
+        let g = f.clone();
+        let (done, t) = returns_within(SOON, move || g.wait_row(&key::row_prefix("t", b"z"), upto));
+        assert!(done, "a row nobody fenced");
+        t.join().unwrap();
+        let g = f.clone();
+        let (done, t) = returns_within(SOON, move || g.wait_row(&key::row_prefix("t", b"c"), upto));
+        assert!(done, "a row fenced after the reader's bound");
+        t.join().unwrap();
+        let g = f.clone();
+        let (done, t) = returns_within(SOON, move || g.wait(&key::row_prefix("t", b"c"), None, upto));
+        assert!(done, "a range holding only rows fenced after the bound");
+        t.join().unwrap();
+
+        // A fenced row, and a range holding one, wait until the entry exits.
+        let g = f.clone();
+        let row = b.clone();
+        let (done, row_waiter) = returns_within(SOON, move || g.wait_row(&row, upto));
+        assert!(!done, "a reader of a fenced row waits");
+        let g = f.clone();
+        let (lo, hi) = (key::row_prefix("t", b"a0"), key::row_prefix("t", b"c"));
+        let (done, range_waiter) = returns_within(SOON, move || g.wait(&lo, Some(&hi), upto));
+        assert!(!done, "a range holding row b waits");
+        f.exit(first);
+        row_waiter.join().unwrap();
+        range_waiter.join().unwrap();
+        assert_eq!(f.lock().entries.len(), 1);
+        f.exit(second);
+        assert_eq!((f.count.load(Ordering::SeqCst), f.exits(), f.lock().rows.len()), (0, 2, 0));
+    }
+
+    #[test]
+    fn a_row_held_by_two_entries_stays_fenced_until_both_exit() {
+        let f = fence();
+        let a = key::row_prefix("t", b"a");
+        let first = f.enter(vec![a.clone()]);
+        let second = f.enter(vec![a.clone(), key::row_prefix("t", b"b")]);
+        let upto = f.entered();
+        f.exit(first);
+        let g = f.clone();
+        let row = a.clone();
+        let (done, t) = returns_within(SOON, move || g.wait_row(&row, upto));
+        assert!(!done, "the second entry still holds the row");
+        f.exit(second);
+        t.join().unwrap();
+        assert!(f.lock().rows.is_empty());
+        // An exit of an entry that already left changes nothing.
+        f.exit(second);
+        assert_eq!(f.exits(), 2);
     }
 }
