@@ -1354,6 +1354,7 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                         "CONFLICTS",
                         "FAILURES",
                         "P50 / P99",
+                        "CPU",
                         "BACKLOG",
                     ]
                     .map(String::from)
@@ -1379,6 +1380,8 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                             (Some(p50), Some(p99)) => format!("{} / {}", run_ms(p50), run_ms(p99)),
                             _ => "-".into(),
                         },
+                        // The runs' CPU over the store's life: where the pipeline's CPU goes.
+                        run_ms(b.run_cpu_s * 1000.0),
                         count(b.backlog, b.backlog_capped),
                     ]);
                 }
@@ -1598,6 +1601,7 @@ mod tests {
             failures: 0,
             failures_last_minute: 0,
             mean_run_ms: None,
+            run_cpu_s: 0.0,
             p50_run_ms: None,
             p90_run_ms: None,
             p99_run_ms: None,

@@ -417,6 +417,7 @@ fn every_verb_against_a_running_host() {
     assert_eq!(binding(&status, "upper")["failures"], 0);
     assert_eq!(binding(&status, "upper")["backlog"], 0);
     assert!(binding(&status, "upper")["mean_run_ms"].as_f64().unwrap() > 0.0);
+    assert!(binding(&status, "upper")["run_cpu_s"].as_f64().unwrap() > 0.0, "its runs took CPU");
     assert_eq!(binding(&status, "denied")["failures"], 1);
     // The declared writes: the dashboard's edges.
     assert_eq!(binding(&status, "upper")["writes"], serde_json::json!(["docs/derived:upper"]));
@@ -450,6 +451,7 @@ fn every_verb_against_a_running_host() {
         "percolator_observer_failures_total{observer=\"denied\"} 3",
         "percolator_observer_run_seconds_count{observer=\"upper\"} ",
         "percolator_observer_run_seconds_sum{observer=\"upper\"} ",
+        "percolator_observer_run_cpu_seconds_total{observer=\"upper\"} ",
         "percolator_backlog{observer=\"upper\"} 0",
         "percolator_dead_letters 1",
         "percolator_pipeline_generation 1",
@@ -1172,6 +1174,8 @@ fn run_counts_survive_a_restart_of_the_host() {
     assert_eq!(binding(&status, "denied")["failures"], 1);
     assert_eq!(binding(&status, "denied")["failures_last_minute"], 1);
     let mean = binding(&status, "upper")["mean_run_ms"].as_f64().unwrap();
+    let cpu = binding(&status, "upper")["run_cpu_s"].as_f64().unwrap();
+    assert!(cpu > 0.0, "{status}");
     let (p50, p99) =
         (binding(&status, "upper")["p50_run_ms"].as_f64(), binding(&status, "upper")["p99_run_ms"].as_f64());
     assert!(p50.is_some() && p99.is_some(), "{status}");
@@ -1182,6 +1186,7 @@ fn run_counts_survive_a_restart_of_the_host() {
     let upper = binding(&status, "upper");
     assert_eq!((upper["runs"].as_u64(), upper["failures"].as_u64()), (Some(3), Some(0)), "{upper}");
     assert_eq!(upper["mean_run_ms"].as_f64(), Some(mean), "{upper}");
+    assert_eq!(upper["run_cpu_s"].as_f64(), Some(cpu), "the runs' CPU continues: {upper}");
     assert_eq!(
         (upper["p50_run_ms"].as_f64(), upper["p99_run_ms"].as_f64()),
         (p50, p99),

@@ -48,6 +48,16 @@ const SHOWN_CHARS: usize = 120;
 /// most [`MAX_URL_BYTES`](html::MAX_URL_BYTES) bytes ([`html::check_url_key`]), as the
 /// document processor's run fails. (Links to longer URLs are dropped by [`html::parse`].)
 pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
+    compute_in_stages(inputs, &mut |_| {})
+}
+
+/// The stages of [`compute`], in order, each named after the observers that do its work
+/// incrementally.
+pub const STAGES: [&str; 5] = ["document processor", "clustering", "link inversion", "link forwarding", "exporter"];
+
+/// [`compute`], calling `done` with the index of each stage of [`STAGES`] as it ends (for a
+/// benchmark that times them).
+pub fn compute_in_stages(inputs: &Inputs, done: &mut dyn FnMut(usize)) -> Result<Tables, String> {
     let mut out = Output::default();
 
     // Inputs, and the document processor: `doc:*` exactly for the URLs with `raw:html`.
@@ -71,6 +81,8 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
             docs.insert(url, doc);
         }
     }
+
+    done(0);
 
     // Clustering: equal `doc:hash` → one cluster; canonical = highest PageRank (absent: 0),
     // then smallest URL.
@@ -96,6 +108,8 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
         }
     }
 
+    done(1);
+
     // Link inversion, inverting half: one inlink per (target, source), anchors in document
     // order, empty ones skipped.
     let mut inlinks: BTreeMap<&str, BTreeMap<&str, String>> = BTreeMap::new();
@@ -118,6 +132,8 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
             inlinks.entry(target).or_default().insert(source, joined);
         }
     }
+
+    done(2);
 
     // Forwarding half: a target's inlinks go to its canonical, or stay with it; the terms of
     // their anchors are counted there, exported or not, and in the target's summary.
@@ -145,6 +161,8 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
         }
     }
 
+    done(3);
+
     // Exporter: canonical pages only; terms of title and text, and the text's length (all its
     // term occurrences, 0 when it has none) in the row of the empty term.
     for (url, doc) in &docs {
@@ -164,6 +182,7 @@ pub fn compute(inputs: &Inputs) -> Result<Tables, String> {
             out.set_row(INDEX, join_row(term, url), HIT_COUNT, n.to_string());
         }
     }
+    done(4);
 
     Ok(out.tables)
 }
@@ -269,6 +288,15 @@ mod tests {
              <a href=\"{B}\"></a> <a href=\"{B}#x\">copy</a> <a href=\"mailto:x@c.example\">mail</a>"
         );
         inputs(&[(A, Some(dup), Some(rank_a)), (B, Some(dup), rank_b), (C, Some(&c), None), (D, None, Some("3"))])
+    }
+
+    #[test]
+    fn the_stages_end_in_order_and_compute_the_same_tables() {
+        let inputs = sample("0.5", Some("0.25"));
+        let mut ended = Vec::new();
+        let staged = compute_in_stages(&inputs, &mut |stage| ended.push(stage)).unwrap();
+        assert_eq!(ended, (0..STAGES.len()).collect::<Vec<_>>());
+        assert_eq!(staged, compute(&inputs).unwrap());
     }
 
     #[test]

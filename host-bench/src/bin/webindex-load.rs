@@ -389,18 +389,47 @@ fn read_inputs(from: &Path) -> Res<Inputs> {
     Ok(inputs)
 }
 
-/// `batch::compute` over `inputs`, and the CPU seconds this thread spent in it.
-fn timed_batch(inputs: &Inputs) -> Res<(batch::Tables, f64)> {
-    let cpu = || procfs::cpu_seconds("thread-self").map(|(own, _)| own).ok_or("no /proc/thread-self/stat");
-    let before = cpu()?;
-    let tables = batch::compute(inputs)?;
-    Ok((tables, cpu()? - before))
+/// `batch::compute` over `inputs`, the CPU seconds this thread spent in it, and in each of its
+/// stages ([`batch::STAGES`]).
+fn timed_batch(inputs: &Inputs) -> Res<(batch::Tables, f64, Vec<f64>)> {
+    let before = thread_cpu();
+    let mut ends = Vec::with_capacity(batch::STAGES.len());
+    let tables = batch::compute_in_stages(inputs, &mut |_| ends.push(thread_cpu()))?;
+    let stages = ends.iter().scan(before, |last, end| Some(end - std::mem::replace(last, *end))).collect();
+    Ok((tables, thread_cpu() - before, stages))
+}
+
+/// The stage of the batch computation ([`batch::STAGES`]) that binding `name` of
+/// `config/web-index.toml` does incrementally.
+fn stage_of(name: &str) -> Option<&'static str> {
+    let stage = match name {
+        "document-processor" => 0,
+        "clustering-hash" | "clustering-pagerank" => 1,
+        "link-inversion" => 2,
+        "link-forwarding" | "link-forwarding-canonical" => 3,
+        "exporter" => 4,
+        _ => return None,
+    };
+    Some(batch::STAGES[stage])
+}
+
+/// The CPU seconds this thread has spent (`CLOCK_THREAD_CPUTIME_ID`: nanoseconds, where
+/// `/proc/thread-self/stat` counts 10 ms ticks).
+fn thread_cpu() -> f64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
+    #[allow(unsafe_code)]
+    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if r != 0 {
+        return 0.0;
+    }
+    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
 }
 
 /// In the child: the thread CPU of one `batch::compute` over the inputs in `file`.
 fn batch_child(file: &str) -> Res<f64> {
     let inputs = read_inputs(Path::new(file))?;
-    timed_batch(&inputs).map(|(_, cpu)| cpu)
+    timed_batch(&inputs).map(|(_, cpu, _)| cpu)
 }
 
 /// The batch computation in a process of its own: each of [`BATCH_RUNS`] runs in a new process
@@ -631,6 +660,14 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     for (role, cpu) in &roles {
         figure(&format!("thread_cpu_s{{{role}}}"), format!("{cpu:.2}"));
     }
+    // By binding: each observer's runs and their CPU (the guest, its reads and writes; its
+    // commits are not in it), from a fresh store to the fixed point.
+    let mut run_cpu: BTreeMap<String, f64> = BTreeMap::new();
+    for b in &pipeline.status().bindings {
+        figure(&format!("runs{{{}}}", b.name), b.counts.runs.to_string());
+        figure(&format!("run_cpu_s{{{}}}", b.name), format!("{:.2}", b.counts.cpu_time.as_secs_f64()));
+        run_cpu.insert(b.name.clone(), b.counts.cpu_time.as_secs_f64());
+    }
     figure("observer_runs", runs.to_string());
     figure("observer_runs_per_page", format!("{:.2}", runs as f64 / pages as f64));
     figure("conflicts_per_page", format!("{:.2}", (after.conflicts - before.conflicts) as f64 / pages as f64));
@@ -791,19 +828,35 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     }
     // The batch computation over the same inputs, on this thread, with the pipeline stopped.
     let mut runs_s = Vec::new();
+    let mut stages_s = vec![Vec::new(); batch::STAGES.len()];
     let mut expected = None;
     for _ in 0..BATCH_RUNS {
-        let (tables, cpu) = timed_batch(&inputs)?;
+        let (tables, cpu, stages) = timed_batch(&inputs)?;
         runs_s.push(cpu);
+        for (all, stage) in stages_s.iter_mut().zip(stages) {
+            all.push(stage);
+        }
         expected = Some(tables);
     }
     let mut expected = expected.expect("BATCH_RUNS > 0");
-    runs_s.sort_by(f64::total_cmp);
-    let batch_cpu = runs_s[runs_s.len() / 2];
+    let median = |runs: &mut Vec<f64>| {
+        runs.sort_by(f64::total_cmp);
+        runs[runs.len() / 2]
+    };
+    let batch_cpu = median(&mut runs_s);
     let batch_bytes: usize =
         expected.values().flat_map(|t| t.iter()).map(|((row, column), v)| row.len() + column.len() + v.len()).sum();
     figure("batch_cpu_s", format!("{batch_cpu:.2}"));
     println!("# batch runs (thread CPU s): {runs_s:.2?}");
+    // Stage by stage, against the runs of the observers doing that stage's work (their CPU in
+    // the guest and its reads and writes, not their commits): what the guests and the reads
+    // cost beside the native computation.
+    for (stage, runs) in batch::STAGES.iter().zip(&mut stages_s) {
+        let cpu = median(runs);
+        let observers: f64 = run_cpu.iter().filter(|(name, _)| stage_of(name) == Some(*stage)).map(|(_, c)| c).sum();
+        figure(&format!("batch_stage_cpu_s{{{stage}}}"), format!("{cpu:.3}"));
+        figure(&format!("run_cpu_over_batch_stage{{{stage}}}"), format!("{:.1}", observers / cpu));
+    }
     let mut fresh = batch_in_fresh_processes(&inputs, dir)?;
     fresh.sort_by(f64::total_cmp);
     let fresh_cpu = fresh[fresh.len() / 2];

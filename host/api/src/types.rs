@@ -867,6 +867,12 @@ pub struct BindingReport {
     /// Mean wall-clock time of a run, milliseconds, over the store's life like `runs` (none
     /// before the first run).
     pub mean_run_ms: Option<f64>,
+    /// CPU time of the runs, seconds, over the store's life like `runs` (from the version that
+    /// saves it on): of the thread that ran each, from the call of the component to its
+    /// return (the guest, its reads and writes; not the commit after it). Where a pipeline's
+    /// CPU goes, observer by observer. `/metrics`: `percolator_observer_run_cpu_seconds_total`.
+    #[serde(default)]
+    pub run_cpu_s: f64,
     /// Median run time, milliseconds: estimated from the run-time histogram `/metrics`
     /// exports (`percolator_observer_run_seconds`, buckets 50 µs to 60 s) as Prometheus's
     /// `histogram_quantile` does, by linear interpolation inside the bucket. The histogram is

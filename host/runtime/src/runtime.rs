@@ -56,12 +56,22 @@ impl RunClock {
         RunClock { cpu: thread_cpu(), wall: Instant::now() }
     }
 
+    /// The wall time since the clock started.
+    pub(crate) fn wall_spent(&self) -> Duration {
+        self.wall.elapsed()
+    }
+
+    /// The CPU time this thread spent since the clock started (call it on the same thread).
+    pub(crate) fn cpu_spent(&self) -> Duration {
+        thread_cpu().saturating_sub(self.cpu)
+    }
+
     /// What to do when the epoch deadline of a run of `timeout` passes (it is called on the
     /// run's thread): interrupt it if its thread spent `timeout` of CPU in it since it started
     /// (or `WALL_DEADLINE_FACTOR` times it of wall time passed), else wait the ticks of what is
     /// left of its CPU time.
     pub(crate) fn deadline(&self, timeout: Duration) -> wasmtime::UpdateDeadline {
-        let spent = thread_cpu().saturating_sub(self.cpu);
+        let spent = self.cpu_spent();
         if spent >= timeout || self.wall.elapsed() >= timeout.saturating_mul(WALL_DEADLINE_FACTOR) {
             return wasmtime::UpdateDeadline::Interrupt;
         }
@@ -406,6 +416,8 @@ pub struct RunStats {
     runs: AtomicU64,
     failures: AtomicU64,
     run_nanos: AtomicU64,
+    /// CPU time of the runs' threads, nanoseconds.
+    cpu_nanos: AtomicU64,
     /// The longest run, nanoseconds.
     max_nanos: AtomicU64,
     /// This process's runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative); the last is
@@ -433,6 +445,9 @@ pub struct RunTotals {
     pub failures: u64,
     /// Wall-clock time spent in runs.
     pub run_time: Duration,
+    /// CPU time spent in runs: of the thread that ran each (the guest, its reads and writes,
+    /// not the commit that follows the run).
+    pub cpu_time: Duration,
     /// Runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative; the last bucket holds the runs
     /// longer than the last bound). Their sum can be below `runs`: runs saved by a version
     /// that did not save the histogram are in no bucket.
@@ -454,6 +469,8 @@ pub struct RunCounts {
     pub failures_last_minute: u64,
     /// Wall-clock time spent in runs, from the saved totals on.
     pub run_time: Duration,
+    /// CPU time spent in runs (see [`RunTotals::cpu_time`]), from the saved totals on.
+    pub cpu_time: Duration,
     /// Wall-clock time of the runs the histogram holds (its sum), from the saved totals on.
     pub histogram_run_time: Duration,
     /// The longest run of this process.
@@ -496,6 +513,7 @@ impl RunStats {
             runs: self.saved.runs.saturating_add(self.runs.load(Ordering::Relaxed)),
             failures: self.saved.failures.saturating_add(self.failures.load(Ordering::Relaxed)),
             run_time: self.saved.run_time.saturating_add(here),
+            cpu_time: self.saved.cpu_time.saturating_add(Duration::from_nanos(self.cpu_nanos.load(Ordering::Relaxed))),
             buckets: std::array::from_fn(|i| {
                 self.saved.buckets[i].saturating_add(self.buckets[i].load(Ordering::Relaxed))
             }),
@@ -515,6 +533,7 @@ impl RunStats {
             failures: totals.failures,
             failures_last_minute: self.failures_since(now),
             run_time: totals.run_time,
+            cpu_time: totals.cpu_time,
             histogram_run_time: totals.histogram_run_time,
             max_run_time: Duration::from_nanos(self.max_nanos.load(Ordering::Relaxed)),
             buckets: totals.buckets,
@@ -534,12 +553,13 @@ impl RunStats {
         recent.iter().filter(|(s, _)| s.saturating_add(window) > now).map(|(_, n)| n).sum()
     }
 
-    pub(crate) fn record(&self, elapsed: Duration, failed: bool) {
-        self.record_at(elapsed, failed, Instant::now());
+    pub(crate) fn record(&self, elapsed: Duration, cpu: Duration, failed: bool) {
+        self.record_at(elapsed, cpu, failed, Instant::now());
     }
 
-    fn record_at(&self, elapsed: Duration, failed: bool, now: Instant) {
+    fn record_at(&self, elapsed: Duration, cpu: Duration, failed: bool, now: Instant) {
         let nanos = u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX);
+        self.cpu_nanos.fetch_add(u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
         let bucket = RUN_TIME_BUCKETS.iter().position(|bound| elapsed <= *bound).unwrap_or(BUCKETS - 1);
         self.max_nanos.fetch_max(nanos, Ordering::Relaxed);
         self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
@@ -894,14 +914,14 @@ impl WasmObserver {
 
 impl percolator_store::Observer for WasmObserver {
     fn observe(&self, txn: &mut Transaction, n: &percolator_store::Notification) -> Result<(), ObserveError> {
-        let started = Instant::now();
+        let started = RunClock::now();
         let outcome = self.run(txn, n);
         let failed = match &outcome {
             Ok(()) => false,
             Err(ObserveError::Store(e)) => !e.is_retryable() && !e.is_storage_failure(),
             Err(ObserveError::Failed(_)) => true,
         };
-        self.stats.record(started.elapsed(), failed);
+        self.stats.record(started.wall_spent(), started.cpu_spent(), failed);
         outcome
     }
 }
@@ -1098,7 +1118,7 @@ mod tests {
         // and one slow hub run of 2 s (1-2.5 s): a mean of about 20.8 ms hides all of it.
         for (n, t) in [(80, 300), (15, 3_000), (4, 40_000), (1, 2_000_000)] {
             for _ in 0..n {
-                stats.record(Duration::from_micros(t), false);
+                stats.record(Duration::from_micros(t), Duration::ZERO, false);
             }
         }
         let c = stats.counts();
@@ -1113,14 +1133,14 @@ mod tests {
         assert_eq!(ms(c.p99), Some(50.0));
         assert_eq!(ms(c.percentile(1.0)), Some(2500.0), "the slowest run's bucket bound");
         // Past the last bound: the last bound.
-        stats.record(Duration::from_secs(90), true);
+        stats.record(Duration::from_secs(90), Duration::ZERO, true);
         let c = stats.counts();
         assert_eq!(c.buckets[BUCKETS - 1], 1);
         assert_eq!(c.percentile(1.0), Some(Duration::from_secs(60)));
         assert_eq!(c.failures, 1);
         // A boundary value falls in the bucket it bounds.
         let exact = RunStats::default();
-        exact.record(Duration::from_millis(1), false);
+        exact.record(Duration::from_millis(1), Duration::ZERO, false);
         assert_eq!(exact.counts().buckets[4], 1);
         // The 99th percentile of one run in (0.5, 1] ms: 99 % into the bucket.
         assert_eq!(ms(exact.counts().p99), Some(0.995));
@@ -1134,6 +1154,7 @@ mod tests {
             runs: 40,
             failures: 3,
             run_time: Duration::from_secs(2),
+            cpu_time: Duration::from_millis(1500),
             buckets,
             histogram_run_time: Duration::from_millis(240),
         };
@@ -1144,13 +1165,14 @@ mod tests {
         // The saved histogram's percentiles before any run of this process.
         assert_eq!((c.buckets.iter().sum::<u64>(), c.histogram_run_time), (30, Duration::from_millis(240)));
         assert!(c.p50.is_some_and(|p| p > Duration::from_millis(5) && p <= Duration::from_millis(10)), "{c:?}");
-        stats.record(Duration::from_millis(10), true);
-        stats.record(Duration::from_millis(30), false);
+        stats.record(Duration::from_millis(10), Duration::from_millis(4), true);
+        stats.record(Duration::from_millis(30), Duration::from_millis(25), false);
         let t = stats.totals();
         assert_eq!((t.runs, t.failures, t.run_time), (42, 4, Duration::from_millis(2040)));
+        assert_eq!(t.cpu_time, Duration::from_millis(1529), "the saved CPU time and this process's");
         assert_eq!((t.buckets[7], t.buckets[9], t.histogram_run_time), (31, 1, Duration::from_millis(280)));
         let c = stats.counts();
-        assert_eq!((c.runs, c.failures, c.run_time), (42, 4, Duration::from_millis(2040)));
+        assert_eq!((c.runs, c.failures, c.run_time, c.cpu_time), (42, 4, Duration::from_millis(2040), t.cpu_time));
         assert_eq!(c.buckets.iter().sum::<u64>(), 32, "the saved runs and this process's");
         assert_eq!(c.histogram_run_time, Duration::from_millis(280));
         assert_eq!(c.max_run_time, Duration::from_millis(30));
@@ -1163,10 +1185,10 @@ mod tests {
         let stats = RunStats::continuing_from(RunTotals { failures: 24, ..RunTotals::default() });
         let t0 = Instant::now();
         assert_eq!(stats.counts_at(t0).failures_last_minute, 0, "the saved failures are not recent");
-        stats.record_at(Duration::from_millis(1), true, t0);
-        stats.record_at(Duration::from_millis(1), true, t0);
-        stats.record_at(Duration::from_millis(1), false, t0 + Duration::from_secs(20));
-        stats.record_at(Duration::from_millis(1), true, t0 + Duration::from_secs(30));
+        stats.record_at(Duration::from_millis(1), Duration::ZERO, true, t0);
+        stats.record_at(Duration::from_millis(1), Duration::ZERO, true, t0);
+        stats.record_at(Duration::from_millis(1), Duration::ZERO, false, t0 + Duration::from_secs(20));
+        stats.record_at(Duration::from_millis(1), Duration::ZERO, true, t0 + Duration::from_secs(30));
         let at = |secs: u64| stats.counts_at(t0 + Duration::from_secs(secs));
         assert_eq!((at(30).failures, at(30).failures_last_minute), (27, 3));
         // The first two fall out of the window a minute later, the third ten seconds after.
@@ -1174,7 +1196,7 @@ mod tests {
         assert_eq!(at(95).failures_last_minute, 0);
         assert_eq!(at(95).failures, 27, "the total keeps them");
         // A failure long after trims the old seconds.
-        stats.record_at(Duration::from_millis(1), true, t0 + Duration::from_secs(600));
+        stats.record_at(Duration::from_millis(1), Duration::ZERO, true, t0 + Duration::from_secs(600));
         assert_eq!(stats.recent_failures.lock().unwrap().len(), 1);
         assert_eq!(at(600).failures_last_minute, 1);
     }

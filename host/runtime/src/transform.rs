@@ -23,7 +23,7 @@ use std::collections::hash_map::Entry;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use percolator_store::{CellRef, Change, Timestamp};
 use wasmtime::component::Component;
@@ -268,9 +268,9 @@ impl SinkTransform {
         if batch.is_empty() {
             return Ok(Vec::new());
         }
-        let started = Instant::now();
+        let started = RunClock::now();
         let outcome = self.run(batch);
-        self.stats.record(started.elapsed(), outcome.is_err());
+        self.stats.record(started.wall_spent(), started.cpu_spent(), outcome.is_err());
         outcome
     }
 

@@ -134,6 +134,18 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
         e.sample("percolator_observer_failures_total", &[("observer", &x.name)], x.counts.failures);
     }
     e.family(
+        "percolator_observer_run_cpu_seconds_total",
+        "counter",
+        "CPU time of the observer's runs (its thread's, from the call of its component to its return: the guest, its reads and writes; not the commit), over the store's life.",
+    );
+    for x in b {
+        e.sample(
+            "percolator_observer_run_cpu_seconds_total",
+            &[("observer", &x.name)],
+            x.counts.cpu_time.as_secs_f64(),
+        );
+    }
+    e.family(
         "percolator_observer_run_seconds",
         "histogram",
         "Wall-clock time of the observer's runs, over the store's life (kept across restarts).",

@@ -200,6 +200,9 @@ const RUNS: &str = "runs";
 const FAILURES: &str = "failures";
 /// The saved time of the runs, nanoseconds.
 const RUN_NANOS: &str = "run_nanos";
+/// The saved CPU time of the runs, nanoseconds (a store saved by a version before it has
+/// none: its CPU time counts from then on).
+const CPU_NANOS: &str = "cpu_nanos";
 /// The saved time of the runs the run-time histogram holds (its sum), nanoseconds.
 const HISTOGRAM_NANOS: &str = "histogram_nanos";
 /// The saved runs of the run-time histogram's buckets, one count per bucket: this prefix and
@@ -520,6 +523,7 @@ impl Pipeline {
             runs: count(RUNS),
             failures: count(FAILURES),
             run_time: Duration::from_nanos(count(RUN_NANOS)),
+            cpu_time: Duration::from_nanos(count(CPU_NANOS)),
             buckets,
             histogram_run_time: Duration::from_nanos(count(HISTOGRAM_NANOS)),
         };
@@ -552,6 +556,7 @@ impl Pipeline {
                 (RUNS, now.runs.saturating_sub(c.saved.runs)),
                 (FAILURES, now.failures.saturating_sub(c.saved.failures)),
                 (RUN_NANOS, nanos(now.run_time).saturating_sub(nanos(c.saved.run_time))),
+                (CPU_NANOS, nanos(now.cpu_time).saturating_sub(nanos(c.saved.cpu_time))),
                 (HISTOGRAM_NANOS, nanos(now.histogram_run_time).saturating_sub(nanos(c.saved.histogram_run_time))),
                 (COMMITTED, settled.committed),
                 (LOST_TO_CONFLICT, settled.lost_to_conflict),

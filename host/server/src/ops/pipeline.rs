@@ -113,6 +113,7 @@ fn status(store: &Store, store_name: &str, host: Option<&HostContext>) -> ApiRes
                     failures_last_minute: b.counts.failures_last_minute,
                     mean_run_ms: (b.counts.runs > 0)
                         .then(|| b.counts.run_time.as_secs_f64() * 1000.0 / b.counts.runs as f64),
+                    run_cpu_s: b.counts.cpu_time.as_secs_f64(),
                     p50_run_ms: ms(b.counts.p50),
                     p90_run_ms: ms(b.counts.p90),
                     p99_run_ms: ms(b.counts.p99),
