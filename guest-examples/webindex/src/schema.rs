@@ -217,38 +217,74 @@ pub fn decode_was(value: &str) -> Result<Option<&str>, String> {
     }
 }
 
+/// What a pending entry says its inlink is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Now<'a> {
+    /// The inlink row's value (`None`: no inlink), written with it: an entry's `now` is the
+    /// row's value in every snapshot, since the inverter writes both in one transaction.
+    Is(Option<&'a str>),
+    /// Not recorded: an entry written by a version before entries held it (the forwarding
+    /// run reads the inlink row then).
+    Unrecorded,
+}
+
+/// A pending entry: what the inlink was when last forwarded, and what it is now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry<'a> {
+    /// The inlink when it was last forwarded (`None`: no inlink then).
+    pub was: Option<&'a str>,
+    /// The inlink now.
+    pub now: Now<'a>,
+}
+
 /// `pending/"<site> <source>"/link:was`: one line per target on the site whose inlink from the
-/// source changed since it was last forwarded, `target\t` then [`encode_was`] of what the
-/// inlink was then, sorted by target.
+/// source changed since it was last forwarded, `target\t`, [`encode_was`] of what the inlink
+/// was then, `\t` and the same of what it is now, sorted by target. (Anchors hold no tab: the
+/// links they come from are tab-separated. An entry of an earlier version has no `now`.)
 ///
 /// ```
-/// use webindex::schema::{decode_pending, encode_pending};
-/// let value = encode_pending([("http://a/x", Some("docs")), ("http://a/y", None)]);
-/// assert_eq!(value, "http://a/x\t+docs\nhttp://a/y\t-\n");
-/// assert_eq!(decode_pending(&value).unwrap()["http://a/y"], None);
+/// use webindex::schema::{Entry, Now, decode_pending, encode_pending};
+/// let x = Entry { was: Some("docs"), now: Now::Is(Some("guide")) };
+/// let y = Entry { was: None, now: Now::Is(None) };
+/// let value = encode_pending([("http://a/x", x), ("http://a/y", y)]);
+/// assert_eq!(value, "http://a/x\t+docs\t+guide\nhttp://a/y\t-\t-\n");
+/// assert_eq!(decode_pending(&value).unwrap()["http://a/y"], y);
+/// assert_eq!(decode_pending("http://a/z\t+old\n").unwrap()["http://a/z"].now, Now::Unrecorded);
 /// ```
-pub fn encode_pending<'a>(entries: impl IntoIterator<Item = (&'a str, Option<&'a str>)>) -> String {
+pub fn encode_pending<'a>(entries: impl IntoIterator<Item = (&'a str, Entry<'a>)>) -> String {
     let mut out = String::new();
-    for (target, was) in entries {
+    for (target, entry) in entries {
         out.push_str(target);
         out.push('\t');
-        out.push_str(&encode_was(was));
+        out.push_str(&encode_was(entry.was));
+        if let Now::Is(now) = entry.now {
+            out.push('\t');
+            out.push_str(&encode_was(now));
+        }
         out.push('\n');
     }
     out
 }
 
-/// Reads an [`encode_pending`] value: target → what its inlink was (`None`: no inlink). At
-/// least one entry, targets non-empty, without whitespace, each once.
-pub fn decode_pending(value: &str) -> Result<BTreeMap<&str, Option<&str>>, String> {
+/// Reads an [`encode_pending`] value: target → its entry. At least one entry, targets
+/// non-empty, without whitespace, each once.
+pub fn decode_pending(value: &str) -> Result<BTreeMap<&str, Entry<'_>>, String> {
     let mut out = BTreeMap::new();
     for pair in pairs(value)? {
-        let (target, was) = pair?;
+        let (target, rest) = pair?;
         if target.is_empty() || target.contains(char::is_whitespace) {
             return Err(format!("target {target:?} is empty or contains whitespace"));
         }
-        let was = decode_was(was).map_err(|e| format!("target {target:?}: {e}"))?;
-        if out.insert(target, was).is_some() {
+        let entry = match rest.split_once('\t') {
+            Some((was, now)) => Entry {
+                was: decode_was(was).map_err(|e| format!("target {target:?}: {e}"))?,
+                now: Now::Is(decode_was(now).map_err(|e| format!("target {target:?}, now: {e}"))?),
+            },
+            None => {
+                Entry { was: decode_was(rest).map_err(|e| format!("target {target:?}: {e}"))?, now: Now::Unrecorded }
+            }
+        };
+        if out.insert(target, entry).is_some() {
             return Err(format!("target {target:?} has two entries"));
         }
     }
@@ -440,13 +476,27 @@ mod tests {
         assert_eq!(site("http://a.example"), "http://a.example");
         assert_eq!(site("mailto:x"), "mailto:x");
 
-        let value = "t:a\t+one two\nt:b\t-\n";
+        let value = "t:a\t+one two\t+one\nt:b\t-\t+\nt:c\t+gone\t-\n";
         let entries = decode_pending(value).unwrap();
-        assert_eq!(entries, [("t:a", Some("one two")), ("t:b", None)].into());
+        let entry = |was, now| Entry { was, now: Now::Is(now) };
+        let want = [
+            ("t:a", entry(Some("one two"), Some("one"))),
+            ("t:b", entry(None, Some(""))),
+            ("t:c", entry(Some("gone"), None)),
+        ];
+        assert_eq!(entries, want.into());
         assert_eq!(encode_pending(entries), value);
+        // Entries of an earlier version (no `now`), also beside new ones.
+        let old = "t:a\t+one two\nt:b\t-\t-\n";
+        let entries = decode_pending(old).unwrap();
+        assert_eq!(entries["t:a"], Entry { was: Some("one two"), now: Now::Unrecorded });
+        assert_eq!(entries["t:b"], entry(None, None));
+        assert_eq!(encode_pending(entries), old);
         assert!(decode_pending("").unwrap_err().contains("no entries"));
         assert!(decode_pending("t:a\t-\nt:a\t+x\n").unwrap_err().contains("two entries"));
         assert!(decode_pending("t:a\tx\n").unwrap_err().contains("neither"));
+        assert!(decode_pending("t:a\t-\tx\n").unwrap_err().contains("now: \"x\" is neither"));
+        assert!(decode_pending("t:a\t-\t-\t-\n").unwrap_err().contains("now"));
         assert!(decode_pending("t:a\n").is_err());
 
         let fwd = Fwd { dest: "t:c".into(), inlinks: 3, terms: BTreeMap::new() };

@@ -8,8 +8,8 @@ use percolator_guest::{Cell, Error, Notification, Observer, Result, Txn};
 use super::{PAGE, bad_cell, decode, get_column, get_page, notified_url, put, scan_prefix, text};
 use crate::html::MAX_URL_BYTES;
 use crate::schema::{
-    ANCHOR_COUNT, CLUSTER_CANONICAL, DOC_LINKS, FWD_TO, Fwd, INDEX, INLINKS, LINK_ANCHOR, LINK_DIRTY, LINK_OUT,
-    LINK_WAS, PAGES, PENDING, decode_count, decode_fwd, decode_links, decode_list, decode_pending, encode_count,
+    ANCHOR_COUNT, CLUSTER_CANONICAL, DOC_LINKS, Entry, FWD_TO, Fwd, INDEX, INLINKS, LINK_ANCHOR, LINK_DIRTY, LINK_OUT,
+    LINK_WAS, Now, PAGES, PENDING, decode_count, decode_fwd, decode_links, decode_list, decode_pending, encode_count,
     encode_fwd, encode_list, encode_pending, inlink_anchors, join_row, length_row, prefix_range, site,
 };
 use crate::text::count_terms;
@@ -19,10 +19,12 @@ use crate::text::count_terms;
 /// **Inverting half** (`pages/doc:links` of page `P`): for each distinct target `T` of `P`'s
 /// links, `inlinks/"T P"` holds the anchors of `P`'s links to `T` (empty ones skipped, joined
 /// by one space; the row exists, possibly empty, as long as `P` links to `T`). Rows of targets
-/// `P` no longer links to — read from `P`'s recorded `link:out` — are deleted. For every inlink
+/// `P` no longer links to — read from `P`'s recorded `link:out` — are deleted; only the rows of
+/// the targets `link:out` lists are read (no other row from `P` exists). For every inlink
 /// row it writes or deletes, the pending row of `P` and `T`'s [`site`],
 /// `pending/"<site> P"/link:was`, gets an entry saying what the row was before, unless it has
-/// one for `T` already (kept: what was last forwarded has not changed); each pending row it
+/// one for `T` already (kept: what was last forwarded has not changed), and what the row is
+/// now (so that forwarding need not read it); each pending row it
 /// changes or has to keep is written (rewritten unchanged if need be), and its site is weakly
 /// notified on `pending/<site>/link:dirty`, once. `link:out` is written on every run (deleted
 /// when `P` has no links). Its writes are O(links of `P`), whatever the targets' inlink counts,
@@ -35,8 +37,9 @@ use crate::text::count_terms;
 /// the length row's `anchor:count`), by deltas:
 ///
 /// - a **site run** (`pending/<site>/link:dirty`, weak) reads the site's pending rows; for each
-///   target with entries, it adds the terms of the current inlink rows and subtracts those of
-///   the entries, in the summary and at the destination (or, if the destination changed, moves
+///   target with entries, it adds the terms of the current inlink rows (as the entries hold
+///   them) and subtracts those the entries say were forwarded, in the summary and at the
+///   destination (or, if the destination changed, moves
 ///   the summary), writes `fwd:to` (even unchanged) and deletes the pending rows it read.
 ///   O(pending entries), plus the summaries of the targets it touches.
 /// - a **target run** (`pages/cluster:canonical` of `T`) moves `T`'s summary if the destination
@@ -85,19 +88,31 @@ fn invert(txn: &mut impl Txn, source: &str) -> Result<()> {
     let old_targets = decode(PAGES, row, LINK_OUT, out.as_deref(), decode_list)?;
     let new = inlink_anchors(&links);
 
-    // Every target linked before or now, with the anchors it should have (None: no inlink).
-    let mut targets: BTreeMap<&str, Option<&str>> = old_targets.into_iter().map(|t| (t, None)).collect();
-    targets.extend(new.iter().map(|(t, a)| (*t, Some(a.as_str()))));
+    // Every target linked before or now: the anchors it should have (None: no inlink), and
+    // whether `link:out` lists it.
+    let mut targets: BTreeMap<&str, (Option<&str>, bool)> =
+        old_targets.into_iter().map(|t| (t, (None, true))).collect();
+    for (t, a) in &new {
+        targets.entry(t).and_modify(|(want, _)| *want = Some(a)).or_insert((Some(a), false));
+    }
     let rows: Vec<Vec<u8>> = targets.keys().map(|target| join_row(target, source)).collect();
-    let current = get_column(txn, INLINKS, rows.iter().map(Vec::as_slice), LINK_ANCHOR)?;
-    // The changed targets by site, each with what its inlink is now (before this run).
-    let mut changed: BTreeMap<&str, Vec<(&str, Option<String>)>> = BTreeMap::new();
-    for (((target, want), inlink), current) in targets.iter().zip(&rows).zip(current) {
+    // Only the targets `link:out` lists can have a row from this source: this inverter writes
+    // the rows and `link:out` together, and no one else writes either (docs/webindex.md,
+    // invariant 4). So only their rows are read; a target linked for the first time has none
+    // (a new page's run reads no inlink row).
+    let listed: Vec<&[u8]> =
+        targets.values().zip(&rows).filter(|((_, listed), _)| *listed).map(|(_, r)| r.as_slice()).collect();
+    let mut read = get_column(txn, INLINKS, listed.into_iter(), LINK_ANCHOR)?.into_iter();
+    // The changed targets by site, each with what its inlink is before this run and after.
+    type Changed<'a> = Vec<(&'a str, Option<String>, Option<&'a str>)>;
+    let mut changed: BTreeMap<&str, Changed<'_>> = BTreeMap::new();
+    for ((target, (want, listed)), inlink) in targets.iter().zip(&rows) {
+        let current = if *listed { read.next().expect("a row read for every listed target") } else { None };
         if current.as_deref() == want.map(str::as_bytes) {
             continue;
         }
         let current = current.map(|v| text(INLINKS, inlink, LINK_ANCHOR, v)).transpose()?;
-        changed.entry(site(target)).or_default().push((target, current));
+        changed.entry(site(target)).or_default().push((target, current, *want));
         put(txn, INLINKS, inlink, LINK_ANCHOR, *want)?;
     }
     let pending_rows: Vec<Vec<u8>> = changed.keys().map(|site| join_row(site, source)).collect();
@@ -105,12 +120,14 @@ fn invert(txn: &mut impl Txn, source: &str) -> Result<()> {
     for (((site, targets), pending), recorded) in changed.iter().zip(&pending_rows).zip(recorded) {
         let recorded = recorded.map(|v| text(PENDING, pending, LINK_WAS, v)).transpose()?;
         // What was last forwarded: a pending entry, else the row as it was before this run.
+        // What it is now: the row this run writes (the other entries' rows are unchanged).
         let mut entries = match &recorded {
             Some(value) => decode(PENDING, pending, LINK_WAS, Some(value), decode_pending)?,
             None => BTreeMap::new(),
         };
-        for (target, current) in targets {
-            entries.entry(target).or_insert(current.as_deref());
+        for (target, current, want) in targets {
+            let now = Now::Is(*want);
+            entries.entry(target).and_modify(|e| e.now = now).or_insert(Entry { was: current.as_deref(), now });
         }
         txn.set_str(PENDING, pending, LINK_WAS, &encode_pending(entries))?;
         txn.notify_weak(PENDING, site.as_bytes(), LINK_DIRTY)?;
@@ -150,16 +167,16 @@ fn destination(target: &str, canonical: Option<String>) -> String {
 /// The site run: forwards every pending entry of `site`.
 fn forward_site(txn: &mut impl Txn, site_key: &str) -> Result<()> {
     let rows = scan_prefix(txn, PENDING, site_key, LINK_WAS)?;
-    // Per target, its entries: (source, what the inlink was when last forwarded).
-    let mut entries: BTreeMap<&str, Vec<(&str, Option<&str>)>> = BTreeMap::new();
+    // Per target, its entries: (source, what the inlink was when last forwarded and is now).
+    let mut entries: BTreeMap<&str, Vec<(&str, Entry<'_>)>> = BTreeMap::new();
     for (source, value) in &rows {
         let row = join_row(site_key, source);
-        for (target, was) in decode(PENDING, &row, LINK_WAS, Some(value), decode_pending)? {
+        for (target, entry) in decode(PENDING, &row, LINK_WAS, Some(value), decode_pending)? {
             if site(target) != site_key {
                 let e = format!("target {target:?} is not on the site {site_key:?} of the row");
                 return Err(bad_cell(PENDING, &row, LINK_WAS, e));
             }
-            entries.entry(target).or_default().push((source, was));
+            entries.entry(target).or_default().push((source, entry));
         }
     }
     let pages: Vec<Cell> =
@@ -168,12 +185,24 @@ fn forward_site(txn: &mut impl Txn, site_key: &str) -> Result<()> {
     for chunk in pages.chunks(PAGE) {
         page_values.extend(txn.get_many(chunk)?);
     }
-    let inlinks: Vec<Vec<u8>> =
-        entries.iter().flat_map(|(t, list)| list.iter().map(|(source, _)| join_row(t, source))).collect();
-    let now = get_column(txn, INLINKS, inlinks.iter().map(Vec::as_slice), LINK_ANCHOR)?;
-    // Both in the order of `entries`: two page cells per target, one inlink per entry.
+    // An entry holds its inlink row's value (written with it); only an entry written by an
+    // earlier version, without it, has the row read.
+    let unrecorded: Vec<Vec<u8>> = entries
+        .iter()
+        .flat_map(|(t, list)| {
+            list.iter().filter(|(_, e)| e.now == Now::Unrecorded).map(|(source, _)| join_row(t, source))
+        })
+        .collect();
+    let read = get_column(txn, INLINKS, unrecorded.iter().map(Vec::as_slice), LINK_ANCHOR)?;
+    let read: Vec<Option<String>> = unrecorded
+        .iter()
+        .zip(read)
+        .map(|(row, value)| value.map(|v| text(INLINKS, row, LINK_ANCHOR, v)).transpose())
+        .collect::<Result<_>>()?;
+    // Both in the order of `entries`: two page cells per target, one read row per unrecorded
+    // entry.
     let mut page_values = page_values.into_iter();
-    let mut now = inlinks.iter().zip(now);
+    let mut read = read.iter();
 
     let mut deltas = Deltas::new();
     for (target, list) in &entries {
@@ -183,11 +212,14 @@ fn forward_site(txn: &mut impl Txn, site_key: &str) -> Result<()> {
         // The summary's change: the current rows in, what was counted out.
         let mut change: BTreeMap<String, i64> = BTreeMap::new();
         let mut inlinks_change = 0i64;
-        for ((_, was), (row, value)) in list.iter().zip(&mut now) {
-            let value = value.map(|v| text(INLINKS, row, LINK_ANCHOR, v)).transpose()?;
-            add_anchors(&mut change, value.as_deref(), 1);
-            add_anchors(&mut change, *was, -1);
-            inlinks_change += i64::from(value.is_some()) - i64::from(was.is_some());
+        for (_, entry) in list {
+            let now = match entry.now {
+                Now::Is(now) => now,
+                Now::Unrecorded => read.next().expect("a row read for every unrecorded entry").as_deref(),
+            };
+            add_anchors(&mut change, now, 1);
+            add_anchors(&mut change, entry.was, -1);
+            inlinks_change += i64::from(now.is_some()) - i64::from(entry.was.is_some());
         }
         let new = summary_plus(target, old.as_ref(), &change, inlinks_change)?;
         let new = new.map(|(inlinks, terms)| Fwd { dest: destination(target, canonical), inlinks, terms });
@@ -460,8 +492,8 @@ mod tests {
         assert_eq!(rows(&store, INLINKS, LINK_ANCHOR), want);
         // One pending row per site, an entry per changed target.
         let pending = [
-            (&*format!("{A} http://s/p"), &*format!("{ax}\t-\n{ay}\t-\n")),
-            (&*format!("{B} http://s/p"), &*format!("{bz}\t-\n")),
+            (&*format!("{A} http://s/p"), &*format!("{ax}\t-\t+one two words\n{ay}\t-\t+\n")),
+            (&*format!("{B} http://s/p"), &*format!("{bz}\t-\t+\n")),
         ];
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&pending));
         assert_eq!(store.get_str(PAGES, "http://s/p", LINK_OUT), Some(format!("{ax}\n{ay}\n{bz}\n")));
@@ -485,11 +517,13 @@ mod tests {
         );
         assert_eq!(store.get_str(PAGES, "s:p", LINK_OUT).as_deref(), Some("t:a\nt:c\nt:d\n"));
         assert_eq!(take_notified(&store, LINK_DIRTY), ["t:b", "t:c", "t:d"], "t:a's row did not change");
-        let want = [("t:b s:p", "t:b\t+b\n"), ("t:c s:p", "t:c\t+c\n"), ("t:d s:p", "t:d\t-\n")];
+        let want = [("t:b s:p", "t:b\t+b\t-\n"), ("t:c s:p", "t:c\t+c\t+new\n"), ("t:d s:p", "t:d\t-\t+d\n")];
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&want));
 
-        // Changed again before forwarding: the entries still say what was forwarded.
+        // Changed again before forwarding: the entries still say what was forwarded, and
+        // what the rows are now.
         links(&store, "s:p", &[("t:a", "a"), ("t:c", "newer")]);
+        let want = [("t:b s:p", "t:b\t+b\t-\n"), ("t:c s:p", "t:c\t+c\t+newer\n"), ("t:d s:p", "t:d\t-\t-\n")];
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&want));
         assert_eq!(take_notified(&store, LINK_DIRTY), ["t:c", "t:d"]);
 
@@ -499,8 +533,12 @@ mod tests {
         assert_eq!(rows(&store, INLINKS, LINK_ANCHOR), strs(&[("t:a s:q", "qa")]));
         assert_eq!(store.get(PAGES, "s:p", LINK_OUT), None);
         assert_eq!(take_notified(&store, LINK_DIRTY), ["t:a", "t:c"]);
-        let want =
-            [("t:a s:p", "t:a\t+a\n"), ("t:b s:p", "t:b\t+b\n"), ("t:c s:p", "t:c\t+c\n"), ("t:d s:p", "t:d\t-\n")];
+        let want = [
+            ("t:a s:p", "t:a\t+a\t-\n"),
+            ("t:b s:p", "t:b\t+b\t-\n"),
+            ("t:c s:p", "t:c\t+c\t-\n"),
+            ("t:d s:p", "t:d\t-\t-\n"),
+        ];
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&want));
         for site in ["t:a", "t:b", "t:c", "t:d"] {
             forward(&store, site);
@@ -519,13 +557,29 @@ mod tests {
         // x changes, y is new: one row with both; x changes again, y goes: the entries stay.
         links(&store, "http://s/p", &[(ax, "x2"), (ay, "y")]);
         links(&store, "http://s/p", &[(ax, "x3")]);
-        let want = format!("{ax}\t+x\n{ay}\t-\n");
+        let want = format!("{ax}\t+x\t+x3\n{ay}\t-\t-\n");
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&[(&format!("{A} http://s/p"), &want)]));
         assert_eq!(take_notified(&store, LINK_DIRTY), [A]);
         forward(&store, A);
         let x = |term: &str| format!("{term} {ax}");
         assert_eq!(counts(&store), strs(&[(&format!(" {ax}"), "1"), (&x("x3"), "1")]));
         assert_eq!(store.get(PAGES, ay, FWD_TO), None, "added and removed before forwarding");
+    }
+
+    #[test]
+    fn a_first_inversion_reads_no_inlink_row() {
+        let store = store();
+        let (ax, ay, bz, aw) = ("http://a.example/x", "http://a.example/y", "http://b.example/z", "http://a.example/w");
+        store.put(PAGES, "s:p", DOC_LINKS, format!("{ax}\tx\n{ay}\ty\n{bz}\tz\n"));
+        // doc:links, link:out, the pending rows of the two sites; no inlink row (link:out lists
+        // none). Written: three inlinks, two pending rows, link:out.
+        let (read, written) = cost(&store, &store.notification(PAGES, "s:p", DOC_LINKS));
+        assert_eq!((read, written), (4, 6));
+        // A later run reads the rows link:out lists, and only those: not the new target's.
+        store.observe::<LinkInversion>(&store.notification(PAGES, "s:p", DOC_LINKS)).unwrap();
+        store.put(PAGES, "s:p", DOC_LINKS, format!("{ax}\tx\n{aw}\tw\n"));
+        let (read, _) = cost(&store, &store.notification(PAGES, "s:p", DOC_LINKS));
+        assert_eq!(read, 2 + 3 + 2, "doc:links and link:out, the three listed rows, two pending rows");
     }
 
     #[test]
@@ -645,7 +699,11 @@ mod tests {
         let at_a = [(" t:a", "2"), ("anchors t:a", "1"), ("query t:a", "1")];
         assert_eq!(counts(&store), strs(&at_a));
         assert_eq!(store.get_str(PAGES, "t:a", FWD_TO).as_deref(), Some("t:a\n2\nanchors\t1\nquery\t1\n"));
-        assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&[("t:ab s:q", "t:ab\t-\n")]), "t:ab's is not t:a's");
+        assert_eq!(
+            rows(&store, PENDING, LINK_WAS),
+            strs(&[("t:ab s:q", "t:ab\t-\t+not mine\n")]),
+            "t:ab's is not t:a's"
+        );
 
         // Its cluster gets another canonical: the summary moves.
         store.put(PAGES, "t:a", CLUSTER_CANONICAL, "c:x");
@@ -744,10 +802,33 @@ mod tests {
         let written: Vec<usize> = costs(10).iter().map(|(_, w)| *w).collect();
         assert_eq!(written, [3, 5, 3, 4, 3, 5]);
         // Reads. Inverting: doc:links, link:out, the inlink, the pending row. Forwarding: the
-        // pending row (and the empty page after it), fwd:to and the canonical, the inlink, the
-        // counts it changes (three, two, three).
+        // pending row (and the empty page after it), fwd:to and the canonical, the counts it
+        // changes (three, two, three); not the inlink, which the pending entry holds.
         let read: Vec<usize> = costs(10).iter().map(|(r, _)| *r).collect();
-        assert_eq!(read, [4, 8, 4, 7, 4, 8]);
+        assert_eq!(read, [4, 7, 4, 6, 4, 7]);
+    }
+
+    #[test]
+    fn entries_of_an_earlier_version_have_their_inlink_read() {
+        // Pending rows written before entries held the inlink's value: `now` unrecorded, so
+        // the site run reads the rows (t:b's entry, beside them, holds it).
+        let store = store();
+        store.put(INLINKS, "t:a s:p", LINK_ANCHOR, "paper");
+        store.put(INLINKS, "t:b s:p", LINK_ANCHOR, "blue");
+        store.put(PENDING, "t:a s:p", LINK_WAS, "t:a\t-\n");
+        store.put(PENDING, "t:b s:p", LINK_WAS, "t:b\t-\t+blue\n");
+        store.put(INLINKS, "t:a s:q", LINK_ANCHOR, "query");
+        store.put(PENDING, "t:a s:q", LINK_WAS, "t:a\t-\n");
+        let (read, _) = cost(&store, &site_dirty("t:a"));
+        // The two pending rows (and the empty page after them), fwd:to and the canonical, the
+        // two inlink rows of the unrecorded entries, the three counts ("paper", "query", the
+        // length).
+        assert_eq!(read, 10);
+        forward(&store, "t:a");
+        forward(&store, "t:b");
+        let want = [(" t:a", "2"), (" t:b", "1"), ("blue t:b", "1"), ("paper t:a", "1"), ("query t:a", "1")];
+        assert_eq!(counts(&store), strs(&want));
+        assert!(rows(&store, PENDING, LINK_WAS).is_empty());
     }
 
     #[test]
