@@ -111,6 +111,7 @@ pub mod backends {
 pub use bigtable::{CellRef, StorageFailure};
 pub use changes::{Change, ChangePage, ChangeToken, MAX_CHANGES_PER_PAGE, Subscription};
 pub use combine::{CombineOp, CombineSpec, CombineType, Delta, FOLDER};
+pub use commit::ONE_PHASE_MAX_ROWS;
 pub use conflicts::{
     CONFLICT_AGING, CONFLICT_BACKOFF, CONFLICT_BACKOFF_MAX, HOT_CELLS_PER_MINUTE, HOT_ROWS_MINUTES, HotRow, RunOutcomes,
 };

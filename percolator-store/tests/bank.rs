@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use common::*;
-use percolator_store::{Error, Store, StoreConfig};
+use percolator_store::{Error, ONE_PHASE_MAX_ROWS, Store, StoreConfig};
 
 const ACCOUNTS: u64 = 8;
 const INITIAL: u64 = 1000;
@@ -166,6 +166,37 @@ fn transactions_on_an_exclusive_backend_use_one_phase_commit() {
     let t = store.begin().unwrap();
     for i in 0..5 {
         assert_eq!(get_u64(&t, "bank", &account(i), "bal:data").unwrap(), 10);
+    }
+}
+
+/// A transaction of [`ONE_PHASE_MAX_ROWS`] rows commits in one step (one round holds them
+/// all); one row more prewrites. Prints how long the largest one-phase commit held its round.
+#[test]
+fn the_largest_one_phase_commit_and_the_smallest_two_phase_one() {
+    let dir = TempDir::new("1pc-largest");
+    let store = redb_store(&dir, StoreConfig::default());
+    for (rows, one_phase) in [(ONE_PHASE_MAX_ROWS, 1), (ONE_PHASE_MAX_ROWS + 1, 0)] {
+        let before = store.metrics();
+        let started = std::time::Instant::now();
+        store
+            .run(|t| {
+                for i in 0..rows {
+                    set_u64(t, "wide", &format!("row{i:06}"), "n:data", rows as u64)?;
+                }
+                Ok(())
+            })
+            .unwrap();
+        println!("{rows} rows: committed in {:?}", started.elapsed());
+        let m = store.metrics();
+        assert_eq!(
+            (m.commits - before.commits, m.one_pc_commits - before.one_pc_commits),
+            (1, one_phase),
+            "{rows} rows"
+        );
+        let t = store.begin().unwrap();
+        for i in [0, rows / 2, rows - 1] {
+            assert_eq!(get_u64(&t, "wide", &format!("row{i:06}"), "n:data").unwrap(), rows as u64);
+        }
     }
 }
 
