@@ -289,7 +289,7 @@ fn one_phase_applies(inner: &Inner, rows: &[RowWrites]) -> bool {
 /// group in one group-commit round, so its rows' conditions and writes hold that round (and
 /// every committer queued behind it) for as long as they take; a two-phase commit of the same
 /// rows does more work in all (a lock and staged data per cell, written, then removed), but
-/// in rounds of [`SECONDARY_BATCH`] rows. `docs/design.md`, "One-phase commit".
+/// in rounds of 1,024 rows. `docs/design.md`, "One-phase commit".
 pub const ONE_PHASE_MAX_ROWS: usize = 8 * SECONDARY_BATCH;
 
 /// One atomic step: check every written cell for conflicts and write the commit records

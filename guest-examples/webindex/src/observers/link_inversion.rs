@@ -102,7 +102,7 @@ fn invert(txn: &mut impl Txn, source: &str) -> Result<()> {
     // (a new page's run reads no inlink row).
     let listed: Vec<&[u8]> =
         targets.values().zip(&rows).filter(|((_, listed), _)| *listed).map(|(_, r)| r.as_slice()).collect();
-    let mut read = get_column(txn, INLINKS, listed.into_iter(), LINK_ANCHOR)?.into_iter();
+    let mut read = get_column(txn, INLINKS, listed, LINK_ANCHOR)?.into_iter();
     // The changed targets by site, each with what its inlink is before this run and after.
     type Changed<'a> = Vec<(&'a str, Option<String>, Option<&'a str>)>;
     let mut changed: BTreeMap<&str, Changed<'_>> = BTreeMap::new();
