@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 
-/// Upper bound of ops in one underlying commit (bounds the write transaction's size).
+/// Upper bound of ops in one underlying commit (bounds the write transaction's size), but for
+/// one caller's work larger than it (a one-phase commit of up to `ONE_PHASE_MAX_ROWS`, 8,192
+/// rows, is one atomic group): a round takes such work alone.
 const MAX_BATCH_OPS: usize = 4096;
 
 /// What one caller submits: its size counts against [`MAX_BATCH_OPS`].

@@ -178,10 +178,19 @@ struct FenceState {
     range_waiters: u32,
 }
 
-/// An entry's rows: their keys (`key::row_prefix`) and the hash of each.
+/// An entry's rows: their keys (`key::row_prefix`, sorted) and the hash of each.
 struct Fenced {
     hashes: Vec<u64>,
     keys: Vec<Vec<u8>>,
+}
+
+impl Fenced {
+    /// Whether a row key in `[lo, hi)` is among these (`hi = None`: unbounded): one binary
+    /// search of the sorted keys.
+    fn holds_in(&self, lo: &[u8], hi: Option<&[u8]>) -> bool {
+        let first = self.keys.partition_point(|k| k.as_slice() < lo);
+        self.keys.get(first).is_some_and(|k| hi.is_none_or(|hi| k.as_slice() < hi))
+    }
 }
 
 /// The entries holding the rows of one hash: nearly always one.
@@ -257,7 +266,11 @@ impl OnePcFence {
 
     /// Fences the rows of `row_keys` (`key::row_prefix` each); returns the entry's number, for
     /// [`OnePcFence::exit`].
-    pub(crate) fn enter(&self, row_keys: Vec<Vec<u8>>) -> u64 {
+    pub(crate) fn enter(&self, mut row_keys: Vec<Vec<u8>>) -> u64 {
+        // Sorted for the range waits (a commit's rows come sorted: nothing to do then).
+        if !row_keys.is_sorted() {
+            row_keys.sort_unstable();
+        }
         let hashes: Vec<u64> = row_keys.iter().map(|k| self.row_hash(k)).collect();
         let mut state = self.lock();
         let number = self.entered.fetch_add(1, Ordering::SeqCst) + 1;
@@ -344,10 +357,9 @@ impl OnePcFence {
 
     #[cold]
     fn wait_slow(&self, lo: &[u8], hi: Option<&[u8]>, upto: u64) {
-        let inside = |k: &Vec<u8>| k.as_slice() >= lo && hi.is_none_or(|hi| k.as_slice() < hi);
         let mut state = self.lock();
         let mut hurried = false;
-        while state.entries.range(..=upto).any(|(_, fenced)| fenced.keys.iter().any(inside)) {
+        while state.entries.range(..=upto).any(|(_, fenced)| fenced.holds_in(lo, hi)) {
             if !std::mem::replace(&mut hurried, true) {
                 (self.hurry)();
             }
@@ -768,6 +780,9 @@ mod tests {
         (rx.recv_timeout(within).is_ok(), t)
     }
 
+    /// How long a wait that must end is given (generous: the machine may be busy).
+    const ENDS: Duration = Duration::from_secs(5);
+    /// How long a wait that must go on is watched.
     const SOON: Duration = Duration::from_millis(200);
 
     #[test]
@@ -782,15 +797,15 @@ mod tests {
 
         // Rows no entry holds, and an entry after the reader's bound: no wait.
         let g = f.clone();
-        let (done, t) = returns_within(SOON, move || g.wait_row(&key::row_prefix("t", b"z"), upto));
+        let (done, t) = returns_within(ENDS, move || g.wait_row(&key::row_prefix("t", b"z"), upto));
         assert!(done, "a row nobody fenced");
         t.join().unwrap();
         let g = f.clone();
-        let (done, t) = returns_within(SOON, move || g.wait_row(&key::row_prefix("t", b"c"), upto));
+        let (done, t) = returns_within(ENDS, move || g.wait_row(&key::row_prefix("t", b"c"), upto));
         assert!(done, "a row fenced after the reader's bound");
         t.join().unwrap();
         let g = f.clone();
-        let (done, t) = returns_within(SOON, move || g.wait(&key::row_prefix("t", b"c"), None, upto));
+        let (done, t) = returns_within(ENDS, move || g.wait(&key::row_prefix("t", b"c"), None, upto));
         assert!(done, "a range holding only rows fenced after the bound");
         t.join().unwrap();
 
@@ -809,6 +824,36 @@ mod tests {
         assert_eq!(f.lock().entries.len(), 1);
         f.exit(second);
         assert_eq!((f.count.load(Ordering::SeqCst), f.exits(), f.lock().rows.len()), (0, 2, 0));
+    }
+
+    /// The slot of one hash: rows of two entries that hash alike share it, and it empties
+    /// only when both left (an entry holding two rows of one hash is in it twice).
+    #[test]
+    fn a_slot_holds_every_entry_of_its_hash() {
+        let mut h = Holders::One(3);
+        assert!(h.any_upto(3) && !h.any_upto(2));
+        h.add(5);
+        h.add(5);
+        assert!(!h.remove(3), "5 still holds it");
+        assert!(!h.any_upto(4) && h.any_upto(5));
+        assert!(!h.remove(5), "5 held it twice");
+        assert!(h.remove(5));
+        assert!(Holders::One(7).remove(7));
+        assert!(!Holders::One(7).remove(8), "another entry's number changes nothing");
+    }
+
+    #[test]
+    fn a_range_wait_finds_a_fenced_row_by_its_entry_s_sorted_keys() {
+        let fenced = Fenced { hashes: vec![], keys: vec![b"b".to_vec(), b"d".to_vec(), b"f".to_vec()] };
+        assert!(fenced.holds_in(b"a", Some(b"c")));
+        assert!(fenced.holds_in(b"d", Some(b"e")));
+        assert!(!fenced.holds_in(b"c", Some(b"d")), "the bound is excluded");
+        assert!(!fenced.holds_in(b"g", None));
+        assert!(fenced.holds_in(b"e", None));
+        // Unsorted keys are sorted as they enter.
+        let f = fence();
+        let n = f.enter(vec![key::row_prefix("t", b"z"), key::row_prefix("t", b"a")]);
+        assert!(f.lock().entries[&n].keys.is_sorted());
     }
 
     #[test]

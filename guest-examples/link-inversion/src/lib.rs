@@ -7,8 +7,8 @@
 //!   `inlinks/"T P"/link:anchor` holds the anchors; rows of targets no longer linked to are
 //!   deleted (the page's `link:out` records the targets). Each inlink row written or deleted
 //!   gets an entry in `pending/"<site of T> P"/link:was` (what it was when last forwarded,
-//!   kept if already pending): one pending row per page and site, and one weak notification
-//!   of the site's `pending/<site>/link:dirty`.
+//!   kept if already pending, and what it is now): one pending row per page and site, and one
+//!   weak notification of the site's `pending/<site>/link:dirty`.
 //! - `pending/link:dirty` (weak, a **site run**) and `pages/cluster:canonical` (strong, a
 //!   **target run**) (**forwarding**): a URL `T` with inlinks forwards them to `C`, its
 //!   `cluster:canonical` (or `T` itself), recorded in `fwd:to(T)` with `T`'s summary (inlink

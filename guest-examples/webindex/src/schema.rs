@@ -156,6 +156,11 @@ pub fn decode_links(value: &str) -> Result<Vec<Link>, String> {
                 let start: String = target.chars().take(40).collect();
                 return Err(format!("link target {start:?}… is {} bytes, longer than {MAX_URL_BYTES}", target.len()));
             }
+            if anchor.contains('\t') {
+                // The document processor collapses whitespace; the pending entries separate
+                // what an inlink was and is with a tab.
+                return Err(format!("the anchor of the link to {target:?} contains a tab"));
+            }
             Ok(Link { target: target.to_owned(), anchor: anchor.to_owned() })
         })
         .collect()
@@ -237,17 +242,23 @@ pub struct Entry<'a> {
     pub now: Now<'a>,
 }
 
+/// Marks an entry that holds what its inlink is now: `target\tv2\t<was>\t<now>`. A version
+/// before it reads the marker as a malformed *was* and fails the run, naming the cell, rather
+/// than taking `v2\t…` for anchors (its decoder split a line at its first tab only).
+const ENTRY_V2: &str = "v2";
+
 /// `pending/"<site> <source>"/link:was`: one line per target on the site whose inlink from the
-/// source changed since it was last forwarded, `target\t`, [`encode_was`] of what the inlink
-/// was then, `\t` and the same of what it is now, sorted by target. (Anchors hold no tab: the
-/// links they come from are tab-separated. An entry of an earlier version has no `now`.)
+/// source changed since it was last forwarded: `target\t`, [`ENTRY_V2`], `\t`, [`encode_was`]
+/// of what the inlink was then, `\t` and the same of what it is now; sorted by target.
+/// (Anchors hold no tab: [`decode_links`] refuses one. An entry of an earlier version is
+/// `target\t<was>`: what it is now is not recorded.)
 ///
 /// ```
 /// use webindex::schema::{Entry, Now, decode_pending, encode_pending};
 /// let x = Entry { was: Some("docs"), now: Now::Is(Some("guide")) };
 /// let y = Entry { was: None, now: Now::Is(None) };
 /// let value = encode_pending([("http://a/x", x), ("http://a/y", y)]);
-/// assert_eq!(value, "http://a/x\t+docs\t+guide\nhttp://a/y\t-\t-\n");
+/// assert_eq!(value, "http://a/x\tv2\t+docs\t+guide\nhttp://a/y\tv2\t-\t-\n");
 /// assert_eq!(decode_pending(&value).unwrap()["http://a/y"], y);
 /// assert_eq!(decode_pending("http://a/z\t+old\n").unwrap()["http://a/z"].now, Now::Unrecorded);
 /// ```
@@ -256,10 +267,15 @@ pub fn encode_pending<'a>(entries: impl IntoIterator<Item = (&'a str, Entry<'a>)
     for (target, entry) in entries {
         out.push_str(target);
         out.push('\t');
-        out.push_str(&encode_was(entry.was));
-        if let Now::Is(now) = entry.now {
-            out.push('\t');
-            out.push_str(&encode_was(now));
+        match entry.now {
+            Now::Is(now) => {
+                out.push_str(ENTRY_V2);
+                out.push('\t');
+                out.push_str(&encode_was(entry.was));
+                out.push('\t');
+                out.push_str(&encode_was(now));
+            }
+            Now::Unrecorded => out.push_str(&encode_was(entry.was)),
         }
         out.push('\n');
     }
@@ -275,14 +291,16 @@ pub fn decode_pending(value: &str) -> Result<BTreeMap<&str, Entry<'_>>, String> 
         if target.is_empty() || target.contains(char::is_whitespace) {
             return Err(format!("target {target:?} is empty or contains whitespace"));
         }
-        let entry = match rest.split_once('\t') {
-            Some((was, now)) => Entry {
-                was: decode_was(was).map_err(|e| format!("target {target:?}: {e}"))?,
-                now: Now::Is(decode_was(now).map_err(|e| format!("target {target:?}, now: {e}"))?),
-            },
-            None => {
-                Entry { was: decode_was(rest).map_err(|e| format!("target {target:?}: {e}"))?, now: Now::Unrecorded }
+        let was = |v| decode_was(v).map_err(|e| format!("target {target:?}: {e}"));
+        let entry = match rest.strip_prefix(ENTRY_V2).and_then(|r| r.strip_prefix('\t')) {
+            Some(fields) => {
+                let (before, now) = fields
+                    .split_once('\t')
+                    .ok_or_else(|| format!("target {target:?}: {fields:?} is not what was, a tab, and what is now"))?;
+                let now = decode_was(now).map_err(|e| format!("target {target:?}, now: {e}"))?;
+                Entry { was: was(before)?, now: Now::Is(now) }
             }
+            None => Entry { was: was(rest)?, now: Now::Unrecorded },
         };
         if out.insert(target, entry).is_some() {
             return Err(format!("target {target:?} has two entries"));
@@ -476,7 +494,7 @@ mod tests {
         assert_eq!(site("http://a.example"), "http://a.example");
         assert_eq!(site("mailto:x"), "mailto:x");
 
-        let value = "t:a\t+one two\t+one\nt:b\t-\t+\nt:c\t+gone\t-\n";
+        let value = "t:a\tv2\t+one two\t+one\nt:b\tv2\t-\t+\nt:c\tv2\t+gone\t-\n";
         let entries = decode_pending(value).unwrap();
         let entry = |was, now| Entry { was, now: Now::Is(now) };
         let want = [
@@ -487,7 +505,7 @@ mod tests {
         assert_eq!(entries, want.into());
         assert_eq!(encode_pending(entries), value);
         // Entries of an earlier version (no `now`), also beside new ones.
-        let old = "t:a\t+one two\nt:b\t-\t-\n";
+        let old = "t:a\t+one two\nt:b\tv2\t-\t-\n";
         let entries = decode_pending(old).unwrap();
         assert_eq!(entries["t:a"], Entry { was: Some("one two"), now: Now::Unrecorded });
         assert_eq!(entries["t:b"], entry(None, None));
@@ -495,8 +513,12 @@ mod tests {
         assert!(decode_pending("").unwrap_err().contains("no entries"));
         assert!(decode_pending("t:a\t-\nt:a\t+x\n").unwrap_err().contains("two entries"));
         assert!(decode_pending("t:a\tx\n").unwrap_err().contains("neither"));
-        assert!(decode_pending("t:a\t-\tx\n").unwrap_err().contains("now: \"x\" is neither"));
-        assert!(decode_pending("t:a\t-\t-\t-\n").unwrap_err().contains("now"));
+        assert!(decode_pending("t:a\tv2\t-\tx\n").unwrap_err().contains("now: \"x\" is neither"));
+        assert!(decode_pending("t:a\tv2\t-\t-\t-\n").unwrap_err().contains("now"));
+        assert!(decode_pending("t:a\tv2\t-\n").unwrap_err().contains("not what was, a tab, and what is now"));
+        // What a version before the marker made of a new entry: a malformed *was*, not anchors.
+        assert!(decode_was("v2\t+x\t+y").unwrap_err().contains("neither"));
+        assert!(decode_links("t:a\tone\ttwo\n").unwrap_err().contains("contains a tab"));
         assert!(decode_pending("t:a\n").is_err());
 
         let fwd = Fwd { dest: "t:c".into(), inlinks: 3, terms: BTreeMap::new() };

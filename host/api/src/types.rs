@@ -868,8 +868,9 @@ pub struct BindingReport {
     /// before the first run).
     pub mean_run_ms: Option<f64>,
     /// CPU time of the runs, seconds, over the store's life like `runs` (from the version that
-    /// saves it on): of the thread that ran each, from the call of the component to its
-    /// return (the guest, its reads and writes; not the commit after it). Where a pipeline's
+    /// saves it on): of the thread that ran each, from taking a warm instance (or making one)
+    /// to putting it back — the guest, its reads and writes, its output logged; not the commit
+    /// after it. Where a pipeline's
     /// CPU goes, observer by observer. `/metrics`: `percolator_observer_run_cpu_seconds_total`.
     #[serde(default)]
     pub run_cpu_s: f64,

@@ -445,8 +445,9 @@ pub struct RunTotals {
     pub failures: u64,
     /// Wall-clock time spent in runs.
     pub run_time: Duration,
-    /// CPU time spent in runs: of the thread that ran each (the guest, its reads and writes,
-    /// not the commit that follows the run).
+    /// CPU time spent in runs: of the thread that ran each, from taking a warm instance (or
+    /// making one) to putting it back (the guest, its reads and writes, its output logged; not
+    /// the commit that follows the run).
     pub cpu_time: Duration,
     /// Runs per bucket of [`RUN_TIME_BUCKETS`] (not cumulative; the last bucket holds the runs
     /// longer than the last bound). Their sum can be below `runs`: runs saved by a version

@@ -136,7 +136,7 @@ pub fn render(store: &Store, host: &HostContext) -> ApiResult<String> {
     e.family(
         "percolator_observer_run_cpu_seconds_total",
         "counter",
-        "CPU time of the observer's runs (its thread's, from the call of its component to its return: the guest, its reads and writes; not the commit), over the store's life.",
+        "CPU time of the observer's runs (its thread's, from taking an instance to putting it back: the guest, its reads and writes; not the commit), over the store's life.",
     );
     for x in b {
         e.sample(

@@ -24,9 +24,8 @@ use crate::text::count_terms;
 /// row it writes or deletes, the pending row of `P` and `T`'s [`site`],
 /// `pending/"<site> P"/link:was`, gets an entry saying what the row was before, unless it has
 /// one for `T` already (kept: what was last forwarded has not changed), and what the row is
-/// now (so that forwarding need not read it); each pending row it
-/// changes or has to keep is written (rewritten unchanged if need be), and its site is weakly
-/// notified on `pending/<site>/link:dirty`, once. `link:out` is written on every run (deleted
+/// now (so that forwarding need not read it); each pending row it changes is written, and its
+/// site is weakly notified on `pending/<site>/link:dirty`, once. `link:out` is written on every run (deleted
 /// when `P` has no links). Its writes are O(links of `P`), whatever the targets' inlink counts,
 /// and one pending row and one notification per site its changed targets are on.
 ///
@@ -492,8 +491,8 @@ mod tests {
         assert_eq!(rows(&store, INLINKS, LINK_ANCHOR), want);
         // One pending row per site, an entry per changed target.
         let pending = [
-            (&*format!("{A} http://s/p"), &*format!("{ax}\t-\t+one two words\n{ay}\t-\t+\n")),
-            (&*format!("{B} http://s/p"), &*format!("{bz}\t-\t+\n")),
+            (&*format!("{A} http://s/p"), &*format!("{ax}\tv2\t-\t+one two words\n{ay}\tv2\t-\t+\n")),
+            (&*format!("{B} http://s/p"), &*format!("{bz}\tv2\t-\t+\n")),
         ];
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&pending));
         assert_eq!(store.get_str(PAGES, "http://s/p", LINK_OUT), Some(format!("{ax}\n{ay}\n{bz}\n")));
@@ -517,13 +516,15 @@ mod tests {
         );
         assert_eq!(store.get_str(PAGES, "s:p", LINK_OUT).as_deref(), Some("t:a\nt:c\nt:d\n"));
         assert_eq!(take_notified(&store, LINK_DIRTY), ["t:b", "t:c", "t:d"], "t:a's row did not change");
-        let want = [("t:b s:p", "t:b\t+b\t-\n"), ("t:c s:p", "t:c\t+c\t+new\n"), ("t:d s:p", "t:d\t-\t+d\n")];
+        let want =
+            [("t:b s:p", "t:b\tv2\t+b\t-\n"), ("t:c s:p", "t:c\tv2\t+c\t+new\n"), ("t:d s:p", "t:d\tv2\t-\t+d\n")];
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&want));
 
         // Changed again before forwarding: the entries still say what was forwarded, and
         // what the rows are now.
         links(&store, "s:p", &[("t:a", "a"), ("t:c", "newer")]);
-        let want = [("t:b s:p", "t:b\t+b\t-\n"), ("t:c s:p", "t:c\t+c\t+newer\n"), ("t:d s:p", "t:d\t-\t-\n")];
+        let want =
+            [("t:b s:p", "t:b\tv2\t+b\t-\n"), ("t:c s:p", "t:c\tv2\t+c\t+newer\n"), ("t:d s:p", "t:d\tv2\t-\t-\n")];
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&want));
         assert_eq!(take_notified(&store, LINK_DIRTY), ["t:c", "t:d"]);
 
@@ -534,10 +535,10 @@ mod tests {
         assert_eq!(store.get(PAGES, "s:p", LINK_OUT), None);
         assert_eq!(take_notified(&store, LINK_DIRTY), ["t:a", "t:c"]);
         let want = [
-            ("t:a s:p", "t:a\t+a\t-\n"),
-            ("t:b s:p", "t:b\t+b\t-\n"),
-            ("t:c s:p", "t:c\t+c\t-\n"),
-            ("t:d s:p", "t:d\t-\t-\n"),
+            ("t:a s:p", "t:a\tv2\t+a\t-\n"),
+            ("t:b s:p", "t:b\tv2\t+b\t-\n"),
+            ("t:c s:p", "t:c\tv2\t+c\t-\n"),
+            ("t:d s:p", "t:d\tv2\t-\t-\n"),
         ];
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&want));
         for site in ["t:a", "t:b", "t:c", "t:d"] {
@@ -557,7 +558,7 @@ mod tests {
         // x changes, y is new: one row with both; x changes again, y goes: the entries stay.
         links(&store, "http://s/p", &[(ax, "x2"), (ay, "y")]);
         links(&store, "http://s/p", &[(ax, "x3")]);
-        let want = format!("{ax}\t+x\t+x3\n{ay}\t-\t-\n");
+        let want = format!("{ax}\tv2\t+x\t+x3\n{ay}\tv2\t-\t-\n");
         assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&[(&format!("{A} http://s/p"), &want)]));
         assert_eq!(take_notified(&store, LINK_DIRTY), [A]);
         forward(&store, A);
@@ -580,6 +581,33 @@ mod tests {
         store.put(PAGES, "s:p", DOC_LINKS, format!("{ax}\tx\n{aw}\tw\n"));
         let (read, _) = cost(&store, &store.notification(PAGES, "s:p", DOC_LINKS));
         assert_eq!(read, 2 + 3 + 2, "doc:links and link:out, the three listed rows, two pending rows");
+    }
+
+    #[test]
+    fn an_entry_of_an_earlier_version_is_kept_then_upgraded_by_the_inverter() {
+        let store = store();
+        let (ax, ay) = ("http://a.example/x", "http://a.example/y");
+        links(&store, "http://s/p", &[(ax, "first")]);
+        forward(&store, A);
+        // s:p's link to x changed under an earlier version: its entry has no `now`.
+        store.put(INLINKS, join_row(ax, "http://s/p"), LINK_ANCHOR, "second");
+        store.put(PAGES, "http://s/p", DOC_LINKS, format!("{ax}\tsecond\n"));
+        let row = format!("{A} http://s/p");
+        store.put(PENDING, &row, LINK_WAS, format!("{ax}\t+first\n"));
+        // A new link to y on the same site: x's entry is kept as it is, y's is added.
+        links(&store, "http://s/p", &[(ax, "second"), (ay, "why")]);
+        let want = format!("{ax}\t+first\n{ay}\tv2\t-\t+why\n");
+        assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&[(&row, &want)]));
+        // x changes again: its entry keeps what was forwarded and records what it is now.
+        links(&store, "http://s/p", &[(ax, "third"), (ay, "why")]);
+        let want = format!("{ax}\tv2\t+first\t+third\n{ay}\tv2\t-\t+why\n");
+        assert_eq!(rows(&store, PENDING, LINK_WAS), strs(&[(&row, &want)]));
+        forward(&store, A);
+        let x = |term: &str| format!("{term} {ax}");
+        let y = |term: &str| format!("{term} {ay}");
+        let want = [(format!(" {ax}"), "1"), (format!(" {ay}"), "1"), (x("third"), "1"), (y("why"), "1")];
+        let want: Vec<(String, String)> = want.into_iter().map(|(r, v)| (r, v.to_owned())).collect();
+        assert_eq!(counts(&store), want);
     }
 
     #[test]
@@ -701,7 +729,7 @@ mod tests {
         assert_eq!(store.get_str(PAGES, "t:a", FWD_TO).as_deref(), Some("t:a\n2\nanchors\t1\nquery\t1\n"));
         assert_eq!(
             rows(&store, PENDING, LINK_WAS),
-            strs(&[("t:ab s:q", "t:ab\t-\t+not mine\n")]),
+            strs(&[("t:ab s:q", "t:ab\tv2\t-\t+not mine\n")]),
             "t:ab's is not t:a's"
         );
 
@@ -816,7 +844,7 @@ mod tests {
         store.put(INLINKS, "t:a s:p", LINK_ANCHOR, "paper");
         store.put(INLINKS, "t:b s:p", LINK_ANCHOR, "blue");
         store.put(PENDING, "t:a s:p", LINK_WAS, "t:a\t-\n");
-        store.put(PENDING, "t:b s:p", LINK_WAS, "t:b\t-\t+blue\n");
+        store.put(PENDING, "t:b s:p", LINK_WAS, "t:b\tv2\t-\t+blue\n");
         store.put(INLINKS, "t:a s:q", LINK_ANCHOR, "query");
         store.put(PENDING, "t:a s:q", LINK_WAS, "t:a\t-\n");
         let (read, _) = cost(&store, &site_dirty("t:a"));
