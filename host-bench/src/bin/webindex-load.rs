@@ -416,14 +416,7 @@ fn stage_of(name: &str) -> Option<&'static str> {
 /// The CPU seconds this thread has spent (`CLOCK_THREAD_CPUTIME_ID`: nanoseconds, where
 /// `/proc/thread-self/stat` counts 10 ms ticks).
 fn thread_cpu() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec for the call's duration.
-    #[allow(unsafe_code)]
-    let r = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if r != 0 {
-        return 0.0;
-    }
-    ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    percolator_runtime::thread_cpu().as_secs_f64()
 }
 
 /// In the child: the thread CPU of one `batch::compute` over the inputs in `file`.

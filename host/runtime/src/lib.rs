@@ -47,6 +47,7 @@ pub use access::{Access, ColumnRule};
 pub use footprint::Footprint;
 pub use runtime::{
     Compiled, Limits, RECENT_FAILURES, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver,
+    thread_cpu,
 };
 pub use sandbox::{ClockMode, Environment};
 pub use transform::{CompiledTransform, SinkTransform, TRANSFORM_RANDOM_SEED, TransformError};

@@ -81,8 +81,8 @@ impl RunClock {
 }
 
 /// The CPU time this thread has spent (`CLOCK_THREAD_CPUTIME_ID`); zero if unknown, so that
-/// the wall-time bound decides.
-fn thread_cpu() -> Duration {
+/// a run's wall-time bound decides. Also what the benchmarks time a computation with.
+pub fn thread_cpu() -> Duration {
     let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `ts` is a valid, writable timespec for the call's duration.
     #[allow(unsafe_code)]
