@@ -399,18 +399,17 @@ fn timed_batch(inputs: &Inputs) -> Res<(batch::Tables, f64, Vec<f64>)> {
     Ok((tables, thread_cpu() - before, stages))
 }
 
-/// The stage of the batch computation ([`batch::STAGES`]) that binding `name` of
+/// The stage of the batch computation (an index of [`batch::STAGES`]) that binding `name` of
 /// `config/web-index.toml` does incrementally.
-fn stage_of(name: &str) -> Option<&'static str> {
-    let stage = match name {
-        "document-processor" => 0,
-        "clustering-hash" | "clustering-pagerank" => 1,
-        "link-inversion" => 2,
-        "link-forwarding" | "link-forwarding-canonical" => 3,
-        "exporter" => 4,
-        _ => return None,
-    };
-    Some(batch::STAGES[stage])
+fn stage_of(name: &str) -> Option<usize> {
+    match name {
+        "document-processor" => Some(0),
+        "clustering-hash" | "clustering-pagerank" => Some(1),
+        "link-inversion" => Some(2),
+        "link-forwarding" | "link-forwarding-canonical" => Some(3),
+        "exporter" => Some(4),
+        _ => None,
+    }
 }
 
 /// The CPU seconds this thread has spent (`CLOCK_THREAD_CPUTIME_ID`: nanoseconds, where
@@ -844,9 +843,9 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     // Stage by stage, against the runs of the observers doing that stage's work (their CPU in
     // the guest and its reads and writes, not their commits): what the guests and the reads
     // cost beside the native computation.
-    for (stage, runs) in batch::STAGES.iter().zip(&mut stages_s) {
+    for (i, (stage, runs)) in batch::STAGES.iter().zip(&mut stages_s).enumerate() {
         let cpu = median(runs);
-        let observers: f64 = run_cpu.iter().filter(|(name, _)| stage_of(name) == Some(*stage)).map(|(_, c)| c).sum();
+        let observers: f64 = run_cpu.iter().filter(|(name, _)| stage_of(name) == Some(i)).map(|(_, c)| c).sum();
         figure(&format!("batch_stage_cpu_s{{{stage}}}"), format!("{cpu:.3}"));
         figure(&format!("run_cpu_over_batch_stage{{{stage}}}"), format!("{:.1}", observers / cpu));
     }
