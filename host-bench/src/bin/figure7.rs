@@ -46,7 +46,7 @@
 //! ```
 //!
 //! Options: `--pages N` (default 100000), `--rates A,B,…` (percent per simulated hour; default
-//! 1,3,10,30,60,100), `--window H` (simulated hours per rate, default 0.5), `--hour S`
+//! 1,3,10,30,60,100,200,400), `--window H` (simulated hours per rate, default 0.5), `--hour S`
 //! (seconds per simulated hour; default three batch runs), `--seed S` (1), `--out DIR`,
 //! `--guests DIR`, `--config FILE`, `--no-check`. Prints `name value` lines; `#` lines are
 //! comments.
@@ -170,7 +170,7 @@ fn root() -> PathBuf {
 fn parse_args() -> Res<Args> {
     let mut args = Args {
         pages: 100_000,
-        rates: vec![1.0, 3.0, 10.0, 30.0, 60.0, 100.0],
+        rates: vec![1.0, 3.0, 10.0, 30.0, 60.0, 100.0, 200.0, 400.0],
         window: 0.5,
         hour: None,
         seed: 1,
