@@ -7,13 +7,14 @@
 //! round. An uncontended caller therefore pays no thread hand-off, and under contention the
 //! fsync cost is shared.
 //!
-//! Gathering: without help, a round holds only the callers that queued while the previous
-//! round committed — about half of the concurrent callers, since the other half are still
-//! preparing their next operation. So a leader waits, at most as long as the previous commit
-//! took (bounded by [`MAX_GATHER`]), until as many callers have been taken as took part in the
-//! previous round or arrived during it. A lone caller never waits. It waits with the round
-//! open: the work already taken is applied while the others prepare theirs
-//! (`docs/design.md`, "Applying while gathering").
+//! Gathering (where the backend asks for it: rounds with an fsync to share): without help, a
+//! round holds only the callers that queued while the previous round committed — about half
+//! of the concurrent callers, since the other half are still preparing their next operation.
+//! So a leader waits, at most as long as the previous commit took (bounded by
+//! [`MAX_GATHER`]), until as many callers have been taken as took part in the previous round
+//! or arrived during it. A lone caller never waits. It waits with the round open: the work
+//! already taken is applied while the others prepare theirs (`docs/design.md`, "Applying
+//! while gathering").
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -79,6 +80,9 @@ pub(crate) type CommitFn<'a, W, O> = dyn Fn(&mut dyn FnMut() -> Option<W>) -> Re
 
 /// Batches work from concurrent callers into shared commits.
 pub(crate) struct GroupCommit<W, O> {
+    /// Whether a leader gathers (waits for more callers, the module docs' rule): worth it only
+    /// where a round has a fixed cost to share, an fsync.
+    gather: bool,
     queue: Mutex<Queue<W, O>>,
     /// Signalled when a leader finishes, so a waiting caller can take over leadership.
     leader_done: Condvar,
@@ -101,8 +105,15 @@ struct Round<O> {
 }
 
 impl<W: Work, O> GroupCommit<W, O> {
-    pub(crate) fn new() -> GroupCommit<W, O> {
-        GroupCommit { queue: Mutex::new(Queue::default()), leader_done: Condvar::new(), arrived: Condvar::new() }
+    /// A group commit whose leaders gather (`gather`) or close a round as soon as the queue is
+    /// empty.
+    pub(crate) fn new(gather: bool) -> GroupCommit<W, O> {
+        GroupCommit {
+            gather,
+            queue: Mutex::new(Queue::default()),
+            leader_done: Condvar::new(),
+            arrived: Condvar::new(),
+        }
     }
 
     /// Submits `work` and returns its outcome once it is committed. `commit` applies one round
@@ -139,7 +150,7 @@ impl<W: Work, O> GroupCommit<W, O> {
                 taken: Vec::new(),
                 weight: 0,
                 expected: q.expected,
-                deadline: Instant::now() + q.last_commit.min(MAX_GATHER),
+                deadline: Instant::now() + if self.gather { q.last_commit.min(MAX_GATHER) } else { Duration::ZERO },
                 waited: Duration::ZERO,
             });
             // The round is open: a hurry from now on closes it once the queue is empty.
@@ -330,7 +341,7 @@ mod tests {
 
     /// 8 callers × 150 submissions each. Returns, per caller, the answers it got in order.
     fn run(log: &Log) -> Vec<Vec<Answer>> {
-        let group: GroupCommit<u64, (usize, u64)> = GroupCommit::new();
+        let group: GroupCommit<u64, (usize, u64)> = GroupCommit::new(true);
         std::thread::scope(|s| {
             let callers: Vec<_> = (0..8u64)
                 .map(|c| {
@@ -423,7 +434,7 @@ mod tests {
         use std::sync::mpsc;
 
         let refusing = AtomicBool::new(true);
-        let group: GroupCommit<u64, u64> = GroupCommit::new();
+        let group: GroupCommit<u64, u64> = GroupCommit::new(true);
         let commit = |next: &mut dyn FnMut() -> Option<u64>| -> Result<Vec<u64>> {
             if refusing.load(Ordering::SeqCst) {
                 return Err(Error::Storage("refused".into()));

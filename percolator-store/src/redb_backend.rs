@@ -462,13 +462,17 @@ impl RedbBigtable {
         let logging = config.durability == Durability::Fsync && config.redo_log;
         let redo = recover(&db, path, logging).map_err(located)?;
         let base = Base::at_open(&db).map_err(located)?;
+        // A round shares an fsync only at durability fsync; at durability none it costs little
+        // more than its ops, and waiting for more callers only delays them (`docs/design.md`,
+        // "Group commit").
+        let gather = config.durability == Durability::Fsync;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
                 layers: RwLock::new(Layers { active: Mem::default(), frozen: None, frozen_seq: 0, base: Some(base) }),
                 path: path.to_owned(),
                 config,
-                group: GroupCommit::new(),
+                group: GroupCommit::new(gather),
                 commits: AtomicU64::new(0),
                 ops: AtomicU64::new(0),
                 failing: AtomicBool::new(false),
