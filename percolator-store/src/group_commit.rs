@@ -80,9 +80,9 @@ pub(crate) type CommitFn<'a, W, O> = dyn Fn(&mut dyn FnMut() -> Option<W>) -> Re
 
 /// Batches work from concurrent callers into shared commits.
 pub(crate) struct GroupCommit<W, O> {
-    /// Whether a leader gathers (waits for more callers, the module docs' rule): worth it only
-    /// where a round has a fixed cost to share, an fsync.
-    gather: bool,
+    /// The longest a leader gathers (waits for more callers, the module docs' rule):
+    /// [`MAX_GATHER`], or zero where a round has no fixed cost (an fsync) to share.
+    max_gather: Duration,
     queue: Mutex<Queue<W, O>>,
     /// Signalled when a leader finishes, so a waiting caller can take over leadership.
     leader_done: Condvar,
@@ -109,7 +109,7 @@ impl<W: Work, O> GroupCommit<W, O> {
     /// empty.
     pub(crate) fn new(gather: bool) -> GroupCommit<W, O> {
         GroupCommit {
-            gather,
+            max_gather: if gather { MAX_GATHER } else { Duration::ZERO },
             queue: Mutex::new(Queue::default()),
             leader_done: Condvar::new(),
             arrived: Condvar::new(),
@@ -150,7 +150,7 @@ impl<W: Work, O> GroupCommit<W, O> {
                 taken: Vec::new(),
                 weight: 0,
                 expected: q.expected,
-                deadline: Instant::now() + if self.gather { q.last_commit.min(MAX_GATHER) } else { Duration::ZERO },
+                deadline: Instant::now() + q.last_commit.min(self.max_gather),
                 waited: Duration::ZERO,
             });
             // The round is open: a hurry from now on closes it once the queue is empty.

@@ -464,7 +464,7 @@ impl RedbBigtable {
         let base = Base::at_open(&db).map_err(located)?;
         // A round shares an fsync only at durability fsync; at durability none it costs little
         // more than its ops, and waiting for more callers only delays them (`docs/design.md`,
-        // "Group commit").
+        // "Gathering only where a round shares an fsync").
         let gather = config.durability == Durability::Fsync;
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
