@@ -44,6 +44,7 @@ mod error;
 mod host;
 pub mod log;
 pub mod mem;
+mod memcmp;
 mod txn;
 
 pub use error::{Error, Result};
