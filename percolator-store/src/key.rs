@@ -201,7 +201,7 @@ pub(crate) fn cell_prefix_len(key: &[u8]) -> Option<usize> {
     let mut at = 0;
     for _ in 0..3 {
         loop {
-            let zero = at + key[at..].iter().position(|&b| b == 0)?;
+            let zero = at + memchr::memchr(0, &key[at..])?;
             match key.get(zero + 1)? {
                 0xFF => at = zero + 2,
                 1 => {

@@ -37,7 +37,7 @@ use crate::bigtable::*;
 use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, LATCHED, Result};
 use crate::group_commit::{GroupCommit, Work};
-use crate::memtable::{Layered, Map, Mem};
+use crate::memtable::{CellFilter, Layered, Map, Mem};
 use crate::redo::{self, Changes, RedoLog, Table};
 use crate::timestamp::Timestamp;
 
@@ -225,8 +225,14 @@ impl Layers {
     /// memtable over the base.
     fn view<'a>(&'a self, table: Table, round: Option<&'a Map>) -> Option<Layered<'a>> {
         let base = self.base.as_ref()?;
+        let frozen = self.frozen.as_deref();
+        let filters = match table {
+            Table::Cells => [None, self.active.cell_filter(), frozen.and_then(Mem::cell_filter)],
+            _ => [None; 3],
+        };
         Some(Layered {
-            layers: [round, Some(self.active.table(table)), self.frozen.as_deref().map(|f| f.table(table))],
+            layers: [round, Some(self.active.table(table)), frozen.map(|f| f.table(table))],
+            filters,
             base: &base.tables[table as usize],
         })
     }
@@ -542,7 +548,7 @@ impl RedbBigtable {
         let backend = RedbBigtable {
             shared: Arc::new(Shared {
                 db: RwLock::new(Some(db)),
-                layers: RwLock::new(Layers { active: Mem::default(), frozen: None, frozen_seq: 0, base: Some(base) }),
+                layers: RwLock::new(Layers { active: Mem::filtered(), frozen: None, frozen_seq: 0, base: Some(base) }),
                 path: path.to_owned(),
                 config,
                 group: GroupCommit::new(gather),
@@ -912,7 +918,7 @@ impl Shared {
                     Some(log) => log.turn().map_err(|e| self.located(e))?,
                     None => 0,
                 };
-                layers.frozen = Some(Arc::new(std::mem::take(&mut layers.active)));
+                layers.frozen = Some(Arc::new(std::mem::replace(&mut layers.active, Mem::filtered())));
                 layers.frozen_seq = seq;
             }
             (layers.frozen.clone().expect("frozen just now or before"), layers.frozen_seq, redo.is_some())
@@ -1126,9 +1132,11 @@ impl Shared {
                 log.append(&changes).map_err(|e| self.located(e))?;
                 self.log_syncs.fetch_add(1, Ordering::Relaxed);
             }
+            // Hashed before the layers' lock is taken: under it only bits are set.
+            let cells = CellFilter::hashes(round.table(Table::Cells).keys());
             let bytes = {
                 let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
-                layers.active.absorb(round);
+                layers.active.absorb(round, &cells);
                 layers.active.bytes()
             };
             fail::fail_point!("redo-after-commit");
