@@ -36,10 +36,12 @@ struct RowWrites {
 }
 
 fn group_rows(txn: &Transaction) -> Vec<RowWrites> {
-    let mut rows: Vec<RowWrites> = Vec::new();
+    // At most a row per written cell (sized up front: a transaction writing a row per cell,
+    // as an exporter's postings, otherwise grows both several times).
+    let mut rows: Vec<RowWrites> = Vec::with_capacity(txn.writes.len());
     // (table, row) → index in `rows`: grouping stays linear in the transaction's size. The keys
     // are this transaction's own rows, so a fast hash (foldhash, seeded per process) serves.
-    let mut index: RowIndex<'_> = HashMap::default();
+    let mut index: RowIndex<'_> = HashMap::with_capacity_and_hasher(txn.writes.len(), Default::default());
     type RowIndex<'a> = HashMap<(&'a str, &'a [u8]), usize, foldhash::fast::RandomState>;
     fn index_of<'a>(rows: &mut Vec<RowWrites>, index: &mut RowIndex<'a>, c: &'a CellRef) -> usize {
         *index.entry((c.table.as_str(), c.row.as_slice())).or_insert_with(|| {
