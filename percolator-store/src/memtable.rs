@@ -42,8 +42,21 @@ impl Mem {
         self.cells.as_ref()
     }
 
-    /// Sets `key` in `table` to `value` (`None`: removed).
+    /// Sets `key` in `table` to `value` (`None`: removed), noting its cell in the filter if
+    /// this layer keeps one. (Rounds fill their overlay through [`Mem::tables_mut`]; the
+    /// memtable's layers change only by [`Mem::absorb`].)
+    #[cfg(test)]
     pub(crate) fn set(&mut self, table: Table, key: Vec<u8>, value: Option<Vec<u8>>) {
+        if table == Table::Cells
+            && let Some(filter) = &mut self.cells
+        {
+            filter.note(&CellFilter::hashes([&key]));
+        }
+        self.put(table, key, value);
+    }
+
+    /// [`Mem::set`] without the filter: for keys whose cells are noted already.
+    fn put(&mut self, table: Table, key: Vec<u8>, value: Option<Vec<u8>>) {
         let added = key.len() + value.as_ref().map_or(0, Vec::len) + ENTRY_OVERHEAD;
         match self.tables[table as usize].entry(key) {
             btree_map::Entry::Occupied(mut e) => {
@@ -62,6 +75,7 @@ impl Mem {
     /// [`CellFilter::hashes`] of `newer`'s cells table (taken beforehand, outside whatever lock
     /// guards this layer), noted in this layer's filter.
     pub(crate) fn absorb(&mut self, newer: Mem, cells: &CellHashes) {
+        debug_assert_eq!(*cells, CellFilter::hashes(newer.table(Table::Cells).keys()), "the hashes of another layer");
         if let Some(filter) = &mut self.cells {
             filter.note(cells);
         }
@@ -73,7 +87,7 @@ impl Mem {
                 continue;
             }
             for (k, v) in map {
-                self.set(table, k, v);
+                self.put(table, k, v);
             }
         }
     }
@@ -86,6 +100,8 @@ impl Mem {
     /// The three maps, to fill a round's three tables at once ([`Mem::bytes`] is counted
     /// when the round is absorbed into the memtable).
     pub(crate) fn tables_mut(&mut self) -> [&mut Map; 3] {
+        // Written around the filter: only for a round's overlay, which keeps none.
+        debug_assert!(self.cells.is_none(), "a filtered layer's maps written directly");
         let [c, n, m] = &mut self.tables;
         [c, n, m]
     }
@@ -486,7 +502,8 @@ mod tests {
         let mut older = Mem::default();
         older.set(Table::Cells, b"a".to_vec(), None);
         older.set(Table::Notify, b"c".to_vec(), Some(vec![1]));
-        older.absorb(m, &None);
+        let cells = CellFilter::hashes(m.table(Table::Cells).keys());
+        older.absorb(m, &cells);
         assert_eq!(older.table(Table::Cells).get(b"a".as_slice()), Some(&Some(vec![0; 4])));
         let counted = older.bytes();
         older.recount();
@@ -531,9 +548,10 @@ mod tests {
         assert!((0..100).all(|n| filter.may_hold(&cell(n))));
     }
 
-    /// Random layers of version keys with filters over a random base, read through [`Layered`]
-    /// against the model: gets, one cell's ranges (which the filters may skip layers for) and
-    /// ranges across cells. Fails if a filter skips a layer holding a key of the range.
+    /// Random layers of version keys with filters (filled by absorbing rounds, and one by
+    /// setting keys) over a random base, read through [`Layered`] against the model: gets, one
+    /// cell's ranges (which the filters may skip layers for) and ranges across cells. Fails if
+    /// a filter skips a layer holding a key of the range.
     #[test]
     fn layered_reads_with_cell_filters_equal_the_layers_applied_in_order() {
         let mut rng = Rng(0x2545_f491_4f6c_dd1d);
@@ -543,7 +561,7 @@ mod tests {
                 .collect();
             let mut layers = [Mem::filtered(), Mem::filtered(), Mem::filtered()];
             let mut model = base.clone();
-            for layer in layers.iter_mut().rev() {
+            for (l, layer) in layers.iter_mut().enumerate().rev() {
                 let mut round = Mem::default();
                 for _ in 0..rng.below(20) {
                     let k = version_key(rng.below(30), rng.below(12));
@@ -556,8 +574,15 @@ mod tests {
                         None => model.remove(k),
                     };
                 }
-                let hashes = CellFilter::hashes(round.table(Table::Cells).keys());
-                layer.absorb(round, &hashes);
+                if l == 1 {
+                    // Set one by one (each noted in the filter as it goes in).
+                    for (k, v) in round.table(Table::Cells) {
+                        layer.set(Table::Cells, k.clone(), v.clone());
+                    }
+                } else {
+                    let hashes = CellFilter::hashes(round.table(Table::Cells).keys());
+                    layer.absorb(round, &hashes);
+                }
             }
             let base = Base(base);
             let layered = Layered {
