@@ -46,6 +46,7 @@ const RUST: Files = &[
     ("percolator-guest/src/host.rs", include_str!("../../guest-sdk/src/host.rs")),
     ("percolator-guest/src/log.rs", include_str!("../../guest-sdk/src/log.rs")),
     ("percolator-guest/src/mem.rs", include_str!("../../guest-sdk/src/mem.rs")),
+    ("percolator-guest/src/memcmp.rs", include_str!("../../guest-sdk/src/memcmp.rs")),
     ("percolator-guest/src/txn.rs", include_str!("../../guest-sdk/src/txn.rs")),
     ("wit/observer.wit", OBSERVER_WIT),
 ];
@@ -457,6 +458,25 @@ fn output(c: &mut Command) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Rust project gets every source file of the SDK (a module added to `guest-sdk/src`
+    /// and not vendored breaks every `percolator new` project's build).
+    #[test]
+    fn rust_projects_vendor_every_file_of_the_sdk() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-sdk/src");
+        let mut missing = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            let vendored = format!("percolator-guest/src/{name}");
+            match RUST.iter().find(|(path, _)| *path == vendored) {
+                Some((_, contents)) => {
+                    assert_eq!(*contents, std::fs::read_to_string(dir.join(&name)).unwrap(), "{name}")
+                }
+                None => missing.push(name),
+            }
+        }
+        assert!(missing.is_empty(), "guest-sdk/src files not vendored by `percolator new`: {missing:?}");
+    }
 
     #[test]
     fn names_are_checked_and_become_type_names() {
