@@ -515,7 +515,8 @@ mod tests {
     fn version_key(c: u64, v: u64) -> Vec<u8> {
         let cell = crate::key::cell_prefix(
             "pages",
-            format!("https://site.example/docs/{}", c / 3).as_bytes(),
+            // Some rows hold zero bytes (escaped in the key): their prefixes are found the same.
+            format!("https://site.example/docs/{}{}", c / 3, if c % 2 == 0 { "\0x" } else { "" }).as_bytes(),
             &format!("doc:{}", c % 3),
         );
         crate::key::version_key(

@@ -1437,6 +1437,10 @@ mod tests {
             for n in 50_000..60_000 {
                 put(n, &mut layer); // one long run past the last key
             }
+            for n in 70_000..70_600 {
+                // A run of 3 MB: redb splices it in several pieces (at 1 MiB of buffered keys).
+                layer.insert(key(n), Some(vec![n as u8; 5_000]));
+            }
             for (k, v) in &layer {
                 match v {
                     Some(v) => model.insert(k.clone(), v.clone()),
