@@ -516,7 +516,7 @@ mod tests {
         let cell = crate::key::cell_prefix(
             "pages",
             // Some rows hold zero bytes (escaped in the key): their prefixes are found the same.
-            format!("https://site.example/docs/{}{}", c / 3, if c % 2 == 0 { "\0x" } else { "" }).as_bytes(),
+            format!("https://site.example/docs/{}{}", c / 3, if c.is_multiple_of(2) { "\0x" } else { "" }).as_bytes(),
             &format!("doc:{}", c % 3),
         );
         crate::key::version_key(
