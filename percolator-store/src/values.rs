@@ -64,27 +64,70 @@ pub fn encode_value(value: &[u8]) -> Vec<u8> {
 }
 
 thread_local! {
-    /// This thread's compressor and decompressor, reused: a new compressor allocates its
-    /// tables (hundreds of KB, faulted in and zeroed) for every value, which cost more than
-    /// compressing a value of a few KB.
-    static COMPRESSOR: std::cell::RefCell<libdeflater::Compressor> = std::cell::RefCell::new(
-        libdeflater::Compressor::new(libdeflater::CompressionLvl::new(DEFLATE_LEVEL).expect("a valid level")),
-    );
+    /// This thread's decompressor, reused (it holds no tables worth sharing).
     static DECOMPRESSOR: std::cell::RefCell<libdeflater::Decompressor> =
         std::cell::RefCell::new(libdeflater::Decompressor::new());
 }
 
+/// A compressor and the buffer it writes into, reused.
+struct Deflater {
+    compressor: libdeflater::Compressor,
+    scratch: Vec<u8>,
+}
+
+/// Compressors shared by every thread, most recently returned first. A new compressor
+/// allocates its tables (hundreds of KB, faulted in and zeroed), which cost more than
+/// compressing a value of a few KB; one per thread (the store's committers are dozens of
+/// observer workers on two cores) kept dozens of them, each cold in the cache when its thread
+/// came back to it. Shared, about as many are in use as cores compress at once, and the one
+/// taken is the one last used.
+static DEFLATERS: std::sync::Mutex<Vec<Deflater>> = std::sync::Mutex::new(Vec::new());
+
+/// The largest buffer a pooled compressor keeps: a larger value (a big page) is compressed into
+/// a buffer of its own, so the pool never holds megabytes.
+const SCRATCH_MAX: usize = 256 << 10;
+
 /// `DEFLATE ‖ len ‖ deflate(value)`, if that is smaller than the value as it is.
 fn deflate(value: &[u8], len: u32) -> Option<Vec<u8>> {
-    // Worth it only if it saves more than the 5 bytes of tag and length: the output may take
-    // at most `limit - 1` bytes (libdeflate answers 0 when the stream does not fit).
-    let limit = value.len() - 5;
-    let mut out = vec![0u8; 5 + limit - 1];
-    out[0] = DEFLATE;
-    out[1..5].copy_from_slice(&len.to_le_bytes());
-    let written = COMPRESSOR.with(|c| c.borrow_mut().deflate_compress(value, &mut out[5..])).ok()?;
-    out.truncate(5 + written);
-    Some(out)
+    // Worth it only if it saves more than the 5 bytes of tag and length: the stream may take
+    // at most `len - 6` bytes (libdeflate answers 0 when it does not fit).
+    let room = value.len() - 6;
+    let taken = DEFLATERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+    let mut d = taken.unwrap_or_else(|| Deflater {
+        compressor: libdeflater::Compressor::new(
+            libdeflater::CompressionLvl::new(DEFLATE_LEVEL).expect("a valid level"),
+        ),
+        scratch: Vec::new(),
+    });
+    let header = |out: &mut Vec<u8>| {
+        out.push(DEFLATE);
+        out.extend_from_slice(&len.to_le_bytes());
+    };
+    let out = if room <= SCRATCH_MAX {
+        // Into the reused buffer (grown, and zeroed, only for a larger value than any
+        // before), then copied at its compressed size: no zeroed buffer of the value's size
+        // per value, and no stored form holding that capacity.
+        if d.scratch.len() < room {
+            d.scratch.resize(room, 0);
+        }
+        d.compressor.deflate_compress(value, &mut d.scratch[..room]).ok().map(|written| {
+            let mut out = Vec::with_capacity(5 + written);
+            header(&mut out);
+            out.extend_from_slice(&d.scratch[..written]);
+            out
+        })
+    } else {
+        let mut out = Vec::with_capacity(5 + room);
+        header(&mut out);
+        out.resize(5 + room, 0);
+        d.compressor.deflate_compress(value, &mut out[5..]).ok().map(|written| {
+            out.truncate(5 + written);
+            out.shrink_to_fit();
+            out
+        })
+    };
+    DEFLATERS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(d);
+    out
 }
 
 /// The value a stored form ([`encode_value`]) holds. Bytes that are no stored form (an unknown
@@ -256,6 +299,46 @@ mod tests {
             })
             .collect();
         assert_eq!(encode_value(&noise)[0], RAW);
+    }
+
+    /// Through the pooled buffer and past it (a value larger than `SCRATCH_MAX`), in turn
+    /// and from several threads at once: each round-trips, stored at its compressed size (no
+    /// capacity of the whole value kept), and whatever a buffer held before does not leak in.
+    #[test]
+    fn values_compress_the_same_through_the_pool_and_past_it() {
+        let big = "<li><a href=\"/docs/api/item\">An item of the navigation</a></li>\n".repeat(6000);
+        assert!(big.len() > SCRATCH_MAX + 6);
+        let mut x = 7u64;
+        let noise: Vec<u8> = (0..SCRATCH_MAX + 4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let values: Vec<Vec<u8>> = vec![
+            big.as_bytes().to_vec(),
+            b"short text, short text, short text, ".repeat(20),
+            noise.clone(),
+            noise[..1000].to_vec(),
+            big.as_bytes()[..300].to_vec(),
+        ];
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let (values, noise) = (&values, &noise);
+                scope.spawn(move || {
+                    for round in 0..20 {
+                        let v = &values[(t + round) % values.len()];
+                        let stored = encode_value(v);
+                        assert_eq!(decode_value(&stored).unwrap(), *v);
+                        assert_eq!(stored.capacity(), stored.len(), "{} bytes", v.len());
+                        let packs = stored[0] == DEFLATE;
+                        assert_eq!(packs, !v.starts_with(&noise[..100]), "{} bytes", v.len());
+                    }
+                });
+            }
+        });
     }
 
     /// Values stored before libdeflate, deflated by miniz_oxide (level 1, and the other
