@@ -565,6 +565,43 @@ pub trait Bigtable: Send + Sync + 'static {
         Err(crate::error::Error::InvalidArgument("this backend applies one row at a time atomically".into()))
     }
 
+    /// [`Bigtable::apply_atomic`] of `rows` (one row: [`Bigtable::apply`] of its op, which
+    /// every backend applies atomically), then, only if the group applied, `then` as by
+    /// [`Bigtable::apply`]: each op on its own, with its own outcome. `None` when the group
+    /// failed (nothing of `then` was tried), or when the default's second call failed once the
+    /// group had applied: the group's outcome stands, and the caller applies `then` itself
+    /// (and meets the error there), so `then` must be ops that may be applied twice. The
+    /// default makes the two calls; a backend that group-commits may do both in one
+    /// submission (redb: one round, the group first, and an error fails both). The store
+    /// clears a notification this way after the commit of the run that processed it
+    /// (`docs/design.md`, "Notifications").
+    fn apply_atomic_then(
+        &self,
+        rows: Vec<RowMutation>,
+        then: Vec<Op>,
+    ) -> Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
+        let outcome = if rows.len() == 1 {
+            match self.apply(rows.into_iter().map(Op::Row).collect())?.pop() {
+                Some(Outcome::ConditionFailed { index, found }) => {
+                    AtomicOutcome::ConditionFailed { op: 0, index, found }
+                }
+                _ => AtomicOutcome::Applied,
+            }
+        } else {
+            self.apply_atomic(rows)?
+        };
+        if outcome != AtomicOutcome::Applied {
+            return Ok((outcome, None));
+        }
+        match self.apply(then) {
+            Ok(outcomes) => Ok((outcome, Some(outcomes))),
+            Err(e) => {
+                tracing::debug!(error = %e, "the ops after an applied atomic group failed; left to the caller");
+                Ok((outcome, None))
+            }
+        }
+    }
+
     /// The bytes the store takes on disk (a file's size), if the backend knows; `None` (the
     /// default) if it does not (an in-memory or remote backend).
     fn size_on_disk(&self) -> Option<u64> {

@@ -194,9 +194,19 @@ fn roll_back(inner: &Inner, rows: &[&RowWrites], start_ts: Timestamp, primary: &
 }
 
 pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
+    commit_then(txn, Vec::new()).map(|(ts, _)| ts)
+}
+
+/// [`commit`], and `then` (independent ops, as by [`Bigtable::apply`]) applied in the same
+/// backend call as a one-phase commit, after it and only if it applied
+/// ([`Bigtable::apply_atomic_then`]): their outcomes. `None` if the commit was not one step
+/// (nothing written, weak notifications only, two phases): then nothing of `then` was tried,
+/// and the caller applies it itself. For the clear of the notification a run processed
+/// (`docs/design.md`, "Notifications").
+pub(crate) fn commit_then(txn: &mut Transaction, then: Vec<Op>) -> Result<(Timestamp, Option<Vec<Outcome>>)> {
     let inner = txn.inner.clone();
     if txn.writes.is_empty() && txn.weak.is_empty() {
-        return Ok(txn.start_ts);
+        return Ok((txn.start_ts, None));
     }
     let span = tracing::debug_span!(
         "commit",
@@ -212,7 +222,7 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
     // nobody (they would only become dead letters).
     txn.weak.retain(|c| registry.kind_of(&c.table, &c.column).is_some());
     if txn.writes.is_empty() && txn.weak.is_empty() {
-        return Ok(txn.start_ts);
+        return Ok((txn.start_ts, None));
     }
     // A delta of a column that stopped being combined since `combine` buffered it would never
     // be read or folded: refused (the declaration changed under the transaction).
@@ -234,16 +244,16 @@ pub(crate) fn commit(txn: &mut Transaction) -> Result<Timestamp> {
             })
             .collect();
         inner.backend.apply(ops)?;
-        Ok(ts)
+        Ok((ts, None))
     } else if one_phase_applies(&inner, &rows) {
         span.record("mode", "one_pc");
-        one_phase(&inner, &registry, &rows, txn.start_ts)
+        one_phase(&inner, &registry, &rows, txn.start_ts, then)
     } else {
         span.record("mode", "two_pc");
-        two_phase(&inner, &registry, &rows, txn.start_ts)
+        two_phase(&inner, &registry, &rows, txn.start_ts).map(|ts| (ts, None))
     };
     match &result {
-        Ok(ts) => {
+        Ok((ts, _)) => {
             span.record("commit_ts", ts.raw());
             tracing::debug!("committed");
             inner.counters.commits.fetch_add(1, Ordering::Relaxed);
@@ -298,7 +308,13 @@ pub const ONE_PHASE_MAX_ROWS: usize = 8 * SECONDARY_BATCH;
 /// directly, with the notifications. The written rows sit in the 1PC fence from before
 /// commit_ts is taken until the write is visible, so no reader with a later start_ts can miss
 /// any of them (the argument is in `docs/design.md`, "One-phase commit").
-fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: Timestamp) -> Result<Timestamp> {
+fn one_phase(
+    inner: &Inner,
+    registry: &Registry,
+    rows: &[RowWrites],
+    start_ts: Timestamp,
+    then: Vec<Op>,
+) -> Result<(Timestamp, Option<Vec<Outcome>>)> {
     let fenced: Vec<Vec<u8>> =
         rows.iter().filter(|r| !r.cells.is_empty()).map(|r| key::row_prefix(&r.table, &r.row)).collect();
     let _guard = FenceGuard(inner, inner.fence.enter(fenced));
@@ -324,8 +340,15 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
             .collect()
     };
     let mut retries = 0;
+    let mut then_outcomes = None;
     loop {
-        let outcome = if rows.len() == 1 {
+        let outcome = if !then.is_empty() {
+            // The ops ride in the same submission, applied only after the group (retried with
+            // it: until the group applies, none of them was tried).
+            let (outcome, outcomes) = inner.backend.apply_atomic_then(group(), then.clone())?;
+            then_outcomes = outcomes;
+            outcome
+        } else if rows.len() == 1 {
             // One row: a plain row op (every backend's row ops are atomic).
             match inner.backend.apply(group().into_iter().map(Op::Row).collect())?.pop() {
                 Some(Outcome::ConditionFailed { index, found }) => {
@@ -345,9 +368,9 @@ fn one_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
         }
         retries += 1;
     }
-    fail_point!("after-one-phase-write", |_| Ok(commit_ts));
+    fail_point!("after-one-phase-write", |_| Ok((commit_ts, then_outcomes)));
     inner.counters.one_pc_commits.fetch_add(1, Ordering::Relaxed);
-    Ok(commit_ts)
+    Ok((commit_ts, then_outcomes))
 }
 
 /// A prewrite that found a lock on `cell` resolves it if its owner is dead or expired (rolled

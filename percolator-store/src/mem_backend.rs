@@ -88,6 +88,26 @@ impl Bigtable for MemBigtable {
         self.commits.fetch_add(1, Ordering::Relaxed);
         self.with(|m| cells::apply_rows_atomically(&mut m.cells, &mut m.notify, &rows))
     }
+    fn apply_atomic_then(
+        &self,
+        rows: Vec<RowMutation>,
+        then: Vec<Op>,
+    ) -> Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
+        check_atomic_group(self, &rows)?;
+        self.commits.fetch_add(1, Ordering::Relaxed);
+        // Under one hold of the map, as redb's round.
+        self.with(|m| {
+            let outcome = cells::apply_rows_atomically(&mut m.cells, &mut m.notify, &rows)?;
+            if outcome != AtomicOutcome::Applied {
+                return Ok((outcome, None));
+            }
+            let outcomes = then
+                .iter()
+                .map(|op| cells::apply_op(&mut m.cells, &mut m.notify, &mut m.meta, op))
+                .collect::<Result<Vec<_>>>()?;
+            Ok((outcome, Some(outcomes)))
+        })
+    }
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
         self.with(|m| cells::read_row(&m.cells, table, row, columns, ts))
     }

@@ -519,6 +519,23 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     let mut t0 = observers.is_empty().then_some(entry.ts);
     let mut settled = true;
     let position = notify_position(cell);
+    // Clear only if every write and lock the runs could have missed is absent.
+    let clear = |t0: Timestamp| RowMutation {
+        table: cell.table.clone(),
+        row: cell.row.clone(),
+        conditions: if observers.is_empty() {
+            vec![]
+        } else {
+            vec![
+                Condition::NoLock { column: cell.column.clone() },
+                Condition::NoWriteSince { column: cell.column.clone(), since: t0 },
+            ]
+        },
+        mutations: vec![Mutation::ClearNotify { column: cell.column.clone(), max_ts: t0 }],
+    };
+    // With one observer, the clear is the next thing done after its run commits: it rides
+    // with that commit when the commit is one step, and this is its outcome.
+    let mut cleared = None;
     for b in &observers {
         let Some(observer) = &b.observer else {
             // Bound in the store, but this process has no implementation: a host that has one
@@ -554,7 +571,11 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
             t0 = Some(inner.oracle.next()?);
         }
         let mut run_ts = None;
-        match run_observer(inner, b, observer.as_ref(), entry, attempts + 1, &mut run_ts) {
+        let then = match t0 {
+            Some(t0) if observers.len() == 1 => vec![Op::Row(clear(t0))],
+            _ => Vec::new(),
+        };
+        match run_observer(inner, b, observer.as_ref(), entry, attempts + 1, &mut run_ts, then, &mut cleared) {
             Ok(()) => {
                 inner.failures.lock().map_err(|_| Error::Closed)?.remove(&key);
             }
@@ -624,23 +645,15 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
     if !settled {
         return Ok(CellOutcome::Pending);
     }
-    // Every observer ran (or there is none): `t0` was taken.
-    let t0 = t0.unwrap_or(entry.ts);
-    // Clear only if every write and lock the runs could have missed is absent.
-    let op = RowMutation {
-        table: cell.table.clone(),
-        row: cell.row.clone(),
-        conditions: if observers.is_empty() {
-            vec![]
-        } else {
-            vec![
-                Condition::NoLock { column: cell.column.clone() },
-                Condition::NoWriteSince { column: cell.column.clone(), since: t0 },
-            ]
-        },
-        mutations: vec![Mutation::ClearNotify { column: cell.column.clone(), max_ts: t0 }],
+    let outcome = match cleared {
+        Some(outcome) => outcome,
+        None => {
+            // Every observer ran (or there is none): `t0` was taken.
+            let op = clear(t0.unwrap_or(entry.ts));
+            inner.backend.apply(vec![Op::Row(op)])?.swap_remove(0)
+        }
     };
-    Ok(match inner.backend.apply(vec![Op::Row(op)])?[0] {
+    Ok(match outcome {
         Outcome::Applied => {
             inner.counters.notifications_cleared.fetch_add(1, Ordering::Relaxed);
             CellOutcome::Cleared
@@ -650,6 +663,10 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
 }
 
 /// Runs one observer on one cell in a new transaction; `run_ts` receives its start timestamp.
+/// `then` (the notification's clear, or nothing) is applied with a one-step commit of the run,
+/// after it and only if it applied; `cleared` receives its outcome then (see
+/// [`Transaction::commit_then`]).
+#[allow(clippy::too_many_arguments)]
 fn run_observer(
     inner: &Arc<Inner>,
     b: &Bound,
@@ -657,6 +674,8 @@ fn run_observer(
     entry: &NotifyEntry,
     attempt: u32,
     run_ts: &mut Option<Timestamp>,
+    then: Vec<Op>,
+    cleared: &mut Option<Outcome>,
 ) -> Result<(), ObserveError> {
     let cell = &entry.cell;
     let span = tracing::debug_span!(
@@ -669,7 +688,7 @@ fn run_observer(
         start_ts = tracing::field::Empty,
     );
     let _entered = span.enter();
-    let result = run_observer_in_span(inner, b, observer, entry, attempt, run_ts);
+    let result = run_observer_in_span(inner, b, observer, entry, attempt, run_ts, then, cleared);
     match &result {
         Ok(()) => tracing::debug!("observer run done"),
         Err(ObserveError::Store(e)) if e.is_retryable() => tracing::debug!(error = %e, "observer run conflicted"),
@@ -678,6 +697,7 @@ fn run_observer(
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_observer_in_span(
     inner: &Arc<Inner>,
     b: &Bound,
@@ -685,6 +705,8 @@ fn run_observer_in_span(
     entry: &NotifyEntry,
     attempt: u32,
     run_ts: &mut Option<Timestamp>,
+    then: Vec<Op>,
+    cleared: &mut Option<Outcome>,
 ) -> Result<(), ObserveError> {
     let cell = &entry.cell;
     let mut txn = Transaction::begin(inner.clone())?;
@@ -717,7 +739,9 @@ fn run_observer_in_span(
     let ran = observer.observe(&mut txn, &n).and_then(|()| {
         // A fold counts its deltas before the commit, and itself as a fold once it committed.
         let folded = if b.spec.name == crate::combine::FOLDER { crate::combine::deltas_deleted(&txn) } else { 0 };
-        Ok((folded, txn.commit()?))
+        let (ts, then_outcomes) = txn.commit_then(then)?;
+        *cleared = then_outcomes.and_then(|mut o| o.pop());
+        Ok((folded, ts))
     });
     if let Err(e) = &ran {
         // A run (the observer was called) that did not commit.

@@ -128,6 +128,37 @@ impl<H: ApplyHook> Bigtable for Observed<H> {
         }
         Ok(outcome)
     }
+    fn apply_atomic_then(
+        &self,
+        rows: Vec<RowMutation>,
+        then: Vec<Op>,
+    ) -> Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
+        let notes: Vec<H::Note> = rows.iter().filter_map(|m| self.hook.note(m)).collect();
+        let then_notes: Vec<(usize, H::Note)> = then
+            .iter()
+            .enumerate()
+            .filter_map(|(i, op)| match op {
+                Op::Row(m) => self.hook.note(m).map(|n| (i, n)),
+                _ => None,
+            })
+            .collect();
+        let (outcome, outcomes) = self.inner.apply_atomic_then(rows, then)?;
+        if outcome == AtomicOutcome::Applied {
+            let mut applied = notes;
+            if let Some(outcomes) = &outcomes {
+                applied.extend(
+                    then_notes
+                        .into_iter()
+                        .filter(|(i, _)| matches!(outcomes.get(*i), Some(Outcome::Applied)))
+                        .map(|(_, n)| n),
+                );
+            }
+            if !applied.is_empty() {
+                self.hook.applied(applied);
+            }
+        }
+        Ok((outcome, outcomes))
+    }
     fn size_on_disk(&self) -> Option<u64> {
         self.inner.size_on_disk()
     }

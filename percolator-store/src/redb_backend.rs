@@ -144,11 +144,15 @@ enum Batch {
     Ops(Vec<Op>),
     /// An atomic group ([`Bigtable::apply_atomic`]): all rows or none.
     Atomic(Vec<RowMutation>),
+    /// An atomic group, then independent ops only if it applied
+    /// ([`Bigtable::apply_atomic_then`]).
+    AtomicThen(Vec<RowMutation>, Vec<Op>),
 }
 
 enum Done {
     Ops(Vec<Outcome>),
     Atomic(AtomicOutcome),
+    AtomicThen(AtomicOutcome, Option<Vec<Outcome>>),
 }
 
 impl Work for Batch {
@@ -156,6 +160,7 @@ impl Work for Batch {
         match self {
             Batch::Ops(ops) => ops.len(),
             Batch::Atomic(rows) => rows.len(),
+            Batch::AtomicThen(rows, ops) => rows.len() + ops.len(),
         }
     }
 }
@@ -1112,6 +1117,24 @@ impl Shared {
                     Batch::Atomic(rows) => Done::Atomic(
                         cells::apply_rows_atomically(&mut cells, &mut notify, rows).map_err(|e| self.located(e))?,
                     ),
+                    // The ops see the group's writes, as a later submission would.
+                    Batch::AtomicThen(rows, ops) => {
+                        let outcome =
+                            cells::apply_rows_atomically(&mut cells, &mut notify, rows).map_err(|e| self.located(e))?;
+                        let outcomes = if outcome == AtomicOutcome::Applied {
+                            let mut outcomes = Vec::with_capacity(ops.len());
+                            for op in ops {
+                                outcomes.push(
+                                    cells::apply_op(&mut cells, &mut notify, &mut meta, op)
+                                        .map_err(|e| self.located(e))?,
+                                );
+                            }
+                            Some(outcomes)
+                        } else {
+                            None
+                        };
+                        Done::AtomicThen(outcome, outcomes)
+                    }
                 });
             }
             out
@@ -1279,7 +1302,7 @@ impl Bigtable for RedbBigtable {
         }
         match self.shared.group.submit(Batch::Ops(ops), &|next| self.shared.commit_batch(next))? {
             Done::Ops(outcomes) => Ok(outcomes),
-            Done::Atomic(_) => Err(Error::Storage("group commit answered ops with an atomic outcome".into())),
+            _ => Err(Error::Storage("group commit answered ops with an atomic outcome".into())),
         }
     }
 
@@ -1296,7 +1319,23 @@ impl Bigtable for RedbBigtable {
         // is queued, and stays all-or-nothing inside it.
         match self.shared.group.submit(Batch::Atomic(rows), &|next| self.shared.commit_batch(next))? {
             Done::Atomic(outcome) => Ok(outcome),
-            Done::Ops(_) => Err(Error::Storage("group commit answered an atomic group with op outcomes".into())),
+            _ => Err(Error::Storage("group commit answered an atomic group with op outcomes".into())),
+        }
+    }
+
+    fn apply_atomic_then(
+        &self,
+        rows: Vec<RowMutation>,
+        then: Vec<Op>,
+    ) -> Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
+        check_atomic_group(self, &rows)?;
+        if rows.is_empty() {
+            return Ok((AtomicOutcome::Applied, Some(self.apply(then)?)));
+        }
+        // One submission: the group and the ops share one round, the ops after the group.
+        match self.shared.group.submit(Batch::AtomicThen(rows, then), &|next| self.shared.commit_batch(next))? {
+            Done::AtomicThen(outcome, outcomes) => Ok((outcome, outcomes)),
+            _ => Err(Error::Storage("group commit answered an atomic group and ops with other outcomes".into())),
         }
     }
 

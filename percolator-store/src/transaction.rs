@@ -540,4 +540,14 @@ impl Transaction {
     pub fn commit(mut self) -> Result<Timestamp> {
         crate::commit::commit(&mut self)
     }
+
+    /// [`Transaction::commit`], with `then` applied in the same backend call after a
+    /// one-phase commit, only if it applied: their outcomes, or `None` when the commit was
+    /// not one step (`then` not tried). See `commit::commit_then`.
+    pub(crate) fn commit_then(
+        mut self,
+        then: Vec<crate::bigtable::Op>,
+    ) -> Result<(Timestamp, Option<Vec<crate::bigtable::Outcome>>)> {
+        crate::commit::commit_then(&mut self, then)
+    }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::*;
 use percolator_store::backends::{
-    BackendStats, Bigtable, CellRead, MemBigtable, Mutation, NotifyEntry, Op, Outcome, RowVersions, ScanRange,
-    ScannedCell, Snapshot, WriteRecord,
+    AtomicOutcome, BackendStats, Bigtable, CellRead, MemBigtable, Mutation, NotifyEntry, Op, Outcome, RowMutation,
+    RowVersions, ScanRange, ScannedCell, Snapshot, WriteRecord,
 };
 use percolator_store::{
     CellRef, Error, NotifyKind, ObserveError, Observer, ObserverSpec, ScannerConfig, Store, StoreConfig, Timestamp,
@@ -468,6 +468,16 @@ struct Flaky {
     mem: MemBigtable,
     fail_scans: AtomicBool,
     fail_clears: AtomicBool,
+    /// Clears applied in a call of their own, and clears that rode with a commit
+    /// (`apply_atomic_then`), tried or not.
+    clears_alone: AtomicU64,
+    clears_with_commit: AtomicU64,
+}
+
+fn clears(ops: &[Op]) -> u64 {
+    ops.iter()
+        .filter(|op| matches!(op, Op::Row(r) if r.mutations.iter().any(|m| matches!(m, Mutation::ClearNotify { .. }))))
+        .count() as u64
 }
 
 impl Flaky {
@@ -487,7 +497,27 @@ impl Bigtable for Flaky {
         if self.refuse(&ops) {
             return Err(Error::Storage("injected: clearing a notify cell failed".into()));
         }
+        self.clears_alone.fetch_add(clears(&ops), Ordering::SeqCst);
         self.mem.apply(ops)
+    }
+    fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
+        self.mem.atomic_unit(table, row)
+    }
+    fn apply_atomic(&self, rows: Vec<RowMutation>) -> percolator_store::Result<AtomicOutcome> {
+        self.mem.apply_atomic(rows)
+    }
+    fn apply_atomic_then(
+        &self,
+        rows: Vec<RowMutation>,
+        then: Vec<Op>,
+    ) -> percolator_store::Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
+        self.clears_with_commit.fetch_add(clears(&then), Ordering::SeqCst);
+        if self.refuse(&then) {
+            // What the default does when its second call fails: the group's outcome stands,
+            // and the caller applies `then` itself (and meets the error).
+            return Ok((self.mem.apply_atomic_then(rows, Vec::new())?.0, None));
+        }
+        self.mem.apply_atomic_then(rows, then)
     }
     fn read_row(
         &self,
@@ -532,6 +562,67 @@ impl Bigtable for Flaky {
     fn stats(&self) -> BackendStats {
         self.mem.stats()
     }
+}
+
+/// A run that commits in one step clears its notification in the same backend call as its
+/// commit (`docs/design.md`, "Notifications"), not in a call of its own.
+#[test]
+fn a_run_clears_its_notification_in_its_commit_round() {
+    let flaky = Arc::new(Flaky::default());
+    let store = TestStore::new(flaky.clone(), StoreConfig::default());
+    let obs = observer(|t, n| {
+        t.set("t", n.cell.row.clone(), "out:v", "y")?;
+        Ok(())
+    });
+    store.register_observer(spec("o", "t", "in:v", NotifyKind::Strong), obs.clone()).unwrap();
+    store.run(|t| t.set("t", "r", "in:v", "x")).unwrap();
+    for e in store.pending_notifications(10).unwrap() {
+        store.process_notification(&e).unwrap();
+    }
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 1);
+    assert!(store.pending_notifications(10).unwrap().is_empty(), "cleared");
+    assert_eq!(flaky.clears_with_commit.load(Ordering::SeqCst), 1, "the clear rode with the commit");
+    assert_eq!(flaky.clears_alone.load(Ordering::SeqCst), 0);
+    // A run that writes nothing (the same observer, skipping) clears in a call of its own.
+    let quiet = observer(|_, _| Ok(()));
+    store.register_observer(spec("q", "t", "in:w", NotifyKind::Weak), quiet.clone()).unwrap();
+    store.run(|t| t.notify_weak("t", "r", "in:w")).unwrap();
+    for e in store.pending_notifications(10).unwrap() {
+        store.process_notification(&e).unwrap();
+    }
+    assert_eq!(quiet.calls.load(Ordering::SeqCst), 1);
+    assert!(store.pending_notifications(10).unwrap().is_empty(), "cleared");
+    assert_eq!(flaky.clears_alone.load(Ordering::SeqCst), 1);
+}
+
+/// A run whose commit loses to a conflict leaves its notification pending: the clear that
+/// rides with the commit is applied only if the commit applied. (Were the two independent ops
+/// of one call, the clear would apply and the change would never be processed.)
+#[test]
+fn a_run_that_loses_its_commit_leaves_the_notification_pending() {
+    let flaky = Arc::new(Flaky::default());
+    let store = TestStore::new(flaky.clone(), StoreConfig::default());
+    let writer = store.clone();
+    let obs = observer(move |t, n| {
+        t.set("t", n.cell.row.clone(), "out:v", "from the run")?;
+        if n.attempt == 1 {
+            // Another transaction writes the same cell after this run started: its commit
+            // must lose.
+            writer.run(|w| w.set("t", "r", "out:v", "from elsewhere")).map_err(ObserveError::Store)?;
+        }
+        Ok(())
+    });
+    store.register_observer(spec("o", "t", "in:v", NotifyKind::Strong), obs.clone()).unwrap();
+    store.run(|t| t.set("t", "r", "in:v", "x")).unwrap();
+    let entries = store.pending_notifications(10).unwrap();
+    assert_eq!(entries.len(), 1);
+    store.process_notification(&entries[0]).unwrap();
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 1);
+    assert_eq!(store.metrics().observer_conflicts, 1, "the run lost");
+    assert_eq!(flaky.clears_with_commit.load(Ordering::SeqCst), 1, "the clear was handed to the commit");
+    assert_eq!(store.pending_notifications(10).unwrap().len(), 1, "still pending: the change is not lost");
+    let read = store.begin().unwrap().get("t", b"r", "out:v").unwrap();
+    assert_eq!(read.as_deref(), Some(&b"from elsewhere"[..]));
 }
 
 /// Waits up to 10 s for `f`.

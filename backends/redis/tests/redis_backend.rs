@@ -264,6 +264,67 @@ fn atomic_groups_apply_all_or_nothing_and_are_checked() {
     }
 }
 
+/// `apply_atomic_then` applies its ops after the group, seeing its writes, and only if the
+/// group applied; one row or several, on memory, redb (one group-commit submission) and Redis
+/// (the default: two calls).
+#[test]
+fn apply_atomic_then_applies_its_ops_only_after_the_group() {
+    use percolator_store::backends::{AtomicOutcome, Outcome};
+    let put = |row: &[u8], conditions: Vec<Condition>| RowMutation {
+        table: "t".into(),
+        row: row.to_vec(),
+        conditions,
+        mutations: vec![Mutation::PutData { column: "c:v".into(), start_ts: ts(1), value: b"v".to_vec() }],
+    };
+    let lock = |row: &[u8]| RowMutation {
+        table: "t".into(),
+        row: row.to_vec(),
+        conditions: vec![],
+        mutations: vec![Mutation::PutLock {
+            column: "c:v".into(),
+            start_ts: ts(2),
+            lock: LockRecord { primary: CellRef::new("t", row.to_vec(), "c:v"), wall_ms: 0, ttl_ms: 0, worker: 0 },
+        }],
+    };
+    let no_lock = || vec![Condition::NoLock { column: "c:v".into() }];
+    let data = |b: &dyn Bigtable, row: &[u8]| b.read_data(&CellRef::new("t", row.to_vec(), "c:v"), ts(1)).unwrap();
+    let dir = common::TempDir::new("atomic-then");
+    let mut backends: Vec<Box<dyn Bigtable>> = vec![
+        Box::new(MemBigtable::new()),
+        Box::new(percolator_store::backends::RedbBigtable::open(dir.file("s.redb"), Default::default()).unwrap()),
+    ];
+    if let Some(nodes) = common::redis_nodes() {
+        let namespace = common::unique_namespace();
+        backends.push(Box::new(
+            RedisBigtable::open(RedisConfig { nodes, namespace, buckets: 1, ..RedisConfig::default() }).unwrap(),
+        ));
+    }
+    for b in &backends {
+        b.apply(vec![Op::Row(lock(b"a"))]).unwrap();
+        // A group that fails (several rows, then one row): none of its ops is tried.
+        for rows in [vec![put(b"b", vec![]), put(b"a", no_lock())], vec![put(b"a", no_lock())]] {
+            let (got, outcomes) = b.apply_atomic_then(rows, vec![Op::Row(put(b"z", vec![]))]).unwrap();
+            assert!(matches!(got, AtomicOutcome::ConditionFailed { index: 0, .. }), "{got:?}");
+            assert_eq!(outcomes, None);
+            assert_eq!((data(&**b, b"b"), data(&**b, b"z")), (None, None), "nothing applied");
+        }
+        // A group that applies: its ops follow it, each on its own; the first meets the
+        // group's lock on c, the second applies.
+        for (rows, row) in [(vec![lock(b"c"), put(b"d", vec![])], b"c"), (vec![lock(b"e")], b"e")] {
+            let (got, outcomes) =
+                b.apply_atomic_then(rows, vec![Op::Row(put(row, no_lock())), Op::Row(put(b"z", vec![]))]).unwrap();
+            assert_eq!(got, AtomicOutcome::Applied);
+            let outcomes = outcomes.expect("the ops were applied");
+            assert!(
+                matches!(outcomes[..], [Outcome::ConditionFailed { index: 0, .. }, Outcome::Applied]),
+                "{outcomes:?}"
+            );
+            assert_eq!((data(&**b, row), data(&**b, b"z")), (None, Some(b"v".to_vec())));
+        }
+        assert_eq!(data(&**b, b"d"), Some(b"v".to_vec()));
+    }
+}
+
 /// Scans merge every bucket in key order, across pages of every size.
 #[test]
 fn scans_merge_buckets_in_key_order() {
