@@ -69,6 +69,24 @@ pub(crate) fn apply_rows_atomically(
     Ok(AtomicOutcome::Applied)
 }
 
+/// [`apply_rows_atomically`], then, only if the rows applied, each of `ops` on its own
+/// ([`Bigtable::apply_atomic_then`](crate::backends::Bigtable::apply_atomic_then)): the ops
+/// see the rows' writes.
+pub(crate) fn apply_rows_then(
+    cells: &mut dyn KvWrite,
+    notify: &mut dyn KvWrite,
+    meta: &mut dyn KvWrite,
+    rows: &[RowMutation],
+    ops: &[Op],
+) -> Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
+    let outcome = apply_rows_atomically(cells, notify, rows)?;
+    if outcome != AtomicOutcome::Applied {
+        return Ok((outcome, None));
+    }
+    let outcomes = ops.iter().map(|op| apply_op(cells, notify, meta, op)).collect::<Result<Vec<_>>>()?;
+    Ok((outcome, Some(outcomes)))
+}
+
 /// The first condition of `m` that does not hold, and what violates it.
 ///
 /// A cell's `NoWriteSince` and `NoLock` side by side (in either order: every prewrite and

@@ -96,17 +96,7 @@ impl Bigtable for MemBigtable {
         check_atomic_group(self, &rows)?;
         self.commits.fetch_add(1, Ordering::Relaxed);
         // Under one hold of the map, as redb's round.
-        self.with(|m| {
-            let outcome = cells::apply_rows_atomically(&mut m.cells, &mut m.notify, &rows)?;
-            if outcome != AtomicOutcome::Applied {
-                return Ok((outcome, None));
-            }
-            let outcomes = then
-                .iter()
-                .map(|op| cells::apply_op(&mut m.cells, &mut m.notify, &mut m.meta, op))
-                .collect::<Result<Vec<_>>>()?;
-            Ok((outcome, Some(outcomes)))
-        })
+        self.with(|m| cells::apply_rows_then(&mut m.cells, &mut m.notify, &mut m.meta, &rows, &then))
     }
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
         self.with(|m| cells::read_row(&m.cells, table, row, columns, ts))

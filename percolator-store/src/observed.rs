@@ -52,6 +52,22 @@ impl<H: ApplyHook> Observed<H> {
     pub fn hook(&self) -> &H {
         &self.hook
     }
+
+    /// The hook's notes of `ops`' row mutations, with each one's index.
+    fn op_notes(&self, ops: &[Op]) -> Vec<(usize, H::Note)> {
+        ops.iter()
+            .enumerate()
+            .filter_map(|(i, op)| match op {
+                Op::Row(m) => self.hook.note(m).map(|n| (i, n)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The notes of the ops that `outcomes` says were applied.
+fn applied_notes<'a, N: 'a>(notes: Vec<(usize, N)>, outcomes: &'a [Outcome]) -> impl Iterator<Item = N> + 'a {
+    notes.into_iter().filter(|(i, _)| matches!(outcomes.get(*i), Some(Outcome::Applied))).map(|(_, n)| n)
 }
 
 impl<H: ApplyHook> Bigtable for Observed<H> {
@@ -59,19 +75,10 @@ impl<H: ApplyHook> Bigtable for Observed<H> {
         self.inner.snapshot()
     }
     fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
-        let notes: Vec<(usize, H::Note)> = ops
-            .iter()
-            .enumerate()
-            .filter_map(|(i, op)| match op {
-                Op::Row(m) => self.hook.note(m).map(|n| (i, n)),
-                _ => None,
-            })
-            .collect();
+        let notes = self.op_notes(&ops);
         let outcomes = self.inner.apply(ops)?;
         if !notes.is_empty() {
-            let applied =
-                notes.into_iter().filter(|(i, _)| matches!(outcomes.get(*i), Some(Outcome::Applied))).map(|(_, n)| n);
-            self.hook.applied(applied.collect());
+            self.hook.applied(applied_notes(notes, &outcomes).collect());
         }
         Ok(outcomes)
     }
@@ -134,24 +141,12 @@ impl<H: ApplyHook> Bigtable for Observed<H> {
         then: Vec<Op>,
     ) -> Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
         let notes: Vec<H::Note> = rows.iter().filter_map(|m| self.hook.note(m)).collect();
-        let then_notes: Vec<(usize, H::Note)> = then
-            .iter()
-            .enumerate()
-            .filter_map(|(i, op)| match op {
-                Op::Row(m) => self.hook.note(m).map(|n| (i, n)),
-                _ => None,
-            })
-            .collect();
+        let then_notes = self.op_notes(&then);
         let (outcome, outcomes) = self.inner.apply_atomic_then(rows, then)?;
         if outcome == AtomicOutcome::Applied {
             let mut applied = notes;
             if let Some(outcomes) = &outcomes {
-                applied.extend(
-                    then_notes
-                        .into_iter()
-                        .filter(|(i, _)| matches!(outcomes.get(*i), Some(Outcome::Applied)))
-                        .map(|(_, n)| n),
-                );
+                applied.extend(applied_notes(then_notes, outcomes));
             }
             if !applied.is_empty() {
                 self.hook.applied(applied);

@@ -1119,20 +1119,8 @@ impl Shared {
                     ),
                     // The ops see the group's writes, as a later submission would.
                     Batch::AtomicThen(rows, ops) => {
-                        let outcome =
-                            cells::apply_rows_atomically(&mut cells, &mut notify, rows).map_err(|e| self.located(e))?;
-                        let outcomes = if outcome == AtomicOutcome::Applied {
-                            let mut outcomes = Vec::with_capacity(ops.len());
-                            for op in ops {
-                                outcomes.push(
-                                    cells::apply_op(&mut cells, &mut notify, &mut meta, op)
-                                        .map_err(|e| self.located(e))?,
-                                );
-                            }
-                            Some(outcomes)
-                        } else {
-                            None
-                        };
+                        let (outcome, outcomes) = cells::apply_rows_then(&mut cells, &mut notify, &mut meta, rows, ops)
+                            .map_err(|e| self.located(e))?;
                         Done::AtomicThen(outcome, outcomes)
                     }
                 });

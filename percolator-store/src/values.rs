@@ -289,16 +289,20 @@ mod tests {
         }
         assert!(encode_value(text.as_bytes()).len() < text.len() / 10);
         // Incompressible bytes stay as they are.
-        let mut x = 1u64;
-        let noise: Vec<u8> = (0..4096)
+        assert_eq!(encode_value(&noise(4096, 1))[0], RAW);
+    }
+
+    /// `len` incompressible bytes (xorshift from `seed`).
+    fn noise(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed;
+        (0..len)
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 x as u8
             })
-            .collect();
-        assert_eq!(encode_value(&noise)[0], RAW);
+            .collect()
     }
 
     /// Through the pooled buffer and past it (a value larger than `SCRATCH_MAX`), in turn
@@ -308,15 +312,7 @@ mod tests {
     fn values_compress_the_same_through_the_pool_and_past_it() {
         let big = "<li><a href=\"/docs/api/item\">An item of the navigation</a></li>\n".repeat(6000);
         assert!(big.len() > SCRATCH_MAX + 6);
-        let mut x = 7u64;
-        let noise: Vec<u8> = (0..SCRATCH_MAX + 4096)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let noise = noise(SCRATCH_MAX + 4096, 7);
         let values: Vec<Vec<u8>> = vec![
             big.as_bytes().to_vec(),
             b"short text, short text, short text, ".repeat(20),

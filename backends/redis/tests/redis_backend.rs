@@ -204,17 +204,9 @@ proptest! {
     }
 }
 
-/// Groups that are not one atomic unit of distinct rows are refused, on every backend that
-/// has atomic groups; one failing condition applies nothing.
-#[test]
-fn atomic_groups_apply_all_or_nothing_and_are_checked() {
-    let put = |row: &[u8], conditions: Vec<Condition>| RowMutation {
-        table: "t".into(),
-        row: row.to_vec(),
-        conditions,
-        mutations: vec![Mutation::PutData { column: "c:v".into(), start_ts: ts(1), value: b"v".to_vec() }],
-    };
-    let dir = common::TempDir::new("atomic-groups");
+/// Every backend with atomic groups, each fresh: memory, redb in `dir`, and Redis (one bucket)
+/// when a cluster is at hand.
+fn atomic_backends(dir: &common::TempDir) -> Vec<Box<dyn Bigtable>> {
     let mut backends: Vec<Box<dyn Bigtable>> = vec![
         Box::new(MemBigtable::new()),
         Box::new(percolator_store::backends::RedbBigtable::open(dir.file("s.redb"), Default::default()).unwrap()),
@@ -225,6 +217,25 @@ fn atomic_groups_apply_all_or_nothing_and_are_checked() {
             RedisBigtable::open(RedisConfig { nodes, namespace, buckets: 1, ..RedisConfig::default() }).unwrap(),
         ));
     }
+    backends
+}
+
+/// Row `row` of table `t`: `c:v` staged at 1 as `v`, if `conditions` hold.
+fn put(row: &[u8], conditions: Vec<Condition>) -> RowMutation {
+    RowMutation {
+        table: "t".into(),
+        row: row.to_vec(),
+        conditions,
+        mutations: vec![Mutation::PutData { column: "c:v".into(), start_ts: ts(1), value: b"v".to_vec() }],
+    }
+}
+
+/// Groups that are not one atomic unit of distinct rows are refused, on every backend that
+/// has atomic groups; one failing condition applies nothing.
+#[test]
+fn atomic_groups_apply_all_or_nothing_and_are_checked() {
+    let dir = common::TempDir::new("atomic-groups");
+    let backends = atomic_backends(&dir);
     for b in &backends {
         // A lock on row a: the group's condition on it fails, so row b is not written either.
         b.apply(vec![Op::Row(RowMutation {
@@ -270,12 +281,6 @@ fn atomic_groups_apply_all_or_nothing_and_are_checked() {
 #[test]
 fn apply_atomic_then_applies_its_ops_only_after_the_group() {
     use percolator_store::backends::{AtomicOutcome, Outcome};
-    let put = |row: &[u8], conditions: Vec<Condition>| RowMutation {
-        table: "t".into(),
-        row: row.to_vec(),
-        conditions,
-        mutations: vec![Mutation::PutData { column: "c:v".into(), start_ts: ts(1), value: b"v".to_vec() }],
-    };
     let lock = |row: &[u8]| RowMutation {
         table: "t".into(),
         row: row.to_vec(),
@@ -289,16 +294,7 @@ fn apply_atomic_then_applies_its_ops_only_after_the_group() {
     let no_lock = || vec![Condition::NoLock { column: "c:v".into() }];
     let data = |b: &dyn Bigtable, row: &[u8]| b.read_data(&CellRef::new("t", row.to_vec(), "c:v"), ts(1)).unwrap();
     let dir = common::TempDir::new("atomic-then");
-    let mut backends: Vec<Box<dyn Bigtable>> = vec![
-        Box::new(MemBigtable::new()),
-        Box::new(percolator_store::backends::RedbBigtable::open(dir.file("s.redb"), Default::default()).unwrap()),
-    ];
-    if let Some(nodes) = common::redis_nodes() {
-        let namespace = common::unique_namespace();
-        backends.push(Box::new(
-            RedisBigtable::open(RedisConfig { nodes, namespace, buckets: 1, ..RedisConfig::default() }).unwrap(),
-        ));
-    }
+    let backends = atomic_backends(&dir);
     for b in &backends {
         b.apply(vec![Op::Row(lock(b"a"))]).unwrap();
         // A group that fails (several rows, then one row): none of its ops is tried.
