@@ -50,6 +50,8 @@ pub(crate) unsafe fn compare(a: *const u8, b: *const u8, n: usize) -> i32 {
 /// `a` and `b` must be readable for `n` bytes.
 #[cfg(all(target_arch = "wasm32", not(test)))]
 #[allow(unsafe_code)]
+// Reached by the linker, not by a path: a C symbol of the module.
+#[allow(unreachable_pub)]
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memcmp(a: *const u8, b: *const u8, n: usize) -> i32 {
     // SAFETY: the caller's promise, passed on.

@@ -368,7 +368,7 @@ fn one_phase(
         }
         retries += 1;
     }
-    fail_point!("after-one-phase-write", |_| Ok((commit_ts, then_outcomes)));
+    fail_point!("after-one-phase-write", |_| Ok((commit_ts, then_outcomes.clone())));
     inner.counters.one_pc_commits.fetch_add(1, Ordering::Relaxed);
     Ok((commit_ts, then_outcomes))
 }
