@@ -112,6 +112,47 @@ impl Default for RedbConfig {
 const REDB_MAX_VALUE: usize = 3 << 30;
 const REDB_MAX_PAIR: usize = (3 << 30) + (768 << 20);
 
+/// What a write record adds to its value (a tag and the start timestamp), with room to spare.
+const WRITE_RECORD_OVERHEAD: usize = 64;
+
+/// Refuses, before they are submitted, ops holding a value redb cannot take: in a round, the
+/// check of [`RoundTable::put`] fails the whole round, every caller in it with this caller's
+/// error. (Keys are far below redb's pair limit: a row is at most `key::MAX_ROW_LEN` bytes.)
+fn refuse_oversized_ops(rows: &[RowMutation], ops: &[Op]) -> Result<()> {
+    let too_long = |what: String, len: usize| {
+        Error::InvalidArgument(format!(
+            "{what}: a value of {len} bytes; the store takes at most {} bytes a value",
+            REDB_MAX_VALUE - WRITE_RECORD_OVERHEAD
+        ))
+    };
+    let op_rows = ops.iter().filter_map(|op| match op {
+        Op::Row(m) => Some(m),
+        _ => None,
+    });
+    for m in rows.iter().chain(op_rows) {
+        for mutation in &m.mutations {
+            let (column, len) = match mutation {
+                Mutation::PutData { column, value, .. } => (column, value.len()),
+                Mutation::PutWrite { column, write: WriteRecord { kind: WriteKind::Put(v), .. }, .. } => {
+                    (column, v.len())
+                }
+                _ => continue,
+            };
+            if len > REDB_MAX_VALUE - WRITE_RECORD_OVERHEAD {
+                return Err(too_long(format!("{}/{}/{column}", m.table, String::from_utf8_lossy(&m.row)), len));
+            }
+        }
+    }
+    for op in ops {
+        if let Op::MetaPut { key, value } = op
+            && value.len() > REDB_MAX_VALUE - WRITE_RECORD_OVERHEAD
+        {
+            return Err(too_long(format!("metadata key {key:?}"), value.len()));
+        }
+    }
+    Ok(())
+}
+
 /// A checkpoint is made this often by default where it is what makes rounds durable
 /// (durability none, or no redo log): about the last second is what a crash loses.
 const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
@@ -1288,6 +1329,7 @@ impl Bigtable for RedbBigtable {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
+        refuse_oversized_ops(&[], &ops)?;
         match self.shared.group.submit(Batch::Ops(ops), &|next| self.shared.commit_batch(next))? {
             Done::Ops(outcomes) => Ok(outcomes),
             _ => Err(Error::Storage("group commit answered ops with an atomic outcome".into())),
@@ -1303,6 +1345,7 @@ impl Bigtable for RedbBigtable {
         if rows.is_empty() {
             return Ok(AtomicOutcome::Applied);
         }
+        refuse_oversized_ops(&rows, &[])?;
         // Group-committed like any op: it shares the round (and the fsync) of whatever else
         // is queued, and stays all-or-nothing inside it.
         match self.shared.group.submit(Batch::Atomic(rows), &|next| self.shared.commit_batch(next))? {
@@ -1320,6 +1363,7 @@ impl Bigtable for RedbBigtable {
         if rows.is_empty() {
             return Ok((AtomicOutcome::Applied, Some(self.apply(then)?)));
         }
+        refuse_oversized_ops(&rows, &then)?;
         // One submission: the group and the ops share one round, the ops after the group.
         match self.shared.group.submit(Batch::AtomicThen(rows, then), &|next| self.shared.commit_batch(next))? {
             Done::AtomicThen(outcome, outcomes) => Ok((outcome, outcomes)),
@@ -1414,6 +1458,46 @@ mod tests {
         let mut k = b"\x00pages\x00\x01https://site.example/docs/".to_vec();
         k.extend_from_slice(&n.to_be_bytes());
         k
+    }
+
+    /// A value redb cannot take is refused to its caller before it is submitted, naming the
+    /// cell, and nothing of the call is applied; before, the round's check failed every caller
+    /// in the round with this one's error. (The value is allocated zeroed and never touched:
+    /// gigabytes of address space, not of memory.)
+    #[test]
+    fn an_oversized_value_is_refused_to_its_caller_before_its_round() {
+        let dir = TempDir::new("oversized");
+        let db = RedbBigtable::open(dir.file("s.redb"), RedbConfig::default()).unwrap();
+        let row = |row: &[u8], value: Vec<u8>| RowMutation {
+            table: "t".into(),
+            row: row.to_vec(),
+            conditions: vec![],
+            mutations: vec![Mutation::PutWrite {
+                column: "c:v".into(),
+                commit_ts: Timestamp::from_raw(2),
+                write: WriteRecord { start_ts: Timestamp::from_raw(1), kind: WriteKind::Put(value) },
+            }],
+        };
+        let huge = || vec![0u8; REDB_MAX_VALUE];
+        let rounds = db.stats().commits;
+        let refused = [
+            db.apply(vec![Op::Row(row(b"small", b"v".to_vec())), Op::Row(row(b"big", huge()))]).unwrap_err(),
+            db.apply_atomic(vec![row(b"small", b"v".to_vec()), row(b"big", huge())]).unwrap_err(),
+            db.apply_atomic_then(vec![row(b"small", b"v".to_vec())], vec![Op::Row(row(b"big", huge()))]).unwrap_err(),
+            db.apply(vec![Op::MetaPut { key: "k".into(), value: huge() }]).unwrap_err(),
+        ];
+        for e in &refused {
+            assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
+        }
+        assert!(refused[0].to_string().contains("t/big/c:v"), "{}", refused[0]);
+        assert!(refused[3].to_string().contains("\"k\""), "{}", refused[3]);
+        assert_eq!(db.stats().commits, rounds, "no round was made");
+        let read = db.read_row("t", b"small", &["c:v"], Timestamp::from_raw(3)).unwrap();
+        assert!(read[0].write.is_none(), "nothing of a refused call is applied");
+        // The store goes on.
+        db.apply(vec![Op::Row(row(b"small", b"v".to_vec()))]).unwrap();
+        let read = db.read_row("t", b"small", &["c:v"], Timestamp::from_raw(3)).unwrap();
+        assert!(read[0].write.is_some());
     }
 
     /// A checkpoint's layer written through cursors and one-by-one inserts leaves redb holding
