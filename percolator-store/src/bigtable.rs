@@ -572,7 +572,9 @@ pub trait Bigtable: Send + Sync + 'static {
     /// group had applied: the group's outcome stands, and the caller applies `then` itself
     /// (and meets the error there), so `then` must be ops that may be applied twice. The
     /// default makes the two calls; a backend that group-commits may do both in one
-    /// submission (redb: one round, the group first, and an error fails both). The store
+    /// submission (redb: one round, the group first, and an error fails both; memory: one
+    /// hold of its map, where an error while applying `then`, which only a corrupt record
+    /// can cause, is answered as an error although the group applied). The store
     /// clears a notification this way after the commit of the run that processed it
     /// (`docs/design.md`, "Notifications").
     fn apply_atomic_then(
