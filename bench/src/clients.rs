@@ -37,6 +37,9 @@ pub(crate) struct Run {
     pub(crate) cpu_secs: f64,
     /// Backend commits (redb write transactions) during the run, where known.
     pub(crate) backend_commits: Option<u64>,
+    /// Cores busy while the clients ran, where the run has a tail after them (percolator's
+    /// final checkpoint, which `secs` and `cpu_secs` include).
+    pub(crate) load_cores: Option<f64>,
 }
 
 impl Run {
@@ -60,6 +63,9 @@ impl Run {
         }
         if let Some(n) = self.backend_commits {
             print(&format!("{key}_backend_commits_per_commit"), n as f64 / self.committed.max(1) as f64);
+        }
+        if let Some(cores) = self.load_cores {
+            print(&format!("{key}_load_cores"), cores);
         }
     }
 }

@@ -15,9 +15,16 @@
 //! or arrived during it. A lone caller never waits. It waits with the round open: the work
 //! already taken is applied while the others prepare theirs (`docs/design.md`, "Applying
 //! while gathering").
+//!
+//! Polling (where rounds take microseconds: no fsync to share, so no gathering): a caller whose
+//! work is queued first yields its core, checking between yields whether it was answered or
+//! the leadership is free, for at most [`POLL`], and only then sleeps. Its answer usually comes
+//! within that time, so it needs no wakeup, and a core with nothing else to run polls instead of
+//! going idle (`docs/design.md`, "Polling before sleeping").
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +43,10 @@ pub(crate) trait Work {
 
 /// Longest a leader waits for more callers before committing.
 const MAX_GATHER: Duration = Duration::from_millis(2);
+
+/// Longest a caller of a group commit that does not gather polls for its answer (yielding its
+/// core between checks) before it sleeps: a few rounds at durability none.
+const POLL: Duration = Duration::from_micros(50);
 
 /// Where a leader puts one caller's outcome; the caller reads it after `leader_done`.
 type Slot<O> = Arc<Mutex<Option<Result<O>>>>;
@@ -83,7 +94,12 @@ pub(crate) struct GroupCommit<W, O> {
     /// The longest a leader gathers (waits for more callers, the module docs' rule):
     /// [`MAX_GATHER`], or zero where a round has no fixed cost (an fsync) to share.
     max_gather: Duration,
+    /// How long a waiting caller polls before it sleeps: [`POLL`] where leaders do not gather
+    /// (rounds take microseconds), zero where they do (a round takes an fsync).
+    poll: Duration,
     queue: Mutex<Queue<W, O>>,
+    /// [`Queue::leader_active`], readable without the queue's lock by a polling caller.
+    leading: AtomicBool,
     /// Signalled when a leader finishes, so a waiting caller can take over leadership.
     leader_done: Condvar,
     /// Signalled when a caller queues, for a leader that is gathering.
@@ -105,12 +121,18 @@ struct Round<O> {
 }
 
 impl<W: Work, O> GroupCommit<W, O> {
-    /// A group commit whose leaders gather (`gather`) or close a round as soon as the queue is
-    /// empty.
+    /// A group commit whose leaders gather (`gather`; their callers sleep while they wait) or
+    /// close a round as soon as the queue is empty (their callers poll first).
     pub(crate) fn new(gather: bool) -> GroupCommit<W, O> {
+        GroupCommit::with(if gather { MAX_GATHER } else { Duration::ZERO }, if gather { Duration::ZERO } else { POLL })
+    }
+
+    fn with(max_gather: Duration, poll: Duration) -> GroupCommit<W, O> {
         GroupCommit {
-            max_gather: if gather { MAX_GATHER } else { Duration::ZERO },
+            max_gather,
+            poll,
             queue: Mutex::new(Queue::default()),
+            leading: AtomicBool::new(false),
             leader_done: Condvar::new(),
             arrived: Condvar::new(),
         }
@@ -126,6 +148,7 @@ impl<W: Work, O> GroupCommit<W, O> {
         if q.leader_active {
             self.arrived.notify_one();
         }
+        let mut polled = false;
         loop {
             // Served by another leader?
             if let Some(r) = slot.lock().map_err(|_| Error::Closed)?.take() {
@@ -134,10 +157,21 @@ impl<W: Work, O> GroupCommit<W, O> {
             if !q.leader_active {
                 break;
             }
+            if !polled && !self.poll.is_zero() {
+                // Once per submission: a caller woken from its sleep sleeps again if it must.
+                polled = true;
+                drop(q);
+                if let Some(r) = self.poll_for(&slot)? {
+                    return r;
+                }
+                q = self.queue.lock().map_err(|_| Error::Closed)?;
+                continue;
+            }
             q = self.leader_done.wait(q).map_err(|_| Error::Closed)?;
         }
         // Lead: commit rounds until our own slot is filled.
         q.leader_active = true;
+        self.leading.store(true, Ordering::Relaxed);
         // If `commit` panics, hand leadership back so the other callers are not stuck forever.
         let _leader = LeaderGuard(self);
         loop {
@@ -218,6 +252,24 @@ impl<W: Work, O> GroupCommit<W, O> {
         }
     }
 
+    /// Polls for `slot`'s answer for at most [`GroupCommit::poll`], yielding the core between
+    /// checks (to any thread that has work; with none, the core polls instead of going idle,
+    /// and the answer needs no wakeup). Stops early once no leader is active: then the caller
+    /// must look at the queue again, and perhaps lead. `None`: not answered yet.
+    fn poll_for(&self, slot: &Slot<O>) -> Result<Option<Result<O>>> {
+        let started = Instant::now();
+        while started.elapsed() < self.poll {
+            std::thread::yield_now();
+            if let Some(r) = slot.lock().map_err(|_| Error::Closed)?.take() {
+                return Ok(Some(r));
+            }
+            if !self.leading.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        Ok(None)
+    }
+
     /// The next caller's work for the open round, in queue order; `None` closes the round.
     /// With the queue empty, waits for more callers while the round has fewer than it expects,
     /// until its deadline or a hurry (the leader's write transaction stays open meanwhile, with
@@ -284,6 +336,7 @@ impl<W, O> Drop for LeaderGuard<'_, W, O> {
     fn drop(&mut self) {
         if let Ok(mut q) = self.0.queue.lock() {
             q.leader_active = false;
+            self.0.leading.store(false, Ordering::Relaxed);
         }
         self.0.leader_done.notify_all();
     }
@@ -435,6 +488,49 @@ mod tests {
             }
             assert!(ok > 0 && failed > 0, "gather {gather}: {ok} committed, {failed} failed");
         }
+    }
+
+    /// A caller polling for its answer when the leader leaves without its work (it queued after
+    /// the leader's round closed) takes over the leadership at once, instead of polling on with
+    /// nobody leading until its time is up.
+    #[test]
+    fn a_polling_caller_leads_once_the_leader_leaves() {
+        use std::sync::mpsc;
+        use std::time::Instant;
+
+        // Polls longer than the test waits: only the leadership check ends it early.
+        let group: GroupCommit<u64, u64> = GroupCommit::with(Duration::ZERO, Duration::from_secs(60));
+        let (taken_tx, taken_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = Mutex::new(release_rx);
+        let commit = |next: &mut dyn FnMut() -> Option<u64>| -> Result<Vec<u64>> {
+            let taken: Vec<u64> = std::iter::from_fn(next).collect();
+            if taken == [1] {
+                // The first round holds its leader until the second caller polls.
+                taken_tx.send(()).unwrap();
+                release_rx.lock().unwrap().recv().unwrap();
+            }
+            Ok(taken)
+        };
+        std::thread::scope(|s| {
+            let (group, commit) = (&group, &commit);
+            let first = s.spawn(move || group.submit(1, commit));
+            taken_rx.recv_timeout(Duration::from_secs(5)).expect("the first round took its work");
+            let second = s.spawn(move || {
+                let started = Instant::now();
+                (group.submit(2, commit), started.elapsed())
+            });
+            // The second caller is queued behind the open round, polling.
+            while group.queue.lock().unwrap().pending.is_empty() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+            release_tx.send(()).unwrap();
+            assert_eq!(first.join().unwrap().unwrap(), 1);
+            let (answer, took) = second.join().unwrap();
+            assert_eq!(answer.unwrap(), 2);
+            assert!(took < Duration::from_secs(10), "the second caller polled on for {took:?} with nobody leading");
+        });
     }
 
     /// A round refused before it takes anyone (a backend whose storage failed refuses at once)

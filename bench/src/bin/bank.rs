@@ -195,6 +195,7 @@ fn percolator_run(dir: &Path, dur: Dur, accounts: u64, clients: usize, secs: f64
         })?;
         Ok(attempts - 1)
     })?;
+    let load_cpu = self_cpu() - cpu0;
     // Its time counts too (transfers/s and cores are over the run and this checkpoint).
     let checkpoint = std::time::Instant::now();
     redb.checkpoint()?;
@@ -214,6 +215,7 @@ fn percolator_run(dir: &Path, dur: Dur, accounts: u64, clients: usize, secs: f64
         secs: load.secs + checkpoint,
         cpu_secs: cpu,
         backend_commits: Some(backend_commits),
+        load_cores: Some(load_cpu / load.secs),
     })
 }
 
@@ -275,7 +277,14 @@ fn sqlite_run(dir: &Path, dur: Dur, accounts: u64, clients: usize, secs: f64) ->
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    Ok(Run { committed: load.committed, retries: Some(0), secs: load.secs, cpu_secs: cpu, backend_commits: None })
+    Ok(Run {
+        committed: load.committed,
+        retries: Some(0),
+        secs: load.secs,
+        cpu_secs: cpu,
+        backend_commits: None,
+        load_cores: None,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

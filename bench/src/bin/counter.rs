@@ -175,6 +175,7 @@ fn combine_run(dir: &Path, clients: usize, secs: f64) -> Res<Run> {
         secs: load.secs,
         cpu_secs: cpu,
         backend_commits: Some(backend_commits),
+        load_cores: None,
     })
 }
 
@@ -216,6 +217,7 @@ fn rmw_run(dir: &Path, clients: usize, secs: f64) -> Res<Run> {
         secs: load.secs,
         cpu_secs: cpu,
         backend_commits: Some(backend_commits),
+        load_cores: None,
     })
 }
 
@@ -251,7 +253,14 @@ fn sqlite_run(dir: &Path, clients: usize, secs: f64) -> Res<Run> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    Ok(Run { committed: load.committed, retries: Some(0), secs: load.secs, cpu_secs: cpu, backend_commits: None })
+    Ok(Run {
+        committed: load.committed,
+        retries: Some(0),
+        secs: load.secs,
+        cpu_secs: cpu,
+        backend_commits: None,
+        load_cores: None,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
