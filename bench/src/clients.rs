@@ -43,6 +43,11 @@ pub(crate) struct Run {
 }
 
 impl Run {
+    /// A run known by its counts and times alone (no backend commits, no tail after the load).
+    pub(crate) fn counted(committed: u64, retries: u64, secs: f64, cpu_secs: f64) -> Run {
+        Run { committed, retries: Some(retries), secs, cpu_secs, backend_commits: None, load_cores: None }
+    }
+
     pub(crate) fn tps(&self) -> f64 {
         self.committed as f64 / self.secs
     }

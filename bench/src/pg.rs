@@ -192,14 +192,7 @@ impl Postgres {
         // pgbench's own duration (-T, whole seconds) is what the count is over; `wall` adds
         // its connection set-up.
         let secs_run = secs.ceil().min(wall);
-        Ok(Run {
-            committed,
-            retries: Some(retries),
-            secs: secs_run,
-            cpu_secs: cpu,
-            backend_commits: None,
-            load_cores: None,
-        })
+        Ok(Run::counted(committed, retries, secs_run, cpu))
     }
 }
 

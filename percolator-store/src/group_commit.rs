@@ -127,6 +127,8 @@ impl<W: Work, O> GroupCommit<W, O> {
         GroupCommit::with(if gather { MAX_GATHER } else { Duration::ZERO }, if gather { Duration::ZERO } else { POLL })
     }
 
+    /// A group commit whose leaders gather for at most `max_gather` and whose waiting callers
+    /// poll for at most `poll` before they sleep (zero: not at all).
     fn with(max_gather: Duration, poll: Duration) -> GroupCommit<W, O> {
         GroupCommit {
             max_gather,

@@ -253,14 +253,7 @@ fn sqlite_run(dir: &Path, clients: usize, secs: f64) -> Res<Run> {
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
     }
-    Ok(Run {
-        committed: load.committed,
-        retries: Some(0),
-        secs: load.secs,
-        cpu_secs: cpu,
-        backend_commits: None,
-        load_cores: None,
-    })
+    Ok(Run::counted(load.committed, 0, load.secs, cpu))
 }
 
 // ---------------------------------------------------------------------------------------------
