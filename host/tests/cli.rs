@@ -1464,7 +1464,14 @@ fn new_and_build_make_a_guest_project_anywhere() {
     let e = fails(build.output().unwrap(), &["build"]);
     assert!(e.contains("componentize-py is not on PATH: `pip install componentize-py==0.25.1`"), "{e}");
 
-    let config = std::fs::read_to_string(sb.path("p.toml")).unwrap();
+    // The workspace's shared test cache: its function cache holds the Python and JavaScript
+    // interpreters' functions from the other tests, so these projects compile only their own.
+    let cache = common::workspace().join("target/test-component-cache");
+    let config = std::fs::read_to_string(sb.path("p.toml")).unwrap().replace(
+        "[observers]\ndir = \"observers\"\n",
+        &format!("[observers]\ndir = \"observers\"\ncache_dir = {:?}\n", cache.display().to_string()),
+    );
+    assert!(config.contains("cache_dir"), "{config}");
     let bind = |name: &str| {
         format!(
             "\n[[binding]]\nname = \"{name}\"\nwasm = \"{name}.wasm\"\ntable = \"docs\"\ncolumn = \"raw:text\"\n\

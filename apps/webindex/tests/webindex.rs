@@ -164,7 +164,15 @@ fn concurrent_writers(name: &str, crawl: &crawl::Crawl) {
 }
 
 fn concurrent_writers_with(name: &str, crawl: &crawl::Crawl, replaced: &[(&str, &str)]) {
-    let dir = setup_with(name, "none", "", replaced);
+    // The Python and JavaScript ports compile in the workspace's shared test cache, whose
+    // function cache holds the interpreter's functions from the other Python or JavaScript tests
+    // (a component compiled in it is verified by digest, so sharing is safe).
+    let cache = if replaced.is_empty() {
+        String::new()
+    } else {
+        format!("cache_dir = {:?}\n", common::workspace().join("target/test-component-cache").display().to_string())
+    };
+    let dir = setup_with(name, "none", &cache, replaced);
     let config = Config::load(&dir.join("pipeline.toml")).unwrap();
     let store = open_store(&dir);
     let pipeline = Arc::new(Pipeline::new(store.clone(), Runtime::new(Some(config.cache_dir.clone())).unwrap()));

@@ -3,6 +3,12 @@
 //! per-notification cost, compile time cold and cached, instantiation time and memory per
 //! instance. Ratios are against the Rust guest, measured in the same run.
 //!
+//! `after_sibling_ms`: compiling the guest on a runtime whose cache folder holds another guest
+//! of the same language compiled before (Rust: `counter`; Python: `hostile_py`; JavaScript:
+//! `hostile_js`), no artifact of its own: what the function cache (cranelift's incremental
+//! cache) saves a host that loads a new or edited guest. `hits` is the share of its functions
+//! that came from that cache.
+//!
 //! Run: `scripts/build-guests && cargo run --release -p percolator-host-bench --bin languages`
 //! (`-- --runs N`, default 2,000). The guests are `target/guests/uppercase.wasm`,
 //! `uppercase_py.wasm` and `uppercase_js.wasm`; a missing one is reported and skipped.
@@ -22,13 +28,15 @@ fn guest(name: &str) -> PathBuf {
 struct Figures {
     size: u64,
     cold: Duration,
+    after_sibling: Duration,
+    hit_share: f64,
     cached: Duration,
     instantiate: Duration,
     memory: usize,
     per_run: Duration,
 }
 
-fn measure(path: &Path, runs: usize, store: &Store) -> Res<Figures> {
+fn measure(path: &Path, sibling: &Path, runs: usize, store: &Store) -> Res<Figures> {
     let size = std::fs::metadata(path)?.len();
     let cold = {
         let runtime = Runtime::new(None)?;
@@ -37,6 +45,18 @@ fn measure(path: &Path, runs: usize, store: &Store) -> Res<Figures> {
         started.elapsed()
     };
     let cache = std::env::temp_dir().join(format!("percolator-bench-languages-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cache);
+    let (after_sibling, hit_share) = {
+        let runtime = Runtime::new(Some(cache.clone()))?;
+        runtime.compile_file(sibling).map_err(|e| format!("{}: {e:#}", sibling.display()))?;
+        let before = runtime.function_cache_stats().ok_or("no function cache")?;
+        let started = Instant::now();
+        runtime.compile_file(path).map_err(|e| format!("{e:#}"))?;
+        let elapsed = started.elapsed();
+        let after = runtime.function_cache_stats().ok_or("no function cache")?;
+        let (hits, misses) = (after.hits - before.hits, after.misses - before.misses);
+        (elapsed, hits as f64 / (hits + misses).max(1) as f64)
+    };
     let _ = std::fs::remove_dir_all(&cache);
     let runtime = Runtime::new(Some(cache.clone()))?;
     runtime.compile_file(path)?; // fills the cache
@@ -71,7 +91,7 @@ fn measure(path: &Path, runs: usize, store: &Store) -> Res<Figures> {
         total += started.elapsed();
     }
     let _ = std::fs::remove_dir_all(&cache);
-    Ok(Figures { size, cold, cached, instantiate, memory, per_run: total / runs as u32 })
+    Ok(Figures { size, cold, after_sibling, hit_share, cached, instantiate, memory, per_run: total / runs as u32 })
 }
 
 fn main() -> Res<()> {
@@ -89,22 +109,28 @@ fn main() -> Res<()> {
     })?;
     println!("# the uppercase observer per language, {runs} runs each (observe calls only, warm instances)");
     println!(
-        "# language  size_bytes  cold_compile_ms  cached_load_ms  instantiate_ms  instance_memory_mib  us_per_run  run_cost_vs_rust"
+        "# language  size_bytes  cold_compile_ms  after_sibling_ms  hits  cached_load_ms  instantiate_ms  instance_memory_mib  us_per_run  run_cost_vs_rust"
     );
     let mut rust_per_run = None;
-    for (language, name) in [("rust", "uppercase"), ("python", "uppercase_py"), ("javascript", "uppercase_js")] {
-        let path = guest(name);
-        if !path.is_file() {
-            println!("# {language}: {} is missing (run scripts/build-guests)", path.display());
+    for (language, name, sibling) in [
+        ("rust", "uppercase", "counter"),
+        ("python", "uppercase_py", "hostile_py"),
+        ("javascript", "uppercase_js", "hostile_js"),
+    ] {
+        let (path, sibling) = (guest(name), guest(sibling));
+        if let Some(missing) = [&path, &sibling].into_iter().find(|p| !p.is_file()) {
+            println!("# {language}: {} is missing (run scripts/build-guests)", missing.display());
             continue;
         }
-        let f = measure(&path, runs, &store)?;
+        let f = measure(&path, &sibling, runs, &store)?;
         let per_run = f.per_run.as_secs_f64() * 1e6;
         let base = *rust_per_run.get_or_insert(per_run);
         println!(
-            "{language:<10}  {:>10}  {:>15.0}  {:>14.1}  {:>14.1}  {:>19.1}  {:>10.1}  {:>16.1}",
+            "{language:<10}  {:>10}  {:>15.0}  {:>16.0}  {:>3.0}%  {:>14.1}  {:>14.1}  {:>19.1}  {:>10.1}  {:>16.1}",
             f.size,
             f.cold.as_secs_f64() * 1e3,
+            f.after_sibling.as_secs_f64() * 1e3,
+            f.hit_share * 100.0,
             f.cached.as_secs_f64() * 1e3,
             f.instantiate.as_secs_f64() * 1e3,
             f.memory as f64 / f64::from(1 << 20),

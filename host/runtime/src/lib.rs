@@ -36,6 +36,7 @@
 mod access;
 mod bindings;
 mod footprint;
+mod function_cache;
 mod host;
 mod runtime;
 mod sandbox;
@@ -45,6 +46,7 @@ mod world;
 
 pub use access::{Access, ColumnRule};
 pub use footprint::Footprint;
+pub use function_cache::FunctionCacheStats;
 pub use runtime::{
     Compiled, Limits, RECENT_FAILURES, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver,
     thread_cpu,

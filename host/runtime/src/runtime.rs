@@ -32,6 +32,7 @@ use wasmtime::{Config, Engine, ProfilingStrategy, Result, Store, Trap};
 use crate::access::Access;
 use crate::bindings::{Cell, Notification, Observer as ObserverWorld, ObserverPre, WitError};
 use crate::footprint::Footprint;
+use crate::function_cache::{self, FunctionCache, FunctionCacheStats};
 use crate::host::sink::TransformState;
 use crate::host::{Budget, HostState};
 use crate::sandbox::{Environment, Output, Wasi};
@@ -142,6 +143,9 @@ pub struct Runtime {
     /// The linker of the sink-transform world (`transform.rs`): WASI and `percolator:sink`.
     pub(crate) sink_linker: Linker<TransformState>,
     cache_dir: Option<PathBuf>,
+    /// Cranelift's incremental compilation cache, in the cache folder: what the functions of the
+    /// components compiled so far became, by function.
+    functions: Option<Arc<FunctionCache>>,
     /// Engine compatibility hash: part of every cache key, so a new wasmtime never loads an
     /// old artifact.
     engine_hash: u64,
@@ -174,7 +178,8 @@ pub struct Compiled {
 
 impl Runtime {
     /// Creates the engine and starts its epoch ticker. Compiled components are cached in
-    /// `cache_dir` when given. With the environment variable `PERCOLATOR_PERFMAP=1`, guest code
+    /// `cache_dir` when given, and so is each compiled function (`functions-<engine hash>/`): a
+    /// component sharing functions with one compiled before compiles only the others. With the environment variable `PERCOLATOR_PERFMAP=1`, guest code
     /// is listed for `perf` in `/tmp/perf-<pid>.map` (wasmtime's perf map profiler).
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Runtime> {
         let mut config = Config::new();
@@ -188,6 +193,15 @@ impl Runtime {
         if std::env::var_os("PERCOLATOR_PERFMAP").is_some_and(|v| v == "1") {
             config.profiler(ProfilingStrategy::PerfMap);
         }
+        let mut functions = None;
+        if let Some(dir) = &cache_dir {
+            // The folder is named by the engine's compatibility hash, which a probe engine
+            // (milliseconds) gives before the cache is configured.
+            let probe = Engine::new(&config).context("creating the wasmtime engine")?;
+            let cache = Arc::new(FunctionCache::new(function_cache::dir_in(dir, compatibility_hash(&probe))));
+            config.enable_incremental_compilation(cache.clone()).context("enabling the function cache")?;
+            functions = Some(cache);
+        }
         let engine = Engine::new(&config).context("creating the wasmtime engine")?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).context("linking WASI")?;
@@ -195,8 +209,7 @@ impl Runtime {
         let mut sink_linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut sink_linker).context("linking WASI for sink transforms")?;
         crate::host::sink::add_to_linker(&mut sink_linker).context("linking the sink-transform imports")?;
-        let mut h = DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut h);
+        let engine_hash = compatibility_hash(&engine);
         let ticker = Arc::new(());
         let (e, alive) = (engine.clone(), Arc::downgrade(&ticker));
         std::thread::Builder::new()
@@ -215,7 +228,7 @@ impl Runtime {
             Provided::observer_world().map_err(|e| wasmtime::Error::msg(format!("reading the observer world: {e}")))?;
         let sink_provided =
             Provided::sink_world().map_err(|e| wasmtime::Error::msg(format!("reading the sink world: {e}")))?;
-        Ok(Runtime { engine, linker, sink_linker, cache_dir, engine_hash: h.finish(), ticker, provided, sink_provided })
+        Ok(Runtime { engine, linker, sink_linker, cache_dir, functions, engine_hash, ticker, provided, sink_provided })
     }
 
     /// Reads, validates and compiles the observer at `path`: a component of the
@@ -227,6 +240,12 @@ impl Runtime {
     pub fn compile_file(&self, path: &Path) -> Result<Compiled> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         self.compile(&bytes).with_context(|| format!("loading observer {}", path.display()))
+    }
+
+    /// What the function cache served since this runtime started (`None` without a cache
+    /// folder).
+    pub fn function_cache_stats(&self) -> Option<FunctionCacheStats> {
+        self.functions.as_ref().map(|f| f.stats())
     }
 
     /// Like [`Runtime::compile_file`] for bytes in memory.
@@ -330,7 +349,26 @@ impl Runtime {
     }
 
     fn compile_component(&self, bytes: &[u8], cache: Option<&Path>) -> Result<Component> {
-        let component = Component::new(&self.engine, bytes).context("not a valid WebAssembly component")?;
+        let (started, before) = (Instant::now(), self.function_cache_stats());
+        if let Some(functions) = &self.functions {
+            functions.refresh(); // other hosts' packs, written since
+        }
+        let component = Component::new(&self.engine, bytes);
+        if let Some(functions) = &self.functions {
+            functions.flush();
+        }
+        let component = component.context("not a valid WebAssembly component")?;
+        if let (Some(before), Some(after)) = (before, self.function_cache_stats()) {
+            // Counts of the whole runtime: with other components compiling at the same time,
+            // theirs are included.
+            tracing::info!(
+                "compiled a component of {} KB in {:.1} s: {} functions compiled, {} from the function cache",
+                bytes.len() / 1024,
+                started.elapsed().as_secs_f64(),
+                after.misses - before.misses,
+                after.hits - before.hits
+            );
+        }
         if let Some(path) = cache
             && let Err(e) = component.serialize().and_then(|b| write_verified(path, &b))
         {
@@ -364,6 +402,13 @@ impl Runtime {
             _ticker: self.ticker.clone(),
         }
     }
+}
+
+/// The engine's compatibility hash: what a compiled artifact must have been compiled with.
+fn compatibility_hash(engine: &Engine) -> u64 {
+    let mut h = DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    h.finish()
 }
 
 /// The names a component exports.

@@ -176,6 +176,79 @@ fn the_compiled_cache_is_used_and_a_tampered_entry_is_recompiled() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The function cache (cranelift's incremental cache, in the cache folder): an edited guest
+/// (`counter` → `counter_v2`, the same crate with one more write) compiles most of its
+/// functions from the first one's, and what it gets is the very code a compile from nothing
+/// makes (the two artifacts are byte for byte equal). Damaged entries are misses, not code.
+#[test]
+fn an_edited_guest_compiles_from_the_function_cache_into_the_same_code() {
+    let tmp = |name: &str| {
+        let dir = std::env::temp_dir().join(format!("percolator-fcache-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    };
+    let artifact = |dir: &PathBuf, source_hash: &str| -> Vec<u8> {
+        let file = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into_owned();
+                name.starts_with(source_hash) && name.ends_with(".cwasm")
+            })
+            .expect("the component's artifact");
+        std::fs::read(file).unwrap()
+    };
+    // From nothing.
+    let fresh = tmp("fresh");
+    let runtime = Runtime::new(Some(fresh.clone())).unwrap();
+    let v2 = runtime.compile_file(&guest("counter_v2")).unwrap();
+    let cold = runtime.function_cache_stats().unwrap();
+    // Some functions of a component are identical (shims, trampolines): only those hit.
+    assert!(cold.misses > 10 && cold.hits < cold.misses, "{cold:?}");
+    let from_nothing = artifact(&fresh, &v2.source_hash);
+
+    // After the first version.
+    let warm = tmp("warm");
+    let runtime = Runtime::new(Some(warm.clone())).unwrap();
+    runtime.compile_file(&guest("counter")).unwrap();
+    let before = runtime.function_cache_stats().unwrap();
+    runtime.compile_file(&guest("counter_v2")).unwrap();
+    let after = runtime.function_cache_stats().unwrap();
+    let (hits, misses) = (after.hits - before.hits, after.misses - before.misses);
+    assert!(hits > 2 * misses, "{hits} functions from the cache, {misses} compiled");
+    assert_eq!(after.failed_writes, 0);
+    assert!(artifact(&warm, &v2.source_hash) == from_nothing, "the cached functions made other code");
+
+    // Every pack damaged (each byte after its first 16 flipped) and the artifacts gone: a new
+    // runtime on the folder compiles every function again (as from nothing: only its
+    // duplicates hit), and the same code.
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(&warm).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            for pack in std::fs::read_dir(&path).unwrap() {
+                let pack = pack.unwrap().path();
+                let mut bytes = std::fs::read(&pack).unwrap();
+                bytes[16..].iter_mut().for_each(|b| *b ^= 0x40);
+                std::fs::write(&pack, bytes).unwrap();
+                damaged += 1;
+            }
+        } else {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    assert_eq!(damaged, 2, "one pack per compile that added functions");
+    let runtime = Runtime::new(Some(warm.clone())).unwrap();
+    runtime.compile_file(&guest("counter_v2")).unwrap();
+    let again = runtime.function_cache_stats().unwrap();
+    // (Which of two identical functions compiling on two threads at once misses varies.)
+    assert_eq!(again.hits + again.misses, cold.hits + cold.misses, "{again:?} {cold:?}");
+    assert!(again.hits < again.misses, "damaged entries served: {again:?}");
+    assert!(artifact(&warm, &v2.source_hash) == from_nothing);
+    let _ = std::fs::remove_dir_all(&fresh);
+    let _ = std::fs::remove_dir_all(&warm);
+}
+
 #[test]
 fn a_rejected_reload_keeps_the_old_version_serving() {
     let h = start(
