@@ -16,7 +16,8 @@
 //! saved. Entry: key length and value length (u32, little-endian), the SHA-256 of both lengths,
 //! the key and the value, then the key and the value. An index of every pack (key → pack,
 //! offset) is read when the runtime starts and before each compile, so hosts sharing the
-//! folder see each other's packs; a get reads its entry with one positioned read.
+//! folder see each other's packs; a get reads its entry with positioned reads, from at most 32
+//! packs kept open (others are opened as needed).
 //!
 //! **Damage is a miss.** An entry is served only if its bytes match its digest (for its own
 //! key); a pack whose header or an entry's lengths do not parse is indexed up to there. So packs
@@ -55,13 +56,18 @@ pub(crate) struct FunctionCache {
     failed_writes: AtomicU64,
 }
 
-/// Where an entry is: its pack, and the offset of its head.
-type Location = (Arc<File>, u64);
+/// Packs kept open at once (each read opens its pack if it is not): a long-lived host that
+/// compiled hundreds of guests must not hold hundreds of descriptors.
+const MAX_OPEN: usize = 32;
 
 #[derive(Debug, Default)]
 struct State {
-    /// Every indexed entry: key → its pack and where its head starts.
-    index: HashMap<Vec<u8>, Location>,
+    /// Every indexed entry: key → its pack (an index into `packs`) and where its head starts.
+    index: HashMap<Vec<u8>, (usize, u64)>,
+    /// The packs indexed, in the order they were.
+    packs: Vec<PathBuf>,
+    /// Some of them, open.
+    open: HashMap<usize, Arc<File>>,
     /// Packs already indexed, by file name.
     seen: HashSet<OsString>,
     /// Functions compiled since the last [`FunctionCache::flush`]: served from here too, so that
@@ -121,13 +127,15 @@ impl FunctionCache {
                 continue;
             }
             let path = self.dir.join(&name);
-            let indexed = File::open(&path).and_then(|f| index_pack(Arc::new(f)));
+            let indexed = File::open(&path).and_then(|f| index_pack(&f));
             let mut state = self.state();
             state.seen.insert(name);
             match indexed {
                 Ok(entries) => {
-                    for (key, at) in entries {
-                        state.index.entry(key).or_insert(at);
+                    let pack = state.packs.len();
+                    state.packs.push(path);
+                    for (key, offset) in entries {
+                        state.index.entry(key).or_insert((pack, offset));
                     }
                 }
                 Err(e) => tracing::debug!("function cache: skipping {}: {e}", path.display()),
@@ -143,13 +151,15 @@ impl FunctionCache {
         }
         let count = pending.len() as u64;
         match self.write_pack(&pending) {
-            Ok((name, file)) => {
+            Ok(name) => {
                 let mut state = self.state();
+                let pack = state.packs.len();
+                state.packs.push(self.dir.join(&name));
                 state.seen.insert(name);
                 let mut offset = MAGIC.len() as u64;
                 for (key, value) in pending {
                     let next = offset + (ENTRY_HEAD + key.len() + value.len()) as u64;
-                    state.index.entry(key).or_insert((file.clone(), offset));
+                    state.index.entry(key).or_insert((pack, offset));
                     offset = next;
                 }
             }
@@ -165,7 +175,7 @@ impl FunctionCache {
         }
     }
 
-    fn write_pack(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> std::io::Result<(OsString, Arc<File>)> {
+    fn write_pack(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> std::io::Result<OsString> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         std::fs::create_dir_all(&self.dir)?;
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
@@ -182,11 +192,10 @@ impl FunctionCache {
                 out.write_all(value)?;
             }
             out.into_inner().map_err(|e| e.into_error())?;
-            std::fs::rename(&tmp, self.dir.join(&name))?;
-            File::open(self.dir.join(&name))
+            std::fs::rename(&tmp, self.dir.join(&name))
         })();
         match written {
-            Ok(file) => Ok((name, Arc::new(file))),
+            Ok(()) => Ok(name),
             Err(e) => {
                 let _ = std::fs::remove_file(&tmp);
                 Err(e)
@@ -195,13 +204,28 @@ impl FunctionCache {
     }
 
     fn read(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let (file, offset) = {
+        let (pack, offset, open) = {
             let state = self.state();
             if let Some(value) = state.pending.get(key) {
                 return Some(value.clone());
             }
-            let (file, offset) = state.index.get(key)?;
-            (file.clone(), *offset)
+            let &(pack, offset) = state.index.get(key)?;
+            (pack, offset, state.open.get(&pack).cloned().ok_or_else(|| state.packs[pack].clone()))
+        };
+        let file = match open {
+            Ok(file) => file,
+            Err(path) => {
+                // Deleted since it was indexed (someone cleared the cache): a miss.
+                let file = Arc::new(File::open(path).ok()?);
+                let mut state = self.state();
+                if state.open.len() >= MAX_OPEN
+                    && let Some(&evict) = state.open.keys().next()
+                {
+                    state.open.remove(&evict);
+                }
+                state.open.insert(pack, file.clone());
+                file
+            }
         };
         let mut head_bytes = [0; ENTRY_HEAD];
         file.read_exact_at(&mut head_bytes, offset).ok()?;
@@ -262,9 +286,9 @@ fn lengths(head: &[u8; ENTRY_HEAD]) -> Option<(usize, usize)> {
 
 /// Every entry of a pack: its key, and where its head starts. Stops at the first entry that does
 /// not parse or runs past the end (a torn pack); digests are checked when an entry is read.
-fn index_pack(file: Arc<File>) -> std::io::Result<Vec<(Vec<u8>, Location)>> {
+fn index_pack(file: &File) -> std::io::Result<Vec<(Vec<u8>, u64)>> {
     let size = file.metadata()?.len();
-    let mut reader = BufReader::new(&*file);
+    let mut reader = BufReader::new(file);
     let mut magic = [0; MAGIC.len()];
     reader.read_exact(&mut magic)?;
     if magic != *MAGIC {
@@ -282,7 +306,7 @@ fn index_pack(file: Arc<File>) -> std::io::Result<Vec<(Vec<u8>, Location)>> {
         let mut key = vec![0; key_len];
         reader.read_exact(&mut key)?;
         reader.seek(SeekFrom::Current(value_len as i64))?;
-        entries.push((key, (file.clone(), offset)));
+        entries.push((key, offset));
         offset = end;
     }
     Ok(entries)
@@ -341,6 +365,38 @@ mod tests {
         assert_eq!(other.get(b"k4").as_deref(), Some(&b"compiled four"[..]));
         assert_eq!(cache.stats(), FunctionCacheStats { hits: 2, misses: 1, failed_writes: 0 });
         assert_eq!(other.stats(), FunctionCacheStats { hits: 3, misses: 2, failed_writes: 0 });
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn many_packs_are_served_with_a_bounded_number_open_and_a_deleted_one_is_a_miss() {
+        let dir = temp("many");
+        let cache = FunctionCache::new(dir.clone());
+        let packs_written = MAX_OPEN + 8;
+        for i in 0..packs_written {
+            cache.insert(format!("k{i}").as_bytes(), format!("v{i}").into_bytes());
+            cache.flush();
+        }
+        assert_eq!(packs(&dir).len(), packs_written);
+        let fresh = FunctionCache::new(dir.clone());
+        for round in 0..2 {
+            for i in 0..packs_written {
+                let value = fresh.get(format!("k{i}").as_bytes());
+                assert_eq!(value.as_deref(), Some(format!("v{i}").as_bytes()), "k{i}, round {round}");
+                assert!(fresh.state().open.len() <= MAX_OPEN);
+            }
+        }
+        for pack in packs(&dir) {
+            std::fs::remove_file(pack).unwrap();
+        }
+        let closed = (0..packs_written)
+            .map(|i| format!("k{i}"))
+            .find(|k| {
+                let state = fresh.state();
+                !state.open.contains_key(&state.index[k.as_bytes()].0)
+            })
+            .unwrap();
+        assert!(fresh.get(closed.as_bytes()).is_none(), "a deleted pack served");
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -179,8 +179,9 @@ pub struct Compiled {
 impl Runtime {
     /// Creates the engine and starts its epoch ticker. Compiled components are cached in
     /// `cache_dir` when given, and so is each compiled function (`functions-<engine hash>/`): a
-    /// component sharing functions with one compiled before compiles only the others. With the environment variable `PERCOLATOR_PERFMAP=1`, guest code
-    /// is listed for `perf` in `/tmp/perf-<pid>.map` (wasmtime's perf map profiler).
+    /// component sharing functions with one compiled before compiles only the others. With the
+    /// environment variable `PERCOLATOR_PERFMAP=1`, guest code is listed for `perf` in
+    /// `/tmp/perf-<pid>.map` (wasmtime's perf map profiler).
     pub fn new(cache_dir: Option<PathBuf>) -> Result<Runtime> {
         let mut config = Config::new();
         config.wasm_component_model(true);
