@@ -410,7 +410,7 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
     // own, so the order in which they land does not matter: a secondary lock whose primary was
     // never locked is rolled back by whoever meets it (a rollback record at the primary).
     let all: Vec<&RowWrites> = rows.iter().collect();
-    let parts: Vec<&[&RowWrites]> = if cfg!(feature = "failpoints") {
+    let parts: Vec<&[&RowWrites]> = if crate::failpoints_configured() {
         // The primary alone, then the first secondary alone, then the rest: a test can stop
         // between any two.
         let mut parts = vec![&all[..1]];

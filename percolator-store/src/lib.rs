@@ -134,3 +134,20 @@ pub use store::{RetryPolicy, Store, StoreConfig};
 pub use timestamp::Timestamp;
 pub use transaction::TimedEntry;
 pub use transaction::{ScanEntry, Transaction};
+
+/// Whether a test configured a failpoint (`fail::cfg`, or `FAILPOINTS` read by a
+/// `FailScenario`): then a commit prewrites the primary alone, then the first secondary alone,
+/// and writes the first secondary's commit record alone, so that a test can stop between any
+/// two. Without one the store batches as it does without the feature: a build with failpoints
+/// compiled in behaves as production until a test configures one (the whole test suite runs
+/// from such a build).
+pub(crate) fn failpoints_configured() -> bool {
+    #[cfg(feature = "failpoints")]
+    {
+        !fail::list().is_empty()
+    }
+    #[cfg(not(feature = "failpoints"))]
+    {
+        false
+    }
+}

@@ -28,12 +28,13 @@ pub(crate) const SECONDARY_BATCH: usize = 1024;
 
 /// Writes secondaries' commit records; unconditional and idempotent (a resolver that rolled a
 /// secondary forward wrote the same record). Failures are left to readers. With feature
-/// `failpoints` the first row goes alone, and `after-commit-first-secondary` follows it.
+/// `failpoints` and a failpoint configured the first row goes alone, and
+/// `after-commit-first-secondary` follows it.
 pub(crate) fn commit(backend: &dyn Bigtable, ops: Vec<Op>) {
     let mut ops = ops;
     let mut first = true;
     while !ops.is_empty() {
-        let take = if cfg!(feature = "failpoints") && first { 1 } else { ops.len().min(SECONDARY_BATCH) };
+        let take = if first && crate::failpoints_configured() { 1 } else { ops.len().min(SECONDARY_BATCH) };
         let rest = ops.split_off(take);
         if let Err(e) = backend.apply(ops) {
             tracing::debug!(error = %e, "committing secondaries failed; readers roll them forward");
