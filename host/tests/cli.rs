@@ -1466,7 +1466,7 @@ fn new_and_build_make_a_guest_project_anywhere() {
 
     // The workspace's shared test cache: its function cache holds the Python and JavaScript
     // interpreters' functions from the other tests, so these projects compile only their own.
-    let cache = common::workspace().join("target/test-component-cache");
+    let cache = common::shared_cache_dir();
     let config = std::fs::read_to_string(sb.path("p.toml")).unwrap().replace(
         "[observers]\ndir = \"observers\"\n",
         &format!("[observers]\ndir = \"observers\"\ncache_dir = {:?}\n", cache.display().to_string()),

@@ -170,7 +170,7 @@ fn concurrent_writers_with(name: &str, crawl: &crawl::Crawl, replaced: &[(&str, 
     let cache = if replaced.is_empty() {
         String::new()
     } else {
-        format!("cache_dir = {:?}\n", common::workspace().join("target/test-component-cache").display().to_string())
+        format!("cache_dir = {:?}\n", common::shared_cache_dir().display().to_string())
     };
     let dir = setup_with(name, "none", &cache, replaced);
     let config = Config::load(&dir.join("pipeline.toml")).unwrap();

@@ -230,7 +230,9 @@ impl FunctionCache {
         let mut head_bytes = [0; ENTRY_HEAD];
         file.read_exact_at(&mut head_bytes, offset).ok()?;
         let (key_len, value_len) = lengths(&head_bytes)?;
-        if key_len != key.len() {
+        // A pack replaced or cut since it was indexed must not make us allocate what it claims.
+        let end = offset + (ENTRY_HEAD + key_len + value_len) as u64;
+        if key_len != key.len() || file.metadata().ok()?.len() < end {
             return None;
         }
         let mut entry = vec![0; key_len + value_len];

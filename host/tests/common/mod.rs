@@ -88,12 +88,20 @@ pub fn start(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_thread
     start_with(name, guests, bindings, scanner_threads, "")
 }
 
+/// The compiled-component cache the tests share, `target/test-component-cache`: the large Python
+/// and JavaScript components compile once, and their interpreters' functions (the function
+/// cache) once for all of them; entries are verified by digest, so sharing is safe.
+#[allow(dead_code)]
+pub fn shared_cache_dir() -> PathBuf {
+    workspace().join("target/test-component-cache")
+}
+
 /// [`start`] with compiled components cached in the workspace's `target/test-component-cache`,
 /// shared by every test that uses it (the large Python and JavaScript components compile once;
 /// entries are verified by digest, so sharing is safe).
 #[allow(dead_code)]
 pub fn start_cached(name: &str, guests: &[(&str, &str)], bindings: &str, scanner_threads: usize) -> Host {
-    let cache = workspace().join("target/test-component-cache");
+    let cache = shared_cache_dir();
     start_with(name, guests, bindings, scanner_threads, &format!("cache_dir = {:?}\n", cache.display().to_string()))
 }
 
