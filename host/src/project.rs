@@ -37,6 +37,9 @@ type Files = &'static [(&'static str, &'static str)];
 
 const RUST: Files = &[
     ("Cargo.toml", include_str!("../templates/rust/Cargo.toml.tmpl")),
+    // The versions guest-examples/Cargo.lock has (a unit test checks it), so a project built
+    // in their target folder compiles none of wit-bindgen's crates again.
+    ("Cargo.lock", include_str!("../templates/rust/Cargo.lock.tmpl")),
     ("src/lib.rs", include_str!("../templates/rust/src/lib.rs.tmpl")),
     ("README.md", include_str!("../templates/rust/README.md.tmpl")),
     (".gitignore", include_str!("../templates/rust/gitignore.tmpl")),
@@ -476,6 +479,34 @@ mod tests {
             }
         }
         assert!(missing.is_empty(), "guest-sdk/src files not vendored by `percolator new`: {missing:?}");
+    }
+
+    /// A Rust project's Cargo.lock pins every crate at the version (and checksum)
+    /// guest-examples/Cargo.lock has: built in the examples' target folder (the tests', or a
+    /// user's who built them), it then compiles only the SDK and itself. A fresh resolution
+    /// took the newest syn, anyhow, hashbrown and itoa and so compiled wit-bindgen's macro
+    /// crates a second time (a minute on 2 cores).
+    #[test]
+    fn the_rust_template_locks_the_versions_the_example_guests_use() {
+        let packages = |text: &str| -> Vec<(String, String, Option<String>)> {
+            let lock: toml::Table = toml::from_str(text).unwrap();
+            let list = lock["package"].as_array().unwrap();
+            let field = |p: &toml::Value, k: &str| p.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+            list.iter()
+                .map(|p| (field(p, "name").unwrap(), field(p, "version").unwrap(), field(p, "checksum")))
+                .collect()
+        };
+        let (_, template) = RUST.iter().find(|(path, _)| *path == "Cargo.lock").expect("a Cargo.lock");
+        let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../guest-examples/Cargo.lock");
+        let examples = packages(&std::fs::read_to_string(examples).unwrap());
+        let ours = packages(template);
+        let registry: Vec<_> = ours.iter().filter(|p| p.2.is_some()).collect();
+        assert!(registry.iter().any(|p| p.0 == "wit-bindgen" && p.1 == "0.61.1"), "{ours:?}");
+        for p in registry {
+            assert!(examples.contains(p), "{p:?} is not in guest-examples/Cargo.lock");
+        }
+        let local: Vec<_> = ours.iter().filter(|p| p.2.is_none()).map(|p| p.0.as_str()).collect();
+        assert_eq!(local, ["percolator-guest", "{{name}}"]);
     }
 
     #[test]
