@@ -330,12 +330,19 @@ fn site_packages() -> Vec<PathBuf> {
 /// `name` if it is on PATH.
 fn tool(env: &str, name: &str, candidates: &[&Path]) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(env) {
-        return Some(PathBuf::from(p));
+        return Some(tool_from_env(PathBuf::from(p), &std::env::current_dir().ok()?));
     }
     if let Some(p) = candidates.iter().find(|p| p.is_file()) {
         return Some(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
     }
     std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// A tool's path from its environment variable: a relative path with a folder in it
+/// (`target/venv/bin/componentize-py`) is taken from `cwd`, where the user typed it, as the
+/// tool runs in the project's folder; a bare name is looked up on PATH when it runs.
+fn tool_from_env(path: PathBuf, cwd: &Path) -> PathBuf {
+    if path.is_relative() && path.components().count() > 1 { cwd.join(path) } else { path }
 }
 
 fn build_rust(dir: &Path) -> Result<PathBuf, String> {
@@ -507,6 +514,21 @@ mod tests {
         }
         let local: Vec<_> = ours.iter().filter(|p| p.2.is_none()).map(|p| p.0.as_str()).collect();
         assert_eq!(local, ["percolator-guest", "{{name}}"]);
+    }
+
+    /// `PERCOLATOR_COMPONENTIZE_PY=target/venv/bin/componentize-py percolator build proj`
+    /// runs the tool in `proj`: the relative path is taken from where the user ran the build
+    /// (it failed with "No such file or directory").
+    #[test]
+    fn a_relative_tool_path_is_taken_from_where_the_build_runs() {
+        let cwd = Path::new("/home/u/work");
+        assert_eq!(
+            tool_from_env("target/venv/bin/componentize-py".into(), cwd),
+            cwd.join("target/venv/bin/componentize-py")
+        );
+        assert_eq!(tool_from_env("./componentize-js".into(), cwd), cwd.join("./componentize-js"));
+        assert_eq!(tool_from_env("/opt/bin/componentize-py".into(), cwd), Path::new("/opt/bin/componentize-py"));
+        assert_eq!(tool_from_env("componentize-py".into(), cwd), Path::new("componentize-py"));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -181,26 +181,18 @@ impl FunctionCache {
         let n = SEQ.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        let tmp = self.dir.join(format!(".tmp-{pid}-{n}"));
         let name = OsString::from(format!("{pid}-{nanos}-{n}.pack"));
-        let written = (|| {
-            let mut out = std::io::BufWriter::new(File::options().write(true).create_new(true).open(&tmp)?);
+        // No fsync: a pack cut short by a crash is a miss (each entry carries its digest).
+        crate::files::write_replacing(&self.dir.join(&name), false, |out| {
             out.write_all(MAGIC)?;
             for (key, value) in entries {
                 out.write_all(&head(key, value))?;
                 out.write_all(key)?;
                 out.write_all(value)?;
             }
-            out.into_inner().map_err(|e| e.into_error())?;
-            std::fs::rename(&tmp, self.dir.join(&name))
-        })();
-        match written {
-            Ok(()) => Ok(name),
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                Err(e)
-            }
-        }
+            Ok(())
+        })?;
+        Ok(name)
     }
 
     fn read(&self, key: &[u8]) -> Option<Vec<u8>> {

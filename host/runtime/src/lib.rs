@@ -35,6 +35,7 @@
 
 mod access;
 mod bindings;
+mod files;
 mod footprint;
 mod function_cache;
 mod host;

@@ -638,19 +638,9 @@ fn read_verified(path: &Path) -> Option<Vec<u8>> {
 /// Writes a cache artifact and then its SHA-256, each through a unique temp file, fsync and
 /// rename: a crash or a concurrent writer can only cause a mismatch, which means a recompile.
 fn write_verified(path: &Path, bytes: &[u8]) -> Result<()> {
-    static SEQ: AtomicU64 = AtomicU64::new(0);
-    let put = |target: &Path, data: &[u8]| -> Result<()> {
-        use std::io::Write;
-        let n = SEQ.fetch_add(1, Ordering::Relaxed);
-        let tmp = target.with_extension(format!("tmp-{}-{n}", std::process::id()));
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(data)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, target)?;
-        Ok(())
-    };
-    put(path, bytes)?;
-    put(&sha_path(path), hex(&Sha256::digest(bytes)).as_bytes())
+    crate::files::write_replacing(path, true, |f| f.write_all(bytes))?;
+    crate::files::write_replacing(&sha_path(path), true, |f| f.write_all(hex(&Sha256::digest(bytes)).as_bytes()))?;
+    Ok(())
 }
 
 fn sha_path(path: &Path) -> PathBuf {

@@ -1,0 +1,61 @@
+//! Writing a file whole or not at all.
+
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Writes `target` through a temporary file beside it (`.NAME.tmp-PID-N`: hidden, and no
+/// cache's suffix) and a rename, so a reader finds the old file or the whole new one, never a
+/// part. `write` fills the temporary file through a buffer; with `sync` it is fsynced before
+/// the rename. On any error the temporary file is removed and `target` is left as it was.
+pub(crate) fn write_replacing(
+    target: &Path,
+    sync: bool,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = target.file_name().ok_or_else(|| io::Error::other(format!("{} names no file", target.display())))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
+    let tmp = target.with_file_name(tmp_name);
+    let written = (|| {
+        let mut out = BufWriter::new(File::options().write(true).create_new(true).open(&tmp)?);
+        write(&mut out)?;
+        let file = out.into_inner().map_err(|e| e.into_error())?;
+        if sync {
+            file.sync_all()?;
+        }
+        std::fs::rename(&tmp, target)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_write_leaves_the_old_file_and_no_temporary_one() {
+        let dir = std::env::temp_dir().join(format!("percolator-files-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("a.bin");
+        write_replacing(&target, true, |w| w.write_all(b"old")).unwrap();
+        let e = write_replacing(&target, false, |w| {
+            w.write_all(b"half")?;
+            Err(io::Error::other("the writer failed"))
+        })
+        .unwrap_err();
+        assert_eq!(e.to_string(), "the writer failed");
+        assert_eq!(std::fs::read(&target).unwrap(), b"old");
+        write_replacing(&target, false, |w| w.write_all(b"new")).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"new");
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["a.bin"], "a temporary file left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
