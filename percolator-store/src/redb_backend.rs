@@ -1064,6 +1064,7 @@ impl Shared {
     /// The log's repair (a failed record's bytes cut off), a durable write of [`PROBE_BYTES`]
     /// and its removal, then a checkpoint of what the memtable holds.
     fn probe(self: &Arc<Self>) -> Result<()> {
+        fail::fail_point!("redb-probe", |_| Err(Error::Storage("failpoint redb-probe".into())));
         if let Some(log) = self.redo.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
             log.repair()?;
         }

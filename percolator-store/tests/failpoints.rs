@@ -663,13 +663,19 @@ fn a_failed_compaction_when_quiet_stops_writes_until_the_prober_reopens_the_file
     let config = RedbConfig {
         durability: Durability::Fsync,
         checkpoint_every: Some(Duration::from_millis(50)),
-        compact_when_quiet: Some(Duration::from_millis(300)),
+        // Quiet for 1.5 s, not less: on a loaded machine (three copies of this test beside four
+        // busy loops) a pause of 300 ms between two of the writes below let a compaction fail
+        // the store before the setup was done (`store.gc()` then failed).
+        compact_when_quiet: Some(Duration::from_millis(1500)),
         ..RedbConfig::default()
     };
     let redb = Arc::new(RedbBigtable::open(dir.file("s.redb"), config).unwrap());
     let store = TestStore::new(redb.clone(), StoreConfig::default());
     let value = |row: u64, round: u64| noise(row << 32 | round, 2048);
     fail::cfg("redb-compact-start", "return").unwrap();
+    // The prober's probes fail too until the refused write below: a probe 100 ms after the
+    // failure clears it, and on a loaded machine the write came later than that (and passed).
+    fail::cfg("redb-probe", "return").unwrap();
     // 18 MB of versions, most collected: over the 16 MiB of free pages a compaction needs.
     write_rounds_into(&store, &redb, 300, 30, value);
     store.gc().unwrap();
@@ -681,6 +687,7 @@ fn a_failed_compaction_when_quiet_stops_writes_until_the_prober_reopens_the_file
     }
     assert!(store.run(|t| set_u64(t, "t", "during", "c:v", 1)).is_err(), "a write while the store fails");
     fail::remove("redb-compact-start");
+    fail::remove("redb-probe");
     while store.storage_failure().is_some() {
         assert!(start.elapsed() < Duration::from_secs(30), "writes did not come back");
         std::thread::sleep(Duration::from_millis(10));
