@@ -330,7 +330,12 @@ fn site_packages() -> Vec<PathBuf> {
 /// `name` if it is on PATH.
 fn tool(env: &str, name: &str, candidates: &[&Path]) -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(env) {
-        return Some(tool_from_env(PathBuf::from(p), &std::env::current_dir().ok()?));
+        let p = PathBuf::from(p);
+        // Without a current folder (deleted under us) the path stays as given.
+        return Some(match std::env::current_dir() {
+            Ok(cwd) => tool_from_env(p, &cwd),
+            Err(_) => p,
+        });
     }
     if let Some(p) = candidates.iter().find(|p| p.is_file()) {
         return Some(std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf()));
