@@ -1,9 +1,10 @@
-//! Writing a file whole or not at all.
+//! Writing a file whole or not at all, and locking one for work that is better done once.
 
-use std::fs::File;
+use std::fs::{File, TryLockError};
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Writes `target` through a temporary file beside it (`.NAME.tmp-PID-N`: hidden, and no
 /// cache's suffix) and a rename, so a reader finds the old file or the whole new one, never a
@@ -35,6 +36,26 @@ pub(crate) fn write_replacing(
     written
 }
 
+/// An exclusive lock beside `target` (the file `.NAME.lock`, left in place), held until the
+/// returned file is dropped: across processes (`flock`) and between threads of one process
+/// alike. Waits for another holder at most `wait`, then gives up with `None`, as it does
+/// where the lock file cannot be made (a read-only folder, a file system without locks): the
+/// lock only saves work done twice, never guards correctness.
+pub(crate) fn lock_beside(target: &Path, wait: Duration) -> Option<File> {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(target.file_name()?);
+    name.push(".lock");
+    let file = File::options().write(true).create(true).truncate(false).open(target.with_file_name(name)).ok()?;
+    let deadline = Instant::now() + wait;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Some(file),
+            Err(TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Err(_) => return None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,6 +77,29 @@ mod tests {
         assert_eq!(std::fs::read(&target).unwrap(), b"new");
         let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["a.bin"], "a temporary file left behind");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_beside_a_file_waits_for_its_holder_or_gives_up() {
+        let dir = std::env::temp_dir().join(format!("percolator-files-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("entry.cwasm");
+        let held = lock_beside(&target, Duration::ZERO).expect("a free lock");
+        // Held (by another open file: as another process would hold it): a second taker gives
+        // up after its wait.
+        let started = Instant::now();
+        assert!(lock_beside(&target, Duration::from_millis(100)).is_none(), "a held lock taken");
+        assert!(started.elapsed() >= Duration::from_millis(100), "gave up before its wait");
+        // Released while the second waits: it gets the lock.
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(100));
+            drop(held);
+        });
+        assert!(lock_beside(&target, Duration::from_secs(10)).is_some(), "a released lock not taken");
+        releaser.join().unwrap();
+        // No lock where none can be made: the caller goes on without.
+        assert!(lock_beside(&dir.join("missing/entry.cwasm"), Duration::ZERO).is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -97,6 +97,10 @@ pub fn thread_cpu() -> Duration {
 /// Retire an instance after this many runs.
 const MAX_RUNS_PER_INSTANCE: u32 = 10_000;
 
+/// How long a host waits for another that compiles the same component into the shared cache
+/// before compiling it itself (an 18 MB Python component takes seconds to tens of seconds).
+const COMPILE_LOCK_WAIT: Duration = Duration::from_secs(120);
+
 /// Per-binding limits of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -331,22 +335,45 @@ impl Runtime {
 
     /// The component of `bytes` (a component), from the cache (keyed by the source file's
     /// hash) or compiled and cached.
+    ///
+    /// A component missing from the cache is compiled under the entry's lock
+    /// ([`crate::files::lock_beside`]): hosts (or threads) that load the same component at
+    /// once, as several hosts sharing a cache folder do when they start, compile it once, the
+    /// others waiting for it and loading what it cached. A holder that takes longer than
+    /// [`COMPILE_LOCK_WAIT`] is not waited for further.
     fn component(&self, bytes: &[u8], source_hash: &str) -> Result<Component> {
-        let cached = self.cache_dir.as_ref().map(|d| d.join(format!("{source_hash}-{:016x}.cwasm", self.engine_hash)));
-        if let Some(path) = &cached
-            && let Some(artifact) = read_verified(path)
-        {
-            // SAFETY: the bytes come from the host's own cache directory, were written by
-            // `serialize` below under a key that includes the engine's compatibility hash, and
-            // match the SHA-256 recorded beside them when they were written; nothing else is
-            // ever deserialized.
-            #[allow(unsafe_code)]
-            match unsafe { Component::deserialize(&self.engine, &artifact) } {
-                Ok(c) => return Ok(c),
-                Err(e) => tracing::warn!("discarding unreadable cache entry {}: {e:#}", path.display()),
+        let Some(path) =
+            self.cache_dir.as_ref().map(|d| d.join(format!("{source_hash}-{:016x}.cwasm", self.engine_hash)))
+        else {
+            return self.compile_component(bytes, None);
+        };
+        if let Some(component) = self.cached_component(&path) {
+            return Ok(component);
+        }
+        let lock = crate::files::lock_beside(&path, COMPILE_LOCK_WAIT);
+        if lock.is_none() {
+            tracing::debug!("compiling {} without its lock (held too long, or none can be made)", path.display());
+        } else if let Some(component) = self.cached_component(&path) {
+            return Ok(component); // compiled by the holder waited for
+        }
+        self.compile_component(bytes, Some(&path))
+    }
+
+    /// The compiled component cached at `path`, if there is a whole one for this engine.
+    fn cached_component(&self, path: &Path) -> Option<Component> {
+        let artifact = read_verified(path)?;
+        // SAFETY: the bytes come from the host's own cache directory, were written by
+        // `serialize` below under a key that includes the engine's compatibility hash, and
+        // match the SHA-256 recorded beside them when they were written; nothing else is
+        // ever deserialized.
+        #[allow(unsafe_code)]
+        match unsafe { Component::deserialize(&self.engine, &artifact) } {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!("discarding unreadable cache entry {}: {e:#}", path.display());
+                None
             }
         }
-        self.compile_component(bytes, cached.as_deref())
     }
 
     fn compile_component(&self, bytes: &[u8], cache: Option<&Path>) -> Result<Component> {

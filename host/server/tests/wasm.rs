@@ -176,6 +176,36 @@ fn the_compiled_cache_is_used_and_a_tampered_entry_is_recompiled() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Hosts sharing a cache folder that load the same component at once (as several hosts do when
+/// they start) compile it once: the others wait for the entry's lock and load what the first
+/// one cached. (Without the lock, each of the four compiled it.)
+#[test]
+fn hosts_that_load_one_component_at_once_compile_it_once() {
+    let dir = std::env::temp_dir().join(format!("percolator-host-cache-once-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let hosts = 4;
+    let barrier = Arc::new(std::sync::Barrier::new(hosts));
+    let compiled: Vec<u64> = (0..hosts)
+        .map(|_| {
+            let (dir, barrier) = (dir.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let runtime = Runtime::new(Some(dir)).unwrap();
+                barrier.wait();
+                runtime.compile_file(&guest("document_processor")).unwrap();
+                // Functions compiled or taken from the function cache: none if the component
+                // came whole from the component cache.
+                let stats = runtime.function_cache_stats().unwrap();
+                stats.misses + stats.hits
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(compiled.iter().filter(|&&functions| functions > 0).count(), 1, "functions per host: {compiled:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The function cache (cranelift's incremental cache, in the cache folder): an edited guest
 /// (`counter` → `counter_v2`, the same crate with one more write) compiles most of its
 /// functions from the first one's, and what it gets is the very code a compile from nothing
