@@ -16,11 +16,8 @@ pub(crate) fn write_replacing(
     write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
 ) -> io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let name = target.file_name().ok_or_else(|| io::Error::other(format!("{} names no file", target.display())))?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    tmp_name.push(format!(".tmp-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)));
-    let tmp = target.with_file_name(tmp_name);
+    let tmp = hidden_beside(target, &format!(".tmp-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed)))
+        .ok_or_else(|| io::Error::other(format!("{} names no file", target.display())))?;
     let written = (|| {
         let mut out = BufWriter::new(File::options().write(true).create_new(true).open(&tmp)?);
         write(&mut out)?;
@@ -42,10 +39,7 @@ pub(crate) fn write_replacing(
 /// where the lock file cannot be made (a read-only folder, a file system without locks): the
 /// lock only saves work done twice, never guards correctness.
 pub(crate) fn lock_beside(target: &Path, wait: Duration) -> Option<File> {
-    let mut name = std::ffi::OsString::from(".");
-    name.push(target.file_name()?);
-    name.push(".lock");
-    let file = File::options().write(true).create(true).truncate(false).open(target.with_file_name(name)).ok()?;
+    let file = File::options().write(true).create(true).truncate(false).open(hidden_beside(target, ".lock")?).ok()?;
     let deadline = Instant::now() + wait;
     loop {
         match file.try_lock() {
@@ -54,6 +48,15 @@ pub(crate) fn lock_beside(target: &Path, wait: Duration) -> Option<File> {
             Err(_) => return None,
         }
     }
+}
+
+/// `.NAME<suffix>` beside `target` (hidden, and without the suffix of what lives there); `None`
+/// if `target` names no file.
+fn hidden_beside(target: &Path, suffix: &str) -> Option<std::path::PathBuf> {
+    let mut name = std::ffi::OsString::from(".");
+    name.push(target.file_name()?);
+    name.push(suffix);
+    Some(target.with_file_name(name))
 }
 
 #[cfg(test)]
