@@ -54,6 +54,7 @@ mod metrics;
 mod notify;
 mod observed;
 mod oracle;
+mod paced_file;
 mod redb_backend;
 mod redo;
 mod registry;

@@ -38,6 +38,7 @@ use crate::cells::{self, KvRead, KvWrite, Visitor};
 use crate::error::{Error, LATCHED, Result};
 use crate::group_commit::{GroupCommit, Work};
 use crate::memtable::{CellFilter, Layered, Map, Mem};
+use crate::paced_file::{PacedFile, SYNC_STEP};
 use crate::redo::{self, Changes, RedoLog, Table};
 use crate::timestamp::Timestamp;
 
@@ -249,6 +250,8 @@ struct Shared {
     checkpoints: AtomicU64,
     /// Compactions of the open file ([`RedbConfig::compact_when_quiet`]).
     compactions: AtomicU64,
+    /// Syncs of the file by its [`PacedFile`] ([`BackendStats::paced_syncs`]).
+    paced_syncs: Arc<AtomicU64>,
     /// Reads through the layers (for the checkpointer's measure of a quiet store).
     reads: AtomicU64,
 }
@@ -486,12 +489,23 @@ fn write_layer(
 /// next real write fail again).
 const PROBE_BYTES: usize = 1 << 20;
 
-fn open_database(path: &Path, cache_bytes: usize) -> Result<Database> {
-    Database::builder().set_cache_size(cache_bytes).create(path).map_err(|e| match e {
-        redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
-        redb::DatabaseError::Storage(redb::StorageError::Io(e)) => Error::io(path, &e),
-        e => Error::Storage(format!("opening {}: {e}", path.display())),
-    })
+/// Opens (or creates) the file at `path` through a [`PacedFile`], whose syncs are counted in
+/// `paced_syncs`.
+fn open_database(path: &Path, cache_bytes: usize, paced_syncs: &Arc<AtomicU64>) -> Result<Database> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| Error::io(path, &e))?;
+    PacedFile::new(file, SYNC_STEP, Arc::clone(paced_syncs))
+        .and_then(|file| Database::builder().set_cache_size(cache_bytes).create_with_backend(file))
+        .map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
+            redb::DatabaseError::Storage(redb::StorageError::Io(e)) => Error::io(path, &e),
+            e => Error::Storage(format!("opening {}: {e}", path.display())),
+        })
 }
 
 /// Replays the redo log of the store at `path` into `db` at open: the records after
@@ -564,7 +578,8 @@ impl RedbBigtable {
     /// process, or another handle in this process, has the file open.
     pub fn open(path: impl AsRef<Path>, config: RedbConfig) -> Result<RedbBigtable> {
         let path = path.as_ref();
-        let db = open_database(path, config.cache_bytes)?;
+        let paced_syncs = Arc::new(AtomicU64::new(0));
+        let db = open_database(path, config.cache_bytes, &paced_syncs)?;
         let created = || -> Result<()> {
             let tx = db.begin_write()?;
             tx.open_table(CELLS)?;
@@ -611,6 +626,7 @@ impl RedbBigtable {
                 log_syncs: AtomicU64::new(0),
                 checkpoints: AtomicU64::new(0),
                 compactions: AtomicU64::new(0),
+                paced_syncs,
                 reads: AtomicU64::new(0),
             }),
         };
@@ -1054,7 +1070,7 @@ impl Shared {
         // error writes nothing on close.
         layers.base = None;
         drop(db.take());
-        let reopened = open_database(&self.path, self.config.cache_bytes)?;
+        let reopened = open_database(&self.path, self.config.cache_bytes, &self.paced_syncs)?;
         layers.base = Some(Base::open(&reopened, hints, scan_next)?);
         *db = Some(reopened);
         self.reopens.fetch_add(1, Ordering::SeqCst);
@@ -1433,6 +1449,7 @@ impl Bigtable for RedbBigtable {
             log_syncs: s.log_syncs.load(Ordering::Relaxed),
             checkpoints: s.checkpoints.load(Ordering::Relaxed),
             compactions: s.compactions.load(Ordering::Relaxed),
+            paced_syncs: s.paced_syncs.load(Ordering::Relaxed),
         }
     }
 
@@ -1499,6 +1516,46 @@ mod tests {
         db.apply(vec![Op::Row(row(b"small", b"v".to_vec()))]).unwrap();
         let read = db.read_row("t", b"small", &["c:v"], Timestamp::from_raw(3)).unwrap();
         assert!(read[0].write.is_some());
+    }
+
+    /// The store's file is a [`PacedFile`]: a checkpoint of a few megabytes syncs it on the way,
+    /// about once per [`SYNC_STEP`], and says so in its stats.
+    #[test]
+    fn a_checkpoint_syncs_the_file_in_steps() {
+        let dir = TempDir::new("paced-checkpoint");
+        let db = RedbBigtable::open(dir.file("s.redb"), RedbConfig::default()).unwrap();
+        let before = db.stats().paced_syncs;
+        // 4 MiB of values that do not compress (values of 256 bytes or more are deflated).
+        let mut noise = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut value = || -> Vec<u8> {
+            (0..4096)
+                .map(|_| {
+                    noise ^= noise << 13;
+                    noise ^= noise >> 7;
+                    noise ^= noise << 17;
+                    noise as u8
+                })
+                .collect()
+        };
+        let ops = (0..1024u32)
+            .map(|n| {
+                Op::Row(RowMutation {
+                    table: "t".into(),
+                    row: n.to_be_bytes().to_vec(),
+                    conditions: vec![],
+                    mutations: vec![Mutation::PutWrite {
+                        column: "c:v".into(),
+                        commit_ts: Timestamp::from_raw(2),
+                        write: WriteRecord { start_ts: Timestamp::from_raw(1), kind: WriteKind::Put(value()) },
+                    }],
+                })
+            })
+            .collect();
+        db.apply(ops).unwrap();
+        db.checkpoint().unwrap();
+        let paced = db.stats().paced_syncs - before;
+        let steps = (4 << 20) / SYNC_STEP;
+        assert!((steps..=4 * steps).contains(&paced), "{paced} syncs for 4 MiB in steps of {SYNC_STEP} bytes");
     }
 
     /// A checkpoint's layer written through cursors and one-by-one inserts leaves redb holding

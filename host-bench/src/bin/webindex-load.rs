@@ -676,6 +676,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let redb_stats = redb.stats();
     figure("backend_log_syncs", redb_stats.log_syncs.to_string());
     figure("backend_checkpoints", redb_stats.checkpoints.to_string());
+    figure("backend_paced_syncs", redb_stats.paced_syncs.to_string());
     figure("bytes_written", bytes.to_string());
     // What the backend applied to the fixed point (GC's removals included): row mutations by
     // table, and their mutations (one B-tree insert or delete each) by table and kind.
