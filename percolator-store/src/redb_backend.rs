@@ -1526,17 +1526,6 @@ mod tests {
         let db = RedbBigtable::open(dir.file("s.redb"), RedbConfig::default()).unwrap();
         let before = db.stats().paced_syncs;
         // 4 MiB of values that do not compress (values of 256 bytes or more are deflated).
-        let mut noise = 0x9e37_79b9_7f4a_7c15_u64;
-        let mut value = || -> Vec<u8> {
-            (0..4096)
-                .map(|_| {
-                    noise ^= noise << 13;
-                    noise ^= noise >> 7;
-                    noise ^= noise << 17;
-                    noise as u8
-                })
-                .collect()
-        };
         let ops = (0..1024u32)
             .map(|n| {
                 Op::Row(RowMutation {
@@ -1546,7 +1535,10 @@ mod tests {
                     mutations: vec![Mutation::PutWrite {
                         column: "c:v".into(),
                         commit_ts: Timestamp::from_raw(2),
-                        write: WriteRecord { start_ts: Timestamp::from_raw(1), kind: WriteKind::Put(value()) },
+                        write: WriteRecord {
+                            start_ts: Timestamp::from_raw(1),
+                            kind: WriteKind::Put(percolator_testkit::noise(u64::from(n), 4096)),
+                        },
                     }],
                 })
             })
