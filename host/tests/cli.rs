@@ -156,7 +156,13 @@ impl Host {
             .find(|(k, _)| *k == "PERCOLATOR_TOKEN")
             .map(|(_, v)| (*v).to_owned())
             .or_else(|| std::fs::read_to_string(sb.path("token")).ok().map(|t| t.trim().to_owned()));
-        let deadline = Instant::now() + Duration::from_secs(120);
+        // A host that says what it compiles is making progress: the deadline runs from its
+        // last log line, not from its start. Compiling the Python and JavaScript interpreters
+        // with a cold function cache took over a minute each in a clean-clone CI on a busy
+        // machine, so a fixed two minutes for the whole load failed a host that was working.
+        const QUIET: Duration = Duration::from_secs(240);
+        let mut logged = 0;
+        let mut deadline = Instant::now() + QUIET;
         loop {
             let remote = Remote::new(&host.url, token.clone());
             let status = remote.call::<percolator_api::endpoint::Status>(&percolator_api::Empty {});
@@ -166,9 +172,14 @@ impl Host {
             if let Some(status) = host.child.as_mut().and_then(|c| c.try_wait().unwrap()) {
                 panic!("the host exited ({status}): {}", std::fs::read_to_string(&host.log).unwrap_or_default());
             }
+            let len = std::fs::metadata(&host.log).map(|m| m.len()).unwrap_or(0);
+            if len != logged {
+                logged = len;
+                deadline = Instant::now() + QUIET;
+            }
             assert!(
                 Instant::now() < deadline,
-                "the host did not load: {}",
+                "the host did not load (nothing logged for {QUIET:?}): {}",
                 std::fs::read_to_string(&host.log).unwrap()
             );
             std::thread::sleep(Duration::from_millis(20));
