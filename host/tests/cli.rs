@@ -76,7 +76,11 @@ impl Sandbox {
             // `percolator build`'s caches (the Rust guests' target folder, the build records),
             // never the user's own.
             .env("XDG_CACHE_HOME", self.dir.join("cache"))
-            .env_remove("CARGO_TARGET_DIR");
+            .env_remove("CARGO_TARGET_DIR")
+            // scripts/test builds this workspace with clippy-driver as its crates' rustc; a
+            // guest project is a workspace of its own, built as a user would build it.
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("CLIPPY_ARGS");
         c
     }
 
