@@ -35,6 +35,7 @@
 
 mod access;
 mod bindings;
+mod cache_limit;
 mod files;
 mod footprint;
 mod function_cache;
@@ -49,8 +50,8 @@ pub use access::{Access, ColumnRule};
 pub use footprint::Footprint;
 pub use function_cache::FunctionCacheStats;
 pub use runtime::{
-    Compiled, Limits, RECENT_FAILURES, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals, Runtime, WasmObserver,
-    thread_cpu,
+    CachePruned, Compiled, DEFAULT_CACHE_MAX_BYTES, Limits, RECENT_FAILURES, RUN_TIME_BUCKETS, RunCounts, RunStats,
+    RunTotals, Runtime, WasmObserver, thread_cpu,
 };
 pub use sandbox::{ClockMode, Environment};
 pub use transform::{CompiledTransform, SinkTransform, TRANSFORM_RANDOM_SEED, TransformError};

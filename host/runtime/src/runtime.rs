@@ -15,6 +15,7 @@
 //! warm instances hold.
 
 use std::cell::{Cell as StdCell, RefCell};
+use std::collections::HashSet;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -101,6 +102,11 @@ const MAX_RUNS_PER_INSTANCE: u32 = 10_000;
 /// before compiling it itself (an 18 MB Python component takes seconds to tens of seconds).
 const COMPILE_LOCK_WAIT: Duration = Duration::from_secs(120);
 
+/// What the compiled components in the cache folder may take unless told otherwise
+/// ([`Runtime::set_cache_limit`]; the configuration's `observers.cache_max_mb`): about a hundred
+/// Python or JavaScript guests, or thousands of Rust ones.
+pub const DEFAULT_CACHE_MAX_BYTES: u64 = 4 << 30;
+
 /// Per-binding limits of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -147,6 +153,12 @@ pub struct Runtime {
     /// The linker of the sink-transform world (`transform.rs`): WASI and `percolator:sink`.
     pub(crate) sink_linker: Linker<TransformState>,
     cache_dir: Option<PathBuf>,
+    /// What the cached components may take (`cache_limit.rs`): the least recently used go
+    /// first once a compile has written one more.
+    cache_max_bytes: AtomicU64,
+    /// The cache entries this runtime loaded or wrote: never pruned by it (its hosts may load
+    /// them again, on a reload).
+    cache_loaded: Mutex<HashSet<PathBuf>>,
     /// Cranelift's incremental compilation cache, in the cache folder: what the functions of the
     /// components compiled so far became, by function.
     functions: Option<Arc<FunctionCache>>,
@@ -160,6 +172,17 @@ pub struct Runtime {
     provided: Provided,
     /// What the sink linker defines.
     pub(crate) sink_provided: Provided,
+}
+
+/// What one pass of [`Runtime::set_cache_limit`] did to the cached components.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CachePruned {
+    /// Compiled components removed (the least recently used).
+    pub components: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// The bytes of the compiled components left.
+    pub kept_bytes: u64,
 }
 
 /// A file read, componentized if it was a core module, and compiled (or found in the cache):
@@ -233,7 +256,19 @@ impl Runtime {
             Provided::observer_world().map_err(|e| wasmtime::Error::msg(format!("reading the observer world: {e}")))?;
         let sink_provided =
             Provided::sink_world().map_err(|e| wasmtime::Error::msg(format!("reading the sink world: {e}")))?;
-        Ok(Runtime { engine, linker, sink_linker, cache_dir, functions, engine_hash, ticker, provided, sink_provided })
+        Ok(Runtime {
+            engine,
+            linker,
+            sink_linker,
+            cache_dir,
+            cache_max_bytes: AtomicU64::new(DEFAULT_CACHE_MAX_BYTES),
+            cache_loaded: Mutex::new(HashSet::new()),
+            functions,
+            engine_hash,
+            ticker,
+            provided,
+            sink_provided,
+        })
     }
 
     /// Reads, validates and compiles the observer at `path`: a component of the
@@ -245,6 +280,39 @@ impl Runtime {
     pub fn compile_file(&self, path: &Path) -> Result<Compiled> {
         let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         self.compile(&bytes).with_context(|| format!("loading observer {}", path.display()))
+    }
+
+    /// Keeps the compiled components in the cache folder under `max_bytes`, the least recently
+    /// used removed first (never one this runtime loaded): now, and after each compile that
+    /// adds one. Says what this pass removed (`None` without a cache folder, or if the folder
+    /// cannot be read: then nothing is removed, and loading goes on).
+    pub fn set_cache_limit(&self, max_bytes: u64) -> Option<CachePruned> {
+        self.cache_max_bytes.store(max_bytes, Ordering::Relaxed);
+        self.prune_cache()
+    }
+
+    fn prune_cache(&self) -> Option<CachePruned> {
+        let dir = self.cache_dir.as_ref()?;
+        let keep = self.cache_loaded.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        match crate::cache_limit::prune(dir, self.cache_max_bytes.load(Ordering::Relaxed), &keep) {
+            Ok(p) => {
+                if p.components > 0 || p.leftovers > 0 {
+                    tracing::info!(
+                        "component cache {}: removed {} compiled components not used lately ({} MB) and {} leftover files; {} MB kept",
+                        dir.display(),
+                        p.components,
+                        p.bytes >> 20,
+                        p.leftovers,
+                        p.kept_bytes >> 20
+                    );
+                }
+                Some(CachePruned { components: p.components, bytes: p.bytes, kept_bytes: p.kept_bytes })
+            }
+            Err(e) => {
+                tracing::warn!("could not prune the cache {}: {e}", dir.display());
+                None
+            }
+        }
     }
 
     /// What the function cache served since this runtime started (`None` without a cache
@@ -347,6 +415,7 @@ impl Runtime {
         else {
             return self.compile_component(bytes, None);
         };
+        self.cache_loaded.lock().unwrap_or_else(|e| e.into_inner()).insert(path.clone());
         if let Some(component) = self.cached_component(&path) {
             return Ok(component);
         }
@@ -356,12 +425,22 @@ impl Runtime {
         } else if let Some(component) = self.cached_component(&path) {
             return Ok(component); // compiled by the holder waited for
         }
-        self.compile_component(bytes, Some(&path))
+        let component = self.compile_component(bytes, Some(&path));
+        drop(lock);
+        if component.is_ok() {
+            self.prune_cache();
+        }
+        component
     }
 
     /// The compiled component cached at `path`, if there is a whole one for this engine.
     fn cached_component(&self, path: &Path) -> Option<Component> {
         let artifact = read_verified(path)?;
+        // Used now: the last to be pruned (`cache_limit.rs` goes by modification time). A
+        // folder this host cannot write keeps its times, and its entries still load.
+        if let Ok(f) = std::fs::File::options().write(true).open(path) {
+            let _ = f.set_modified(std::time::SystemTime::now());
+        }
         // SAFETY: the bytes come from the host's own cache directory, were written by
         // `serialize` below under a key that includes the engine's compatibility hash, and
         // match the SHA-256 recorded beside them when they were written; nothing else is
@@ -670,7 +749,7 @@ fn write_verified(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn sha_path(path: &Path) -> PathBuf {
+pub(crate) fn sha_path(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(".sha256");
     PathBuf::from(p)

@@ -190,6 +190,8 @@ mod raw {
         pub(super) dir: Spanned<String>,
         #[serde(default)]
         pub(super) cache_dir: Option<Spanned<String>>,
+        #[serde(default)]
+        pub(super) cache_max_mb: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -428,6 +430,9 @@ impl Backend {
     }
 }
 
+/// The largest `observers.cache_max_mb` (16 TiB).
+const MAX_CACHE_MB: i64 = 1 << 24;
+
 /// How often `up` logs its status line unless `[log] status_interval_s` says.
 pub const DEFAULT_STATUS_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
@@ -454,6 +459,9 @@ pub struct Config {
     pub observers_dir: PathBuf,
     /// Compiled-component cache (never watched).
     pub cache_dir: PathBuf,
+    /// What the compiled components in the cache may take (`observers.cache_max_mb`): the
+    /// least recently used are removed past it.
+    pub cache_max_bytes: u64,
     /// The HTTP API.
     pub http: HttpConfig,
     /// Bindings, in file order.
@@ -517,6 +525,11 @@ impl Config {
         differs("scanner.workers", self.observer_workers.to_string(), other.observer_workers.to_string());
         differs("observers.dir", self.observers_dir.display().to_string(), other.observers_dir.display().to_string());
         differs("the cache folder", self.cache_dir.display().to_string(), other.cache_dir.display().to_string());
+        differs(
+            "observers.cache_max_mb",
+            (self.cache_max_bytes >> 20).to_string(),
+            (other.cache_max_bytes >> 20).to_string(),
+        );
         differs("http.listen", self.http.listen.to_string(), other.http.listen.to_string());
         let token = |t: &Option<PathBuf>| t.as_ref().map_or("none".to_owned(), |p| p.display().to_string());
         differs("http.token_file", token(&self.http.token_file), token(&other.http.token_file));
@@ -608,6 +621,18 @@ impl Config {
                 "must not be inside observers.dir (the watched folder)",
             ));
         }
+
+        let cache_max_bytes = match &raw.observers.cache_max_mb {
+            None => percolator_runtime::DEFAULT_CACHE_MAX_BYTES,
+            Some(m) if (1..=MAX_CACHE_MB).contains(m.get_ref()) => (*m.get_ref() as u64) << 20,
+            Some(m) => {
+                return Err(cx.err(
+                    Some(m.span()),
+                    "observers.cache_max_mb",
+                    format!("must be between 1 and {MAX_CACHE_MB} (megabytes)"),
+                ));
+            }
+        };
 
         let http = parse_http(&cx, raw.http.as_ref(), &rel)?;
 
@@ -776,6 +801,7 @@ impl Config {
             status_log_interval,
             observers_dir,
             cache_dir,
+            cache_max_bytes,
             http,
             bindings,
             sinks,
@@ -1172,7 +1198,7 @@ fn locate<'a>(
 fn expected_type(key: &str) -> Option<&'static str> {
     Some(match key {
         "threads" | "max_attempts" | "timeout_ms" | "memory_mb" | "max_instances" | "max_tables" | "max_memories"
-        | "random_seed" => "an integer",
+        | "random_seed" | "cache_max_mb" => "an integer",
         "params" => "a table",
         "allow_cycle" => "a boolean (true or false)",
         "reads" | "writes" | "columns" => "a list of strings",

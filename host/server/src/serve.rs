@@ -63,6 +63,8 @@ pub fn up(config_path: &Path, shutdown: impl Future<Output = ()> + Send + 'stati
         }
     })?;
     let runtime = Runtime::new(Some(config.cache_dir.clone())).map_err(|e| format!("{e:#}"))?;
+    // The cache's old components go now (and after each compile that adds one).
+    runtime.set_cache_limit(config.cache_max_bytes);
     let pipeline = Arc::new(Pipeline::new(store.clone(), runtime));
     // The sinks run with the pipeline and are reloaded with it; refused batches are kept
     // beside the store (`<store>.sinks/<sink>/`).

@@ -224,6 +224,30 @@ fn the_status_line_interval_defaults_to_10_s_and_0_turns_it_off() {
 }
 
 #[test]
+fn the_cache_limit_defaults_to_4_gib_and_bad_ones_are_located() {
+    let dir = Dir::new("cachelimit");
+    let limit = |line: &str| {
+        let text = format!("[store]\npath = \"data/store.redb\"\n[observers]\ndir = \"observers\"\n{line}\n");
+        Config::load(&dir.config(&text)).map(|c| c.cache_max_bytes)
+    };
+    assert_eq!(limit("").unwrap(), 4 << 30);
+    assert_eq!(limit("cache_max_mb = 100").unwrap(), 100 << 20);
+    for bad in ["0", "-5", "16777217"] {
+        let e = limit(&format!("cache_max_mb = {bad}")).unwrap_err().to_string();
+        assert!(
+            e.contains("pipeline.toml:5: observers.cache_max_mb: must be between 1 and 16777216 (megabytes)"),
+            "{e}"
+        );
+    }
+    let e = limit("cache_max_mb = \"1G\"").unwrap_err().to_string();
+    assert!(e.contains("cache_max_mb") && e.contains("an integer"), "{e}");
+    let changes = Config::load(&dir.config(&format!("{HEAD}cache_max_mb = 100\n")))
+        .unwrap()
+        .restart_changes(&Config::load(&dir.config(HEAD)).unwrap());
+    assert_eq!(changes, vec!["observers.cache_max_mb (100 → 4096)".to_owned()]);
+}
+
+#[test]
 fn type_errors_name_the_field_and_what_was_found() {
     let dir = Dir::new("types");
     let e = err(&dir, &format!("{HEAD}[scanner]\nthreads = \"two\"\n"));

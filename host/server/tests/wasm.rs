@@ -528,3 +528,79 @@ fn run_counts_continue_across_a_restart_from_their_last_save() {
     assert_eq!((counts(&h, "upper").runs, counts(&h, "denied").failures), (6, 2));
     assert_eq!(committed(&h, "upper"), 6);
 }
+
+/// The compiled-component cache stays under its limit: a compile that adds a component removes
+/// the least recently used ones, a load from the cache makes a component recent, and a runtime
+/// never removes what it loaded itself.
+#[test]
+fn the_cache_keeps_under_its_limit_the_components_used_last() {
+    let dir = std::env::temp_dir().join(format!("percolator-cache-limit-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let entries = || {
+        let mut n: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(".cwasm"))
+            .collect();
+        n.sort();
+        n
+    };
+    let age = |name: &str, secs: u64| {
+        let t = std::time::SystemTime::now() - Duration::from_secs(secs);
+        std::fs::File::options().write(true).open(dir.join(name)).unwrap().set_modified(t).unwrap();
+    };
+    // Three components, compiled by a runtime with the default limit (4 GiB): all kept.
+    let first = Runtime::new(Some(dir.clone())).unwrap();
+    for g in ["uppercase", "counter", "word_count"] {
+        first.compile_file(&guest(g)).unwrap();
+    }
+    let all = entries();
+    assert_eq!(all.len(), 3, "{all:?}");
+    let size = |name: &str| std::fs::metadata(dir.join(name)).unwrap().len();
+    let name_of = |g: &str| {
+        let before: std::collections::HashSet<String> = entries().into_iter().collect();
+        let probe = Runtime::new(Some(dir.clone())).unwrap();
+        probe.compile_file(&guest(g)).unwrap();
+        assert_eq!(entries().into_iter().collect::<std::collections::HashSet<_>>(), before, "{g} was compiled again");
+        // The one whose time the load renewed.
+        entries().into_iter().max_by_key(|n| std::fs::metadata(dir.join(n)).unwrap().modified().unwrap()).unwrap()
+    };
+    let (upper, counter, words) = (name_of("uppercase"), name_of("counter"), name_of("word_count"));
+    // Ages: counter the oldest, then uppercase, then word_count.
+    age(&counter, 300);
+    age(&upper, 200);
+    age(&words, 100);
+    // A load from the cache makes uppercase the most recent.
+    let second = Runtime::new(Some(dir.clone())).unwrap();
+    second.compile_file(&guest("uppercase")).unwrap();
+    assert!(
+        std::fs::metadata(dir.join(&upper)).unwrap().modified().unwrap()
+            > std::time::SystemTime::now() - Duration::from_secs(60)
+    );
+    // A limit that holds uppercase and one more: counter (the least recently used) goes.
+    let digests = 3 * 64;
+    let limit = size(&upper) + size(&words) + size(&counter).min(size(&words)) / 2 + digests;
+    let pruned = second.set_cache_limit(limit).unwrap();
+    assert_eq!(
+        (pruned.components, entries()),
+        (1, {
+            let mut k = vec![upper.clone(), words.clone()];
+            k.sort();
+            k
+        })
+    );
+    // A limit of one byte: everything but what this runtime loaded (uppercase) goes.
+    let pruned = second.set_cache_limit(1).unwrap();
+    assert_eq!((pruned.components, entries()), (1, vec![upper.clone()]));
+    // A compile under that limit keeps the new component (this runtime loaded it) and uppercase.
+    second.compile_file(&guest("counter")).unwrap();
+    assert_eq!(entries(), {
+        let mut k = vec![upper.clone(), counter.clone()];
+        k.sort();
+        k
+    });
+    // Without a cache folder there is nothing to prune.
+    let none = Runtime::new(None).unwrap();
+    assert_eq!(none.set_cache_limit(1), None);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

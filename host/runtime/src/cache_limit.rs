@@ -1,0 +1,176 @@
+//! The compiled-component cache kept under a size: the least recently used components go
+//! first.
+//!
+//! Every build of a guest is a component of its own (its entry is named by the SHA-256 of its
+//! bytes), and a compiled Python or JavaScript guest is some 36 MB: a user editing a guest and
+//! reloading it a hundred times would otherwise leave gigabytes behind. A component's entry is
+//! its `.cwasm` file, the digest beside it (`.cwasm.sha256`) and the hidden lock that its
+//! compile took (`.NAME.cwasm.lock`); its age is its file's modification time, which a load
+//! from the cache renews. Removing an entry costs at most a compile: a host that has it loaded
+//! holds it in memory, and one that looks for it compiles it again (its functions are still in
+//! the function cache, `functions-*/`, which is not counted here nor pruned: it grows only by
+//! functions no earlier component had).
+//!
+//! Also removed: what a crash leaves behind, once it is an hour old (a temporary file of a
+//! write, a lock without its entry), so that no one writing or compiling now loses it.
+
+use std::collections::HashSet;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+/// Leftovers younger than this may belong to a write or a compile under way.
+const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
+
+/// What one pass removed, and what the components kept take.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Pruned {
+    /// Component entries removed.
+    pub(crate) components: usize,
+    /// Their bytes (component and digest).
+    pub(crate) bytes: u64,
+    /// Temporary files and locks left by a crash, removed.
+    pub(crate) leftovers: usize,
+    /// The bytes of the components left.
+    pub(crate) kept_bytes: u64,
+}
+
+/// Removes the least recently used component entries of the cache folder `dir` until its
+/// components take at most `max_bytes`, never one in `keep` (what this runtime loaded), and
+/// the leftovers of crashes. An entry that cannot be removed is skipped; an unreadable folder
+/// is the error.
+pub(crate) fn prune(dir: &Path, max_bytes: u64, keep: &HashSet<PathBuf>) -> io::Result<Pruned> {
+    let now = SystemTime::now();
+    let old =
+        |m: &std::fs::Metadata| m.modified().is_ok_and(|t| now.duration_since(t).is_ok_and(|a| a >= LEFTOVER_AGE));
+    let mut components = Vec::new();
+    let mut locks = Vec::new();
+    let mut pruned = Pruned::default();
+    for entry in std::fs::read_dir(dir)? {
+        let Ok(entry) = entry else { continue };
+        let path = entry.path();
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        if name.starts_with('.') && name.ends_with(".lock") {
+            locks.push((path, meta));
+        } else if name.starts_with('.') && name.contains(".tmp-") {
+            if old(&meta) && std::fs::remove_file(&path).is_ok() {
+                pruned.leftovers += 1;
+            }
+        } else if name.ends_with(".cwasm") {
+            let digest = std::fs::metadata(crate::runtime::sha_path(&path)).map(|m| m.len()).unwrap_or(0);
+            components.push((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len() + digest, path));
+        }
+    }
+    let mut total: u64 = components.iter().map(|(_, len, _)| len).sum();
+    // Oldest first (ties by name, so a pass is repeatable).
+    components.sort();
+    let mut removed = HashSet::new();
+    for (_, len, path) in components {
+        if total <= max_bytes {
+            break;
+        }
+        if keep.contains(&path) || std::fs::remove_file(&path).is_err() {
+            continue;
+        }
+        let _ = std::fs::remove_file(crate::runtime::sha_path(&path));
+        total -= len;
+        pruned.components += 1;
+        pruned.bytes += len;
+        removed.insert(path);
+    }
+    // A lock goes with its removed entry, or once it is old and its entry is gone (a compile
+    // that failed or crashed). Taking a lock a compile holds only lets a second host compile
+    // the same component beside it, which the cache survives (whole writes, renamed).
+    for (lock, meta) in locks {
+        let entry = lock.file_name().and_then(|n| n.to_str()).and_then(|n| n.strip_prefix('.')?.strip_suffix(".lock"));
+        let Some(entry) = entry.map(|e| dir.join(e)) else { continue };
+        if (removed.contains(&entry) || (!entry.exists() && old(&meta))) && std::fs::remove_file(&lock).is_ok() {
+            pruned.leftovers += 1;
+        }
+    }
+    pruned.kept_bytes = total;
+    Ok(pruned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(dir: &Path, name: &str, len: usize, age_s: u64) -> PathBuf {
+        let path = dir.join(name);
+        std::fs::write(&path, vec![7u8; len]).unwrap();
+        std::fs::write(crate::runtime::sha_path(&path), "0".repeat(64)).unwrap();
+        std::fs::write(dir.join(format!(".{name}.lock")), "").unwrap();
+        aged(&path, age_s);
+        path
+    }
+
+    fn aged(path: &Path, age_s: u64) {
+        let t = SystemTime::now() - Duration::from_secs(age_s);
+        std::fs::File::options().write(true).open(path).unwrap().set_modified(t).unwrap();
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut n: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        n.sort();
+        n
+    }
+
+    #[test]
+    fn the_least_recently_used_components_go_first_and_kept_ones_stay() {
+        let dir = std::env::temp_dir().join(format!("percolator-cache-limit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("functions-00")).unwrap();
+        std::fs::write(dir.join("functions-00/1-2-3.pack"), vec![0u8; 5000]).unwrap();
+        let oldest = entry(&dir, "a.cwasm", 1000, 400);
+        let kept = entry(&dir, "b.cwasm", 1000, 300);
+        entry(&dir, "c.cwasm", 1000, 200);
+        entry(&dir, "d.cwasm", 1000, 100);
+        // Leftovers: an old temporary file and an old lock without its entry go, young ones stay.
+        std::fs::write(dir.join(".e.cwasm.tmp-1-0"), "part").unwrap();
+        aged(&dir.join(".e.cwasm.tmp-1-0"), 7200);
+        std::fs::write(dir.join(".f.cwasm.tmp-1-1"), "part").unwrap();
+        std::fs::write(dir.join(".g.cwasm.lock"), "").unwrap();
+        aged(&dir.join(".g.cwasm.lock"), 7200);
+        std::fs::write(dir.join(".h.cwasm.lock"), "").unwrap();
+
+        // Each entry is 1,064 bytes with its digest: two fit in 2,200, and `b` is kept though
+        // it is older than `c`.
+        let keep = HashSet::from([kept.clone()]);
+        let pruned = prune(&dir, 2200, &keep).unwrap();
+        assert_eq!(pruned, Pruned { components: 2, bytes: 2128, leftovers: 4, kept_bytes: 2128 });
+        assert_eq!(
+            names(&dir),
+            [
+                ".b.cwasm.lock",
+                ".d.cwasm.lock",
+                ".f.cwasm.tmp-1-1",
+                ".h.cwasm.lock",
+                "b.cwasm",
+                "b.cwasm.sha256",
+                "d.cwasm",
+                "d.cwasm.sha256",
+                "functions-00"
+            ]
+        );
+        assert!(!oldest.exists());
+        // Under the limit: nothing more goes.
+        assert_eq!(prune(&dir, 2200, &HashSet::new()).unwrap(), Pruned { kept_bytes: 2128, ..Pruned::default() });
+        // A limit of nothing: every component not kept.
+        let pruned = prune(&dir, 0, &keep).unwrap();
+        assert_eq!((pruned.components, pruned.kept_bytes), (1, 1064));
+        assert!(kept.exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_missing_folder_is_the_error() {
+        let e = prune(Path::new("/nonexistent/percolator-cache"), 0, &HashSet::new()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+}
