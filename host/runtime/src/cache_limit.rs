@@ -54,9 +54,10 @@ pub(crate) fn prune(dir: &Path, max_bytes: u64, keep: &HashSet<PathBuf>) -> io::
         if !meta.is_file() {
             continue;
         }
-        if name.starts_with('.') && name.ends_with(".lock") {
+        // Only names the cache gives (a folder shared with other files loses none of them).
+        if name.starts_with('.') && name.ends_with(".cwasm.lock") {
             locks.push((path, meta));
-        } else if name.starts_with('.') && name.contains(".tmp-") {
+        } else if name.starts_with('.') && (name.contains(".cwasm.tmp-") || name.contains(".cwasm.sha256.tmp-")) {
             if old(&meta) && std::fs::remove_file(&path).is_ok() {
                 pruned.leftovers += 1;
             }
@@ -138,6 +139,11 @@ mod tests {
         std::fs::write(dir.join(".g.cwasm.lock"), "").unwrap();
         aged(&dir.join(".g.cwasm.lock"), 7200);
         std::fs::write(dir.join(".h.cwasm.lock"), "").unwrap();
+        // Old files the cache did not name stay (a folder shared with others).
+        for other in [".notes.lock", ".report.tmp-1", "notes.txt"] {
+            std::fs::write(dir.join(other), "mine").unwrap();
+            aged(&dir.join(other), 7200);
+        }
 
         // Each entry is 1,064 bytes with its digest: two fit in 2,200, and `b` is kept though
         // it is older than `c`.
@@ -151,11 +157,14 @@ mod tests {
                 ".d.cwasm.lock",
                 ".f.cwasm.tmp-1-1",
                 ".h.cwasm.lock",
+                ".notes.lock",
+                ".report.tmp-1",
                 "b.cwasm",
                 "b.cwasm.sha256",
                 "d.cwasm",
                 "d.cwasm.sha256",
-                "functions-00"
+                "functions-00",
+                "notes.txt"
             ]
         );
         assert!(!oldest.exists());
