@@ -12,7 +12,8 @@
 //! functions no earlier component had).
 //!
 //! Also removed: what a crash leaves behind, once it is an hour old (a temporary file of a
-//! write, a lock without its entry), so that no one writing or compiling now loses it.
+//! write, a lock without its entry), so that no one writing or compiling now loses it. Only
+//! names the cache gives are counted or removed: a folder shared with other files loses none.
 
 use std::collections::HashSet;
 use std::io;
@@ -55,13 +56,15 @@ pub(crate) fn prune(dir: &Path, max_bytes: u64, keep: &HashSet<PathBuf>) -> io::
             continue;
         }
         // Only names the cache gives (a folder shared with other files loses none of them).
-        if name.starts_with('.') && name.ends_with(".cwasm.lock") {
+        let hidden = name.strip_prefix('.').unwrap_or("");
+        if hidden.strip_suffix(".lock").is_some_and(is_entry_name) {
             locks.push((path, meta));
-        } else if name.starts_with('.') && (name.contains(".cwasm.tmp-") || name.contains(".cwasm.sha256.tmp-")) {
+        } else if hidden.split_once(".tmp-").is_some_and(|(n, _)| is_entry_name(n.strip_suffix(".sha256").unwrap_or(n)))
+        {
             if old(&meta) && std::fs::remove_file(&path).is_ok() {
                 pruned.leftovers += 1;
             }
-        } else if name.ends_with(".cwasm") {
+        } else if is_entry_name(name) {
             let digest = std::fs::metadata(crate::runtime::sha_path(&path)).map(|m| m.len()).unwrap_or(0);
             components.push((meta.modified().unwrap_or(SystemTime::UNIX_EPOCH), meta.len() + digest, path));
         }
@@ -97,12 +100,23 @@ pub(crate) fn prune(dir: &Path, max_bytes: u64, keep: &HashSet<PathBuf>) -> io::
     Ok(pruned)
 }
 
+/// `<SHA-256 of the file>-<engine hash>.cwasm`, as the runtime names a compiled component.
+fn is_entry_name(name: &str) -> bool {
+    let hex =
+        |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    name.strip_suffix(".cwasm")
+        .and_then(|stem| stem.split_once('-'))
+        .is_some_and(|(source, engine)| hex(source, 64) && hex(engine, 16))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(dir: &Path, name: &str, len: usize, age_s: u64) -> PathBuf {
-        let path = dir.join(name);
+    /// A component entry named as the runtime names them, after `tag` (a–d).
+    fn entry(dir: &Path, tag: &str, len: usize, age_s: u64) -> PathBuf {
+        let name = format!("{}-{}.cwasm", tag.repeat(64), "0".repeat(16));
+        let path = dir.join(&name);
         std::fs::write(&path, vec![7u8; len]).unwrap();
         std::fs::write(crate::runtime::sha_path(&path), "0".repeat(64)).unwrap();
         std::fs::write(dir.join(format!(".{name}.lock")), "").unwrap();
@@ -128,19 +142,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("functions-00")).unwrap();
         std::fs::write(dir.join("functions-00/1-2-3.pack"), vec![0u8; 5000]).unwrap();
-        let oldest = entry(&dir, "a.cwasm", 1000, 400);
-        let kept = entry(&dir, "b.cwasm", 1000, 300);
-        entry(&dir, "c.cwasm", 1000, 200);
-        entry(&dir, "d.cwasm", 1000, 100);
+        let oldest = entry(&dir, "a", 1000, 400);
+        let kept = entry(&dir, "b", 1000, 300);
+        entry(&dir, "c", 1000, 200);
+        entry(&dir, "d", 1000, 100);
         // Leftovers: an old temporary file and an old lock without its entry go, young ones stay.
-        std::fs::write(dir.join(".e.cwasm.tmp-1-0"), "part").unwrap();
-        aged(&dir.join(".e.cwasm.tmp-1-0"), 7200);
-        std::fs::write(dir.join(".f.cwasm.tmp-1-1"), "part").unwrap();
-        std::fs::write(dir.join(".g.cwasm.lock"), "").unwrap();
-        aged(&dir.join(".g.cwasm.lock"), 7200);
-        std::fs::write(dir.join(".h.cwasm.lock"), "").unwrap();
+        let long = |tag: &str| format!("{}-{}.cwasm", tag.repeat(64), "0".repeat(16));
+        let leftover = |name: String, age_s: u64| {
+            std::fs::write(dir.join(&name), "part").unwrap();
+            aged(&dir.join(&name), age_s);
+        };
+        leftover(format!(".{}.tmp-1-0", long("e")), 7200);
+        leftover(format!(".{}.sha256.tmp-1-1", long("e")), 7200);
+        leftover(format!(".{}.tmp-1-2", long("f")), 0);
+        leftover(format!(".{}.lock", long("9")), 7200);
+        leftover(format!(".{}.lock", long("8")), 0);
         // Old files the cache did not name stay (a folder shared with others).
-        for other in [".notes.lock", ".report.tmp-1", "notes.txt"] {
+        for other in [".notes.lock", ".report.tmp-1", "notes.txt", "mine.cwasm"] {
             std::fs::write(dir.join(other), "mine").unwrap();
             aged(&dir.join(other), 7200);
         }
@@ -149,24 +167,24 @@ mod tests {
         // it is older than `c`.
         let keep = HashSet::from([kept.clone()]);
         let pruned = prune(&dir, 2200, &keep).unwrap();
-        assert_eq!(pruned, Pruned { components: 2, bytes: 2128, leftovers: 4, kept_bytes: 2128 });
-        assert_eq!(
-            names(&dir),
-            [
-                ".b.cwasm.lock",
-                ".d.cwasm.lock",
-                ".f.cwasm.tmp-1-1",
-                ".h.cwasm.lock",
-                ".notes.lock",
-                ".report.tmp-1",
-                "b.cwasm",
-                "b.cwasm.sha256",
-                "d.cwasm",
-                "d.cwasm.sha256",
-                "functions-00",
-                "notes.txt"
-            ]
-        );
+        assert_eq!(pruned, Pruned { components: 2, bytes: 2128, leftovers: 5, kept_bytes: 2128 });
+        let mut expected = vec![
+            format!(".{}.lock", long("b")),
+            format!(".{}.lock", long("d")),
+            format!(".{}.tmp-1-2", long("f")),
+            format!(".{}.lock", long("8")),
+            ".notes.lock".to_owned(),
+            ".report.tmp-1".to_owned(),
+            long("b"),
+            format!("{}.sha256", long("b")),
+            long("d"),
+            format!("{}.sha256", long("d")),
+            "functions-00".to_owned(),
+            "mine.cwasm".to_owned(),
+            "notes.txt".to_owned(),
+        ];
+        expected.sort();
+        assert_eq!(names(&dir), expected);
         assert!(!oldest.exists());
         // Under the limit: nothing more goes.
         assert_eq!(prune(&dir, 2200, &HashSet::new()).unwrap(), Pruned { kept_bytes: 2128, ..Pruned::default() });
