@@ -23,30 +23,31 @@ use std::time::{Duration, SystemTime};
 /// Leftovers younger than this may belong to a write or a compile under way.
 const LEFTOVER_AGE: Duration = Duration::from_secs(3600);
 
-/// What one pass removed, and what the components kept take.
+/// What one pass of pruning (`Runtime::set_cache_limit`) removed, and what the components kept
+/// take.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Pruned {
-    /// Component entries removed.
-    pub(crate) components: usize,
+pub struct CachePruned {
+    /// Compiled components removed (the least recently used).
+    pub components: usize,
     /// Their bytes (component and digest).
-    pub(crate) bytes: u64,
+    pub bytes: u64,
     /// Temporary files and locks left by a crash, removed.
-    pub(crate) leftovers: usize,
-    /// The bytes of the components left.
-    pub(crate) kept_bytes: u64,
+    pub leftovers: usize,
+    /// The bytes of the compiled components left.
+    pub kept_bytes: u64,
 }
 
 /// Removes the least recently used component entries of the cache folder `dir` until its
 /// components take at most `max_bytes`, never one in `keep` (what this runtime loaded), and
 /// the leftovers of crashes. An entry that cannot be removed is skipped; an unreadable folder
 /// is the error.
-pub(crate) fn prune(dir: &Path, max_bytes: u64, keep: &HashSet<PathBuf>) -> io::Result<Pruned> {
+pub(crate) fn prune(dir: &Path, max_bytes: u64, keep: &HashSet<PathBuf>) -> io::Result<CachePruned> {
     let now = SystemTime::now();
     let old =
         |m: &std::fs::Metadata| m.modified().is_ok_and(|t| now.duration_since(t).is_ok_and(|a| a >= LEFTOVER_AGE));
     let mut components = Vec::new();
     let mut locks = Vec::new();
-    let mut pruned = Pruned::default();
+    let mut pruned = CachePruned::default();
     for entry in std::fs::read_dir(dir)? {
         let Ok(entry) = entry else { continue };
         let path = entry.path();
@@ -167,7 +168,7 @@ mod tests {
         // it is older than `c`.
         let keep = HashSet::from([kept.clone()]);
         let pruned = prune(&dir, 2200, &keep).unwrap();
-        assert_eq!(pruned, Pruned { components: 2, bytes: 2128, leftovers: 5, kept_bytes: 2128 });
+        assert_eq!(pruned, CachePruned { components: 2, bytes: 2128, leftovers: 5, kept_bytes: 2128 });
         let mut expected = vec![
             format!(".{}.lock", long("b")),
             format!(".{}.lock", long("d")),
@@ -187,7 +188,10 @@ mod tests {
         assert_eq!(names(&dir), expected);
         assert!(!oldest.exists());
         // Under the limit: nothing more goes.
-        assert_eq!(prune(&dir, 2200, &HashSet::new()).unwrap(), Pruned { kept_bytes: 2128, ..Pruned::default() });
+        assert_eq!(
+            prune(&dir, 2200, &HashSet::new()).unwrap(),
+            CachePruned { kept_bytes: 2128, ..CachePruned::default() }
+        );
         // A limit of nothing: every component not kept.
         let pruned = prune(&dir, 0, &keep).unwrap();
         assert_eq!((pruned.components, pruned.kept_bytes), (1, 1064));

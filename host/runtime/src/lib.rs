@@ -47,11 +47,12 @@ mod transform;
 mod world;
 
 pub use access::{Access, ColumnRule};
+pub use cache_limit::CachePruned;
 pub use footprint::Footprint;
 pub use function_cache::FunctionCacheStats;
 pub use runtime::{
-    CachePruned, Compiled, DEFAULT_CACHE_MAX_BYTES, Limits, RECENT_FAILURES, RUN_TIME_BUCKETS, RunCounts, RunStats,
-    RunTotals, Runtime, WasmObserver, thread_cpu,
+    Compiled, DEFAULT_CACHE_MAX_BYTES, Limits, RECENT_FAILURES, RUN_TIME_BUCKETS, RunCounts, RunStats, RunTotals,
+    Runtime, WasmObserver, thread_cpu,
 };
 pub use sandbox::{ClockMode, Environment};
 pub use transform::{CompiledTransform, SinkTransform, TRANSFORM_RANDOM_SEED, TransformError};

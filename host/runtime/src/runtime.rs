@@ -32,6 +32,7 @@ use wasmtime::{Config, Engine, ProfilingStrategy, Result, Store, Trap};
 
 use crate::access::Access;
 use crate::bindings::{Cell, Notification, Observer as ObserverWorld, ObserverPre, WitError};
+use crate::cache_limit::CachePruned;
 use crate::footprint::Footprint;
 use crate::function_cache::{self, FunctionCache, FunctionCacheStats};
 use crate::host::sink::TransformState;
@@ -174,17 +175,6 @@ pub struct Runtime {
     pub(crate) sink_provided: Provided,
 }
 
-/// What one pass of [`Runtime::set_cache_limit`] did to the cached components.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CachePruned {
-    /// Compiled components removed (the least recently used).
-    pub components: usize,
-    /// Their bytes.
-    pub bytes: u64,
-    /// The bytes of the compiled components left.
-    pub kept_bytes: u64,
-}
-
 /// A file read, componentized if it was a core module, and compiled (or found in the cache):
 /// not yet linked to a world.
 pub(crate) struct Loaded {
@@ -306,7 +296,7 @@ impl Runtime {
                         p.kept_bytes >> 20
                     );
                 }
-                Some(CachePruned { components: p.components, bytes: p.bytes, kept_bytes: p.kept_bytes })
+                Some(p)
             }
             Err(e) => {
                 tracing::warn!("could not prune the cache {}: {e}", dir.display());
