@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use foldhash::fast::RandomState;
 
-use crate::bigtable::{Mutation, RowMutation};
+use crate::bigtable::{Bigtable, Mutation, RowMutation, WriteKind};
+use crate::error::Result;
 use crate::observed::{ApplyHook, Observed};
 use crate::timestamp::Timestamp;
 
@@ -21,12 +22,21 @@ use crate::timestamp::Timestamp;
 /// about 100 bytes a row).
 pub(crate) const DIRTY_ROWS_MAX: usize = 500_000;
 
+/// Rows a store may hold at its open for its first GC pass to be incremental
+/// ([`DirtyRows::learn_small_store`]): a new store, or one of a few rows, read in one scan.
+pub(crate) const SMALL_STORE_ROWS: usize = 256;
+
 /// A full pass at least this often, as a safety net (every write is recorded, so it should find
 /// what the incremental passes left: nothing).
 pub(crate) const FULL_PASS_EVERY: Duration = Duration::from_secs(3600);
 
+/// The filter of rows seen ([`RowFilter`]): 2 MiB, about 1.5 million rows at 1–2 % false
+/// positives; past that it answers "seen" more often, which only records more rows.
+const ROW_FILTER_BLOCKS: usize = (2 << 20) / 64;
+
 /// Rows written since a GC pass last looked at them, by table, with the smallest timestamp of a
-/// version in them that no pass has looked at.
+/// version in them that no pass has looked at; and a filter of the rows the store holds, so
+/// that a row written once is not visited (`docs/design.md`, "GC", rows written once).
 #[derive(Default)]
 pub(crate) struct DirtyRows {
     state: Mutex<State>,
@@ -46,23 +56,72 @@ struct State {
     complete: bool,
     /// When the last full pass started.
     last_full: Option<Instant>,
+    /// Every row written or read by a pass since the last full pass started.
+    seen: RowFilter,
+    /// `seen` holds every row the store holds (a full pass finished since it was cleared):
+    /// a write adding only `Put` records to a row it certainly does not hold need not be
+    /// recorded.
+    seen_complete: bool,
 }
+
+/// A blocked Bloom filter of rows, empty until the first row is noted; its hashes' seeds are
+/// random per process (rows are user data).
+#[derive(Default)]
+struct RowFilter {
+    blocks: Vec<[u64; 8]>,
+    hasher: RandomState,
+}
+
+impl RowFilter {
+    /// Notes `(table, row)`; true if the filter certainly did not hold it.
+    fn note(&mut self, table: &str, row: &[u8]) -> bool {
+        use std::hash::BuildHasher;
+        if self.blocks.is_empty() {
+            self.blocks = vec![[0; 8]; ROW_FILTER_BLOCKS];
+        }
+        let hash = self.hasher.hash_one((table, row));
+        // The high half picks the block; 9 bits at a time of the low half's mix, 6 bits in it.
+        let block = &mut self.blocks[(((hash >> 32) * ROW_FILTER_BLOCKS as u64) >> 32) as usize];
+        let mut mix = (hash as u32 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut new = false;
+        for _ in 0..6 {
+            let v = (mix >> 55) as usize;
+            let (word, bit) = (v >> 6, 1u64 << (v & 63));
+            new |= block[word] & bit == 0;
+            block[word] |= bit;
+            mix <<= 9;
+        }
+        new
+    }
+
+    fn clear(&mut self) {
+        self.blocks = Vec::new();
+    }
+}
+
+/// A write of a row, as recorded: its table, its row, the smallest timestamp of a version it
+/// added, and whether every version it added is a `Put` commit record (a write of this kind
+/// to a row the store does not hold yet leaves nothing to collect).
+pub(crate) type Write = (String, Vec<u8>, Timestamp, bool);
 
 impl DirtyRows {
     /// Records that `row` of `table` has a version at `ts` no pass has looked at.
     pub(crate) fn record(&self, table: &str, row: &[u8], ts: Timestamp) {
-        self.record_all(vec![(table.to_owned(), row.to_vec(), ts)]);
+        self.record_all(vec![(table.to_owned(), row.to_vec(), ts, false)]);
     }
 
-    /// Records each `(table, row, ts)` of `writes`, under one lock.
-    pub(crate) fn record_all(&self, writes: Vec<(String, Vec<u8>, Timestamp)>) {
+    /// Records each write of `writes`, under one lock: every row is noted in the filter, and
+    /// recorded unless the write added only `Put` records to a row the store certainly did not
+    /// hold before.
+    pub(crate) fn record_all(&self, writes: Vec<Write>) {
         let Ok(mut s) = self.state.lock() else { return };
-        if !s.complete {
-            // Nothing to keep: the next pass is full.
-            return;
-        }
-        let State { rows, len, .. } = &mut *s;
-        for (table, row, ts) in writes {
+        let State { rows, len, complete, seen, seen_complete, .. } = &mut *s;
+        for (table, row, ts, puts_only) in writes {
+            let new = seen.note(&table, &row);
+            if !*complete || (puts_only && new && *seen_complete) {
+                // Nothing to keep: the next pass is full; or nothing to collect in the row.
+                continue;
+            }
             let table_rows = match rows.get_mut(table.as_str()) {
                 Some(t) => t,
                 None => rows.entry(table).or_default(),
@@ -73,7 +132,8 @@ impl DirtyRows {
                     e.insert(ts);
                     *len += 1;
                     if *len > DIRTY_ROWS_MAX {
-                        break;
+                        // The rest are noted in the filter all the same (it stays complete).
+                        *complete = false;
                     }
                 }
             }
@@ -81,7 +141,6 @@ impl DirtyRows {
         if s.len > DIRTY_ROWS_MAX {
             s.rows.clear();
             s.len = 0;
-            s.complete = false;
         }
     }
 
@@ -94,12 +153,64 @@ impl DirtyRows {
 
     /// A full pass starts (after it settled its safepoint, before it reads any row): it reads
     /// every row, so the set starts over, complete from now on.
+    /// The filter of rows starts over too: the pass notes every row it reads
+    /// ([`DirtyRows::pass_read`]), and writes note theirs; until the pass finishes
+    /// ([`DirtyRows::full_pass_ends`]) every write is recorded.
     pub(crate) fn full_pass_starts(&self) {
         if let Ok(mut s) = self.state.lock() {
             s.rows.clear();
             s.len = 0;
             s.complete = true;
             s.last_full = Some(Instant::now());
+            s.seen.clear();
+            s.seen_complete = false;
+        }
+    }
+
+    /// Stands for a store's first full pass at its open, if `backend` (the store's [`Tracked`]
+    /// backend, before any transaction runs) holds at most [`SMALL_STORE_ROWS`] rows (a new
+    /// store): the set and the filter start over, as for a full pass; the rows it holds are
+    /// read in one scan, noted in the filter and recorded as due at any safepoint, so that the
+    /// first pass (incremental) reads each of them as a full pass would; writes applied
+    /// meanwhile are recorded by the backend. Returns whether it did; a larger store's first
+    /// pass is full.
+    pub(crate) fn learn_small_store(&self, backend: &dyn Bigtable) -> Result<bool> {
+        self.full_pass_starts();
+        let rows = match backend.scan_versions(None, SMALL_STORE_ROWS + 1) {
+            Ok(rows) if rows.len() <= SMALL_STORE_ROWS => rows,
+            other => {
+                self.forget();
+                return other.map(|_| false);
+            }
+        };
+        self.pass_read(rows.iter().map(|r| (r.table.as_str(), r.row.as_slice())));
+        self.record_all(rows.into_iter().map(|r| (r.table, r.row, Timestamp::ZERO, false)).collect());
+        self.full_pass_ends();
+        Ok(true)
+    }
+
+    /// Back to not knowing: the next pass is full.
+    fn forget(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            *s = State::default();
+        }
+    }
+
+    /// A full pass read these rows (noted in the filter).
+    pub(crate) fn pass_read<'a>(&self, rows: impl IntoIterator<Item = (&'a str, &'a [u8])>) {
+        if let Ok(mut s) = self.state.lock() {
+            for (table, row) in rows {
+                s.seen.note(table, row);
+            }
+        }
+    }
+
+    /// A full pass that started with [`DirtyRows::full_pass_starts`] read every row: the
+    /// filter holds every row the store holds (those it read, and those written since it
+    /// started), unless the set overflowed meanwhile (a later full pass starts it over).
+    pub(crate) fn full_pass_ends(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.seen_complete = s.complete;
         }
     }
 
@@ -147,14 +258,24 @@ fn adds_version(m: &RowMutation) -> Option<Timestamp> {
         .min()
 }
 
+/// Whether every version `m` adds is a commit record of a `Put` (no lock, no staged data, no
+/// Delete, no rollback record).
+fn puts_only(m: &RowMutation) -> bool {
+    m.mutations.iter().all(|x| match x {
+        Mutation::PutLock { .. } | Mutation::PutData { .. } => false,
+        Mutation::PutWrite { write, .. } => matches!(write.kind, WriteKind::Put(_)),
+        _ => true,
+    })
+}
+
 /// The writes an exclusive backend applied, recorded after it applied them (a pass that took
 /// a row out before a write applied reads the row after it took it out, and a write recorded
 /// before it applied could be missed by that read).
 impl ApplyHook for DirtyRows {
-    type Note = (String, Vec<u8>, Timestamp);
+    type Note = Write;
 
     fn note(&self, m: &RowMutation) -> Option<Self::Note> {
-        adds_version(m).map(|ts| (m.table.clone(), m.row.clone(), ts))
+        adds_version(m).map(|ts| (m.table.clone(), m.row.clone(), ts, puts_only(m)))
     }
 
     fn applied(&self, notes: Vec<Self::Note>) {
@@ -192,6 +313,32 @@ mod tests {
         assert_eq!(d.take_due(ts(29)).unwrap(), vec![]);
         assert_eq!(d.take_due(ts(30)).unwrap(), vec![("t".to_owned(), b"b".to_vec())]);
         assert_eq!(d.len(), 0);
+    }
+
+    fn write(row: &str, at: u64, puts_only: bool) -> Write {
+        ("t".to_owned(), row.as_bytes().to_vec(), ts(at), puts_only)
+    }
+
+    #[test]
+    fn a_row_written_once_with_puts_is_recorded_only_once_a_full_pass_has_not_read_the_store() {
+        let d = DirtyRows::default();
+        d.full_pass_starts();
+        // While the pass reads: every write is recorded.
+        d.record_all(vec![write("during", 5, true)]);
+        assert_eq!(d.len(), 1);
+        d.pass_read([("t", &b"old"[..])]);
+        d.full_pass_ends();
+        d.record_all(vec![write("new", 6, true)]);
+        assert_eq!(d.len(), 1, "a new row written with puts only: nothing to collect");
+        d.record_all(vec![write("old", 7, true), write("during", 8, true), write("lock", 9, false)]);
+        d.record_all(vec![write("new", 10, true)]);
+        let due = d.take_due(ts(100)).unwrap();
+        let rows: Vec<&[u8]> = due.iter().map(|(_, r)| r.as_slice()).collect();
+        assert_eq!(rows, [&b"during"[..], b"lock", b"new", b"old"], "rows the store held, a lock, a second write");
+        // The next full pass starts the filter over: until it ends, everything is recorded.
+        d.full_pass_starts();
+        d.record_all(vec![write("newer", 11, true)]);
+        assert_eq!(d.len(), 1);
     }
 
     #[test]

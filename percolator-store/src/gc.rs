@@ -152,7 +152,12 @@ impl Store {
         // Pass 1: resolve abandoned locks below the safepoint. The rows it reads are kept for
         // pass 2 (up to `KEPT_MAX` of them) unless it resolved a lock: see `Kept`.
         let mut kept = Kept::new(&rows);
+        let full = matches!(rows, Rows::All);
         rows.for_each_page(self, |page| {
+            if let (true, Some(d)) = (full, dirty) {
+                // The filter of rows (`DirtyRows::pass_read`): every row a full pass reads.
+                d.pass_read(page.iter().map(|r| (r.table.as_str(), r.row.as_slice())));
+            }
             let mut resolved = false;
             for row in &page {
                 for cell in &row.cells {
@@ -197,6 +202,9 @@ impl Store {
             None => rows.for_each_page(self, |page| page.iter().try_for_each(&mut pass_2))?,
         }
         self.apply_removals(ops, &mut stats)?;
+        if let (true, Some(d)) = (full, dirty) {
+            d.full_pass_ends();
+        }
         self.inner.counters.gc_runs.fetch_add(1, Ordering::Relaxed);
         Ok(stats)
     }

@@ -516,7 +516,10 @@ impl Store {
         // backend, its applied writes record their rows for incremental GC passes.
         let (backend, gc_dirty): (Arc<dyn Bigtable>, _) = if backend.exclusive() {
             let dirty = Arc::new(DirtyRows::default());
-            (Arc::new(Tracked::new(backend, dirty.clone())), Some(dirty))
+            let tracked: Arc<dyn Bigtable> = Arc::new(Tracked::new(backend, dirty.clone()));
+            // A new store (or a small one) needs no full first pass to know its rows.
+            dirty.learn_small_store(tracked.as_ref())?;
+            (tracked, Some(dirty))
         } else {
             (backend, None)
         };
