@@ -320,7 +320,7 @@ mod tests {
     }
 
     #[test]
-    fn a_row_written_once_with_puts_is_recorded_only_once_a_full_pass_has_not_read_the_store() {
+    fn a_row_written_once_with_puts_is_not_recorded_once_a_full_pass_has_read_the_store() {
         let d = DirtyRows::default();
         d.full_pass_starts();
         // While the pass reads: every write is recorded.
