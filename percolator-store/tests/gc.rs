@@ -239,9 +239,10 @@ fn an_incremental_pass_visits_only_written_rows_and_leaves_a_full_pass_nothing()
     }
 }
 
-/// Rows written once with `Put`s hold nothing to collect: once a full pass has read the store,
-/// an incremental pass does not visit them; a second write to one makes it due, and the version
-/// it replaced is removed (`docs/design.md`, "GC", rows written once).
+/// Rows written once with `Put`s hold nothing to collect: once the filter of rows knows the
+/// store (a full pass read it, or the store was new at its open), an incremental pass does not
+/// visit them; a second write to one makes it due, and the version it replaced is removed
+/// (`docs/design.md`, "GC", rows written once).
 #[test]
 fn rows_written_once_are_not_visited_until_written_again() {
     let dir = TempDir::new("gc-written-once");
@@ -251,7 +252,7 @@ fn rows_written_once_are_not_visited_until_written_again() {
     store.run(|t| (1..=100).try_for_each(|r| set_u64(t, "t", &format!("r{r:03}"), "c:a", r))).unwrap();
     let pass = store.gc_incremental().unwrap();
     assert!(!pass.full && pass.rows == 0, "new rows written once: {pass:?}");
-    // Ten of them written again, and the row the full pass read.
+    // Eleven of them written again: r000, r010, …, r100.
     store
         .run(|t| (0..=100).step_by(10).try_for_each(|r| set_u64(t, "t", &format!("r{r:03}"), "c:a", r + 1000)))
         .unwrap();
