@@ -15,6 +15,7 @@ use foldhash::fast::RandomState;
 
 use crate::bigtable::{Bigtable, Mutation, RowMutation, WriteKind};
 use crate::error::Result;
+use crate::memtable::BlockedBloom;
 use crate::observed::{ApplyHook, Observed};
 use crate::timestamp::Timestamp;
 
@@ -64,11 +65,11 @@ struct State {
     seen_complete: bool,
 }
 
-/// A blocked Bloom filter of rows, empty until the first row is noted; its hashes' seeds are
-/// random per process (rows are user data).
+/// A [`BlockedBloom`] of rows, allocated at the first row noted; its hashes' seeds are random
+/// per process (rows are user data).
 #[derive(Default)]
 struct RowFilter {
-    blocks: Vec<[u64; 8]>,
+    bits: Option<BlockedBloom>,
     hasher: RandomState,
 }
 
@@ -76,26 +77,12 @@ impl RowFilter {
     /// Notes `(table, row)`; true if the filter certainly did not hold it.
     fn note(&mut self, table: &str, row: &[u8]) -> bool {
         use std::hash::BuildHasher;
-        if self.blocks.is_empty() {
-            self.blocks = vec![[0; 8]; ROW_FILTER_BLOCKS];
-        }
         let hash = self.hasher.hash_one((table, row));
-        // The high half picks the block; 9 bits at a time of the low half's mix, 6 bits in it.
-        let block = &mut self.blocks[(((hash >> 32) * ROW_FILTER_BLOCKS as u64) >> 32) as usize];
-        let mut mix = (hash as u32 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut new = false;
-        for _ in 0..6 {
-            let v = (mix >> 55) as usize;
-            let (word, bit) = (v >> 6, 1u64 << (v & 63));
-            new |= block[word] & bit == 0;
-            block[word] |= bit;
-            mix <<= 9;
-        }
-        new
+        self.bits.get_or_insert_with(|| BlockedBloom::with_blocks(ROW_FILTER_BLOCKS)).insert(hash)
     }
 
     fn clear(&mut self) {
-        self.blocks = Vec::new();
+        self.bits = None;
     }
 }
 

@@ -135,7 +135,7 @@ const FILTER_BITS: u32 = 6;
 /// (`docs/design.md`, "A memtable in front of redb", 11.). No false negatives: every key set in
 /// the layer had its cell noted first (or made the filter answer "may hold" for everything).
 pub(crate) struct CellFilter {
-    blocks: Vec<[u64; 8]>,
+    bits: BlockedBloom,
     /// A key that is not a version key was noted: the filter excludes nothing.
     all: bool,
 }
@@ -150,9 +150,56 @@ fn cell_hash(cell: &[u8]) -> u64 {
     foldhash::fast::FixedState::with_seed(0x5eed_ce11_f11e_5eed).hash_one(cell)
 }
 
+/// A blocked Bloom filter of 64-bit hashes: [`FILTER_BITS`] bits per hash, all in one 64-byte
+/// block (one cache line read per question). Of the memtable's layers ([`CellFilter`]) and of
+/// GC's rows (`dirty_rows.rs`).
+pub(crate) struct BlockedBloom {
+    blocks: Vec<[u64; 8]>,
+}
+
+impl BlockedBloom {
+    /// `blocks` blocks of 512 bits (at least one).
+    pub(crate) fn with_blocks(blocks: usize) -> BlockedBloom {
+        BlockedBloom { blocks: vec![[0; 8]; blocks.max(1)] }
+    }
+
+    /// The block and the bits in it of a hash.
+    fn place(&self, hash: u64) -> (usize, [(usize, u64); FILTER_BITS as usize]) {
+        // The high half picks the block; 9 bits at a time of the low half's mix, the bits.
+        let block = (((hash >> 32) * self.blocks.len() as u64) >> 32) as usize;
+        let mut mix = (hash as u32 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let mut bits = [(0, 0); FILTER_BITS as usize];
+        for b in &mut bits {
+            let v = (mix >> 55) as usize; // 9 bits
+            *b = (v >> 6, 1u64 << (v & 63));
+            mix <<= 9;
+        }
+        (block, bits)
+    }
+
+    /// Notes `hash`; true if the filter certainly did not hold it before.
+    pub(crate) fn insert(&mut self, hash: u64) -> bool {
+        let (block, bits) = self.place(hash);
+        let block = &mut self.blocks[block];
+        let mut new = false;
+        for (word, bit) in bits {
+            new |= block[word] & bit == 0;
+            block[word] |= bit;
+        }
+        new
+    }
+
+    /// False if `hash` was certainly never noted.
+    pub(crate) fn contains(&self, hash: u64) -> bool {
+        let (block, bits) = self.place(hash);
+        let block = &self.blocks[block];
+        bits.iter().all(|&(word, bit)| block[word] & bit != 0)
+    }
+}
+
 impl CellFilter {
     fn new(cells: usize) -> CellFilter {
-        CellFilter { blocks: vec![[0; 8]; (cells * 10).div_ceil(512).max(1)], all: false }
+        CellFilter { bits: BlockedBloom::with_blocks((cells * 10).div_ceil(512)), all: false }
     }
 
     /// The hashes of the cells of `keys` (each cell once per run of its keys).
@@ -169,30 +216,13 @@ impl CellFilter {
         Some(out)
     }
 
-    /// The block and the bits in it of a cell's hash.
-    fn place(&self, hash: u64) -> (usize, [(usize, u64); FILTER_BITS as usize]) {
-        // The high half picks the block; 9 bits at a time of the low half's mix, the bits.
-        let block = (((hash >> 32) * self.blocks.len() as u64) >> 32) as usize;
-        let mut mix = (hash as u32 as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        let mut bits = [(0, 0); FILTER_BITS as usize];
-        for b in &mut bits {
-            let v = (mix >> 55) as usize; // 9 bits
-            *b = (v >> 6, 1u64 << (v & 63));
-            mix <<= 9;
-        }
-        (block, bits)
-    }
-
     fn note(&mut self, cells: &CellHashes) {
         let Some(hashes) = cells else {
             self.all = true;
             return;
         };
         for &hash in hashes {
-            let (block, bits) = self.place(hash);
-            for (word, bit) in bits {
-                self.blocks[block][word] |= bit;
-            }
+            self.bits.insert(hash);
         }
     }
 
@@ -201,9 +231,7 @@ impl CellFilter {
         if self.all {
             return true;
         }
-        let (block, bits) = self.place(cell_hash(cell));
-        let block = &self.blocks[block];
-        bits.iter().all(|&(word, bit)| block[word] & bit != 0)
+        self.bits.contains(cell_hash(cell))
     }
 }
 
