@@ -29,3 +29,21 @@ pub(crate) fn thread_cpu_by_name() -> std::collections::BTreeMap<String, f64> {
     }
     out
 }
+
+/// Bytes this process's live threads passed to write calls (`wchar` of `/proc/self/task/*/io`:
+/// what they asked to write, to files and pipes, whether or not the page cache had it on disk
+/// yet), summed by thread name. Threads that have exited are not counted.
+#[allow(dead_code)] // not every benchmark binary that includes this file uses it
+pub(crate) fn thread_written_by_name() -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return out };
+    for task in tasks.flatten() {
+        let Ok(name) = std::fs::read_to_string(task.path().join("comm")) else { continue };
+        let Ok(io) = std::fs::read_to_string(task.path().join("io")) else { continue };
+        let written = io.lines().find_map(|l| l.strip_prefix("wchar:")).and_then(|v| v.trim().parse::<u64>().ok());
+        if let Some(written) = written {
+            *out.entry(name.trim().to_owned()).or_insert(0) += written;
+        }
+    }
+    out
+}

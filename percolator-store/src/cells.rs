@@ -146,12 +146,16 @@ fn check_unlocked_unwritten(
     column: &str,
     since: Timestamp,
 ) -> Result<(Option<RawLock>, Option<Found>)> {
-    let cell = cell_prefix(table, row, column);
-    let from = version_key(&cell, Kind::Lock, Timestamp::MAX);
-    let at_since = version_key(&cell, Kind::Write, since);
-    // The smallest key after `at_since`: the scan includes the record at exactly `since`.
-    let mut to = at_since.clone();
+    let from = key::cell_version_key(table, row, column, Kind::Lock, Timestamp::MAX);
+    // `to` is the smallest key after `at_since` (the scan includes the record at exactly
+    // `since`): the write record's key and a 0 byte. Both from `from`'s cell prefix.
+    let cell = from.len() - 9; // a version key ends in its kind byte and 8 bytes of timestamp
+    let mut to = Vec::with_capacity(from.len() + 1);
+    to.extend_from_slice(&from[..cell]);
+    to.push(Kind::Write as u8);
+    to.extend_from_slice(&(!since.raw()).to_be_bytes());
     to.push(0);
+    let at_since = &to[..to.len() - 1];
     let mut lock: Option<RawLock> = None;
     let mut write = None;
     cells.for_range(&from, Some(&to), &mut |k, v| {
@@ -166,7 +170,7 @@ fn check_unlocked_unwritten(
         }
         // A rollback record after `since` is another transaction's and changes nothing; one
         // at exactly `since` is this transaction's own, which must conflict.
-        if k != at_since.as_slice() && is_rollback(v)? {
+        if k != at_since && is_rollback(v)? {
             return Ok(true);
         }
         write = Some(Found::Write { commit_ts: ts });
@@ -250,7 +254,7 @@ fn mutate_row(cells: &mut dyn KvWrite, notify: &mut dyn KvWrite, m: &RowMutation
 }
 
 fn vk(m: &RowMutation, column: &str, kind: Kind, ts: Timestamp) -> Vec<u8> {
-    version_key(&cell_prefix(&m.table, &m.row, column), kind, ts)
+    key::cell_version_key(&m.table, &m.row, column, kind, ts)
 }
 
 fn kind_range(cell: &[u8], kind: Kind) -> (Vec<u8>, Vec<u8>) {
@@ -293,11 +297,11 @@ fn check(cells: &dyn KvRead, table: &str, row: &[u8], c: &Condition) -> Result<O
             Ok(found)
         }
         Condition::LockAbsent { column, start_ts } => {
-            let k = version_key(&cell_prefix(table, row, column), Kind::Lock, *start_ts);
+            let k = key::cell_version_key(table, row, column, Kind::Lock, *start_ts);
             Ok(if cells.get(&k)?.is_some() { Some(Found::LockPresent) } else { None })
         }
         Condition::LockIs { column, start_ts } => {
-            let k = version_key(&cell_prefix(table, row, column), Kind::Lock, *start_ts);
+            let k = key::cell_version_key(table, row, column, Kind::Lock, *start_ts);
             Ok(if cells.get(&k)?.is_some() { None } else { Some(Found::NoLock) })
         }
     }
@@ -356,7 +360,7 @@ pub fn find_write(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Re
 
 /// [`Bigtable::read_data`] over the cells map.
 pub fn read_data(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
-    cells.get(&version_key(&cell_prefix(&cell.table, &cell.row, &cell.column), Kind::Data, start_ts))
+    cells.get(&key::cell_version_key(&cell.table, &cell.row, &cell.column, Kind::Data, start_ts))
 }
 
 /// [`Bigtable::scan`] over the cells map.

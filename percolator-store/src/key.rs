@@ -86,7 +86,7 @@ fn validate_name(what: &str, name: &str) -> Result<()> {
 pub(crate) fn enc(out: &mut Vec<u8>, bytes: &[u8]) {
     // Runs without 0x00 (names and most rows are one run) are copied whole.
     let mut rest = bytes;
-    while let Some(zero) = rest.iter().position(|&b| b == 0) {
+    while let Some(zero) = memchr::memchr(0, rest) {
         out.extend_from_slice(&rest[..zero]);
         out.extend_from_slice(&[0, 0xFF]);
         rest = &rest[zero + 1..];
@@ -129,8 +129,20 @@ pub(crate) fn table_prefix(table: &str) -> Vec<u8> {
 
 /// `enc(table) ‖ enc(row) ‖ enc(column)`: one cell, and also its notify key.
 pub fn cell_prefix(table: &str, row: &[u8], column: &str) -> Vec<u8> {
-    let mut k = row_prefix(table, row);
+    // Room for the three terminators, a few escapes and a version's suffix (a cell prefix is
+    // most often the start of a version key): one allocation.
+    let mut k = Vec::with_capacity(table.len() + row.len() + column.len() + 16);
+    enc(&mut k, table.as_bytes());
+    enc(&mut k, row);
     enc(&mut k, column.as_bytes());
+    k
+}
+
+/// `version_key(&cell_prefix(table, row, column), kind, ts)` in one allocation.
+pub(crate) fn cell_version_key(table: &str, row: &[u8], column: &str, kind: Kind, ts: Timestamp) -> Vec<u8> {
+    let mut k = cell_prefix(table, row, column);
+    k.push(kind as u8);
+    k.extend_from_slice(&(!ts.raw()).to_be_bytes());
     k
 }
 
@@ -235,6 +247,7 @@ mod tests {
         assert_eq!(encoded, before, "encoding must sort like the raw rows");
         for r in rows {
             let k = version_key(&cell_prefix("t", r, "c:x"), Kind::Write, Timestamp::from_raw(7));
+            assert_eq!(cell_version_key("t", r, "c:x", Kind::Write, Timestamp::from_raw(7)), k);
             let d = decode_version_key(&k).unwrap();
             assert_eq!((d.table.as_str(), d.row.as_slice(), d.column.as_str()), ("t", r, "c:x"));
             assert_eq!((d.kind, d.ts), (Kind::Write, Timestamp::from_raw(7)));

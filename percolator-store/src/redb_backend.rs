@@ -65,7 +65,9 @@ pub enum Durability {
 pub struct RedbConfig {
     /// fsync per group commit, or not.
     pub durability: Durability,
-    /// redb page cache size in bytes.
+    /// redb's page cache in bytes, at most: its read cache and its write buffer together (a
+    /// checkpoint's dirty pages past half of it are written out before its commit, and
+    /// written again if it touches them again). Default: 1 GiB, redb's own default.
     pub cache_bytes: usize,
     /// At [`Durability::Fsync`], make rounds durable with the redo log (the default) rather
     /// than with a checkpoint at the end of each round (off only to compare the two in
@@ -100,7 +102,7 @@ impl Default for RedbConfig {
     fn default() -> RedbConfig {
         RedbConfig {
             durability: Durability::Fsync,
-            cache_bytes: 256 << 20,
+            cache_bytes: CACHE_BYTES,
             redo_log: true,
             checkpoint_every: None,
             compact_when_quiet: Some(COMPACT_WHEN_QUIET),
@@ -162,6 +164,13 @@ const CHECKPOINT_EVERY: Duration = Duration::from_secs(1);
 /// work counted: the checkpointer's CPU −25 %, the process's −6 %, pages/s +10 %, against
 /// every second; BENCHMARKS.md, "Fifth round").
 const CHECKPOINT_EVERY_LOGGED: Duration = Duration::from_secs(5);
+
+/// [`RedbConfig::cache_bytes`]'s default: redb's own, 1 GiB. A cap, not an allocation: a
+/// small store's cache holds what it reads and writes. With 256 MiB, the checkpoints of a
+/// 30,000-page web-index load (a 2 GB file) overflowed the write buffer and wrote 3.5 GB to
+/// redb's file up to the fixed point; with 1 GiB, 2.4–2.6 GB (BENCHMARKS.md, "Twentieth
+/// round").
+const CACHE_BYTES: usize = 1 << 30;
 
 /// [`RedbConfig::compact_when_quiet`]'s default.
 const COMPACT_WHEN_QUIET: Duration = Duration::from_secs(30);

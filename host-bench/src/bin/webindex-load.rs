@@ -23,7 +23,8 @@
 //!   binary (`batch_fresh_process_cpu_s`, the median; `cpu_over_fresh_process_batch`): the
 //!   in-process runs follow the allocator state the load left behind;
 //! - the same CPU by thread (`thread_cpu_s{observers|scanners|gc|...}`: threads alive at the
-//!   fixed point, by name);
+//!   fixed point, by name), and the bytes those threads passed to write calls
+//!   (`thread_written_mb{...}`: the redo log's appends, redb's pages by the checkpointer);
 //! - bytes written per page: row key, column and value of every committed cell version
 //!   (counted in the backend, acks and every table included; deletions count row key and
 //!   column), and input bytes (URL, HTML, PageRank) for scale;
@@ -331,6 +332,18 @@ fn main() {
     }
 }
 
+/// The role of a thread by its name (cut to 15 bytes: `percolator-obse` are the observer
+/// workers), for the figures by thread.
+fn thread_role(name: &str) -> &'static str {
+    match name {
+        n if n.starts_with("percolator-obse") => "observers",
+        n if n.starts_with("percolator-scan") => "scanners",
+        "percolator-gc" => "gc",
+        n if n.starts_with("percolator-") || n.starts_with("redb-") => "other store threads",
+        _ => "loader and others",
+    }
+}
+
 /// The argument that makes this binary a batch run of its own (see `batch_in_fresh_processes`).
 const BATCH_CHILD: &str = "--batch-child";
 
@@ -561,11 +574,12 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let before = store.metrics();
     let cpu_before = procfs::cpu_seconds("self").map(|(own, _)| own);
     let by_thread_before = procfs::thread_cpu_by_name();
+    let written_before = procfs::thread_written_by_name();
     let thread_cpu = || procfs::cpu_seconds("thread-self").map(|(own, _)| own);
     let loader_before = thread_cpu();
     let start = Instant::now();
     let looking = AtomicBool::new(true);
-    let (loaded, loader_loaded, elapsed, cpu, looks, by_thread) = std::thread::scope(|scope| -> Res<_> {
+    let (loaded, loader_loaded, elapsed, cpu, looks, by_thread, written) = std::thread::scope(|scope| -> Res<_> {
         let sampler = args.space_every.map(|every| {
             let (redb, looking) = (&redb, &looking);
             scope.spawn(move || {
@@ -602,12 +616,13 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         redb.checkpoint()?;
         let cpu = procfs::cpu_seconds("self").map(|(own, _)| own).zip(cpu_before).map(|(a, b)| a - b);
         let by_thread = procfs::thread_cpu_by_name();
+        let written = procfs::thread_written_by_name();
         looking.store(false, Ordering::Relaxed);
         let looks = match sampler {
             Some(s) => s.join().map_err(|_| "the space sampler panicked")?,
             None => Vec::new(),
         };
-        Ok((loaded, loader_loaded, elapsed, cpu, looks, by_thread))
+        Ok((loaded, loader_loaded, elapsed, cpu, looks, by_thread, written))
     })?;
     // The loading thread: its transactions, then polling for the fixed point.
     let loader_cpu = loader_loaded.zip(loader_before).map(|(a, b)| a - b);
@@ -640,17 +655,20 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let mut roles: BTreeMap<&str, f64> = BTreeMap::new();
     for (name, cpu) in &by_thread {
         let cpu = cpu - by_thread_before.get(name).copied().unwrap_or(0.0);
-        let role = match name.as_str() {
-            n if n.starts_with("percolator-obse") => "observers",
-            n if n.starts_with("percolator-scan") => "scanners",
-            "percolator-gc" => "gc",
-            n if n.starts_with("percolator-") || n.starts_with("redb-") => "other store threads",
-            _ => "loader and others",
-        };
-        *roles.entry(role).or_default() += cpu;
+        *roles.entry(thread_role(name)).or_default() += cpu;
     }
     for (role, cpu) in &roles {
         figure(&format!("thread_cpu_s{{{role}}}"), format!("{cpu:.2}"));
+    }
+    // What the same threads wrote (the redo log's appends by whoever leads a round; redb's
+    // pages by the checkpointer, and by the GC thread's compaction), in MB.
+    let mut roles: BTreeMap<&str, u64> = BTreeMap::new();
+    for (name, bytes) in &written {
+        let bytes = bytes.saturating_sub(written_before.get(name).copied().unwrap_or(0));
+        *roles.entry(thread_role(name)).or_default() += bytes;
+    }
+    for (role, bytes) in &roles {
+        figure(&format!("thread_written_mb{{{role}}}"), format!("{:.1}", *bytes as f64 / 1e6));
     }
     // By binding: each observer's runs and their CPU (the guest, its reads and writes; its
     // commits are not in it), from a fresh store to the fixed point.
