@@ -660,8 +660,8 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     for (role, cpu) in &roles {
         figure(&format!("thread_cpu_s{{{role}}}"), format!("{cpu:.2}"));
     }
-    // What the same threads wrote (the redo log's appends by whoever leads a round; redb's
-    // pages by the checkpointer, and by the GC thread's compaction), in MB.
+    // What the same threads wrote, in MB: the redo log's appends, by whichever thread leads a
+    // round (observer workers, the loader, GC's commits); redb's pages, by the checkpointer.
     let mut roles: BTreeMap<&str, u64> = BTreeMap::new();
     for (name, bytes) in &written {
         let bytes = bytes.saturating_sub(written_before.get(name).copied().unwrap_or(0));
