@@ -87,7 +87,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use percolator_runtime::Runtime;
-use percolator_server::config::Config;
+use percolator_server::config::{Backend, Config};
 use percolator_server::pipeline::Pipeline;
 use percolator_store::backends::{
     ApplyHook, Bigtable, Mutation, Observed, RedbBigtable, RowMutation, WriteKind, WriteRecord, decode_value,
@@ -510,8 +510,19 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
             }
         },
     };
+    // redb's page cache, as the configuration sets it (`[store] cache_mb`).
+    let cache_mb = match table.get("store").and_then(|s| s.get("cache_mb")) {
+        None => String::new(),
+        Some(v) => match v.as_integer() {
+            Some(m @ 1..=65_536) => format!("cache_mb = {m}\n"),
+            _ => {
+                let file = args.config.display();
+                return Err(format!("{file}: store.cache_mb = {v}: must be between 1 and 65536").into());
+            }
+        },
+    };
     let toml = format!(
-        "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n{gc_interval}[scanner]\nthreads = 2\n{}\
+        "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n{gc_interval}{cache_mb}[scanner]\nthreads = 2\n{}\
          [observers]\ndir = {:?}\ncache_dir = {:?}\n{bindings}",
         workers.map(|w| format!("workers = {w}\n")).unwrap_or_default(),
         args.guests.display().to_string(),
@@ -528,6 +539,10 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
                 Some(d) if d.is_zero() => None,
                 Some(d) => Some(d),
                 None => RedbConfig::default().compact_when_quiet,
+            },
+            cache_bytes: match config.backend {
+                Backend::Redb { cache_bytes, .. } => cache_bytes,
+                _ => RedbConfig::default().cache_bytes,
             },
             ..RedbConfig::default()
         },

@@ -156,6 +156,8 @@ mod raw {
         pub(super) gc_interval_s: Option<Spanned<i64>>,
         #[serde(default)]
         pub(super) compact_when_quiet_s: Option<Spanned<i64>>,
+        #[serde(default)]
+        pub(super) cache_mb: Option<Spanned<i64>>,
     }
 
     #[derive(Deserialize)]
@@ -343,6 +345,9 @@ pub enum Backend {
         /// `[store] compact_when_quiet_s` ([`RedbConfig::compact_when_quiet`]: 30 s by default,
         /// `None` when 0).
         compact_when_quiet: Option<Duration>,
+        /// `[store] cache_mb`, in bytes ([`RedbConfig::cache_bytes`]: redb's page cache, at
+        /// most; 1 GiB by default).
+        cache_bytes: usize,
     },
     /// A Redis Cluster (`[store.redis]`); [`Config::store_path`] then only anchors this host's
     /// local files (the endpoint file, the compiled-component cache).
@@ -388,12 +393,13 @@ impl Backend {
     /// Opens the store this backend describes, at `path` for redb.
     pub fn open(&self, path: &Path, config: StoreConfig) -> percolator_store::Result<Store> {
         match self {
-            Backend::Redb { durability, compact_when_quiet } => Store::open(
+            Backend::Redb { durability, compact_when_quiet, cache_bytes } => Store::open(
                 path,
                 config,
                 RedbConfig {
                     durability: *durability,
                     compact_when_quiet: *compact_when_quiet,
+                    cache_bytes: *cache_bytes,
                     ..RedbConfig::default()
                 },
             ),
@@ -505,10 +511,11 @@ impl Config {
             }
         };
         differs("store.path", self.store_path.display().to_string(), other.store_path.display().to_string());
-        // The compaction setting by its own key, not as a difference of the whole backend.
+        // The compaction and cache settings by their own keys, not as a difference of the
+        // whole backend.
         let backend = |b: &Backend| match b {
             Backend::Redb { durability, .. } => {
-                format!("{:?}", Backend::Redb { durability: *durability, compact_when_quiet: None })
+                format!("{:?}", Backend::Redb { durability: *durability, compact_when_quiet: None, cache_bytes: 0 })
             }
             other => format!("{other:?}"),
         };
@@ -518,6 +525,11 @@ impl Config {
             _ => "off".to_owned(),
         };
         differs("store.compact_when_quiet_s", quiet(&self.backend), quiet(&other.backend));
+        let cache = |b: &Backend| match b {
+            Backend::Redb { cache_bytes, .. } => (cache_bytes >> 20).to_string(),
+            _ => "none".to_owned(),
+        };
+        differs("store.cache_mb", cache(&self.backend), cache(&other.backend));
         let gc = |g: Option<Duration>| g.map_or("off".to_owned(), |d| format!("{}s", d.as_secs()));
         differs("store.gc_interval_s", gc(self.gc_interval), gc(other.gc_interval));
         differs("log.status_interval_s", gc(self.status_log_interval), gc(other.status_log_interval));
@@ -1020,6 +1032,9 @@ fn toml_error(cx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
     cx.err(Some(span), field, message)
 }
 
+/// The most `[store] cache_mb` takes: 64 GiB.
+const CACHE_MB_MAX: i64 = 64 << 10;
+
 fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigError> {
     let durability = match store.durability.as_ref().map(|d| (d.get_ref().as_str(), d.span())) {
         None | Some(("fsync", _)) => Durability::Fsync,
@@ -1050,7 +1065,18 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
                     ));
                 }
             };
-            Ok(Backend::Redb { durability, compact_when_quiet })
+            let cache_bytes = match &store.cache_mb {
+                None => RedbConfig::default().cache_bytes,
+                Some(m) if (1..=CACHE_MB_MAX).contains(m.get_ref()) => (*m.get_ref() as usize) << 20,
+                Some(m) => {
+                    return Err(cx.err(
+                        Some(m.span()),
+                        "store.cache_mb",
+                        format!("must be between 1 and {CACHE_MB_MAX} (MiB of redb's page cache)"),
+                    ));
+                }
+            };
+            Ok(Backend::Redb { durability, compact_when_quiet, cache_bytes })
         }
         Some(("redis", _)) => {
             if let Some(c) = &store.compact_when_quiet_s {
@@ -1058,6 +1084,13 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
                     Some(c.span()),
                     "store.compact_when_quiet_s",
                     "applies to the redb backend only (a Redis store has no file to compact)",
+                ));
+            }
+            if let Some(c) = &store.cache_mb {
+                return Err(cx.err(
+                    Some(c.span()),
+                    "store.cache_mb",
+                    "applies to the redb backend only (a Redis store caches nothing in the host)",
                 ));
             }
             if let Some(d) = &store.durability {
@@ -1198,7 +1231,7 @@ fn locate<'a>(
 fn expected_type(key: &str) -> Option<&'static str> {
     Some(match key {
         "threads" | "max_attempts" | "timeout_ms" | "memory_mb" | "max_instances" | "max_tables" | "max_memories"
-        | "random_seed" | "cache_max_mb" => "an integer",
+        | "random_seed" | "cache_max_mb" | "cache_mb" => "an integer",
         "params" => "a table",
         "allow_cycle" => "a boolean (true or false)",
         "reads" | "writes" | "columns" => "a list of strings",

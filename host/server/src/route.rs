@@ -216,7 +216,12 @@ fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
                 Some(s) if s > 0 => Some(std::time::Duration::from_secs(s as u64)),
                 _ => percolator_store::RedbConfig::default().compact_when_quiet,
             };
-            Backend::Redb { durability, compact_when_quiet }
+            // MiB, in the range the configuration takes (64 GiB at most); else the default.
+            let cache_bytes = match doc.as_ref().and_then(|d| d.get("store")?.get("cache_mb")?.as_integer()) {
+                Some(m) if (1..=64 << 10).contains(&m) => (m as usize) << 20,
+                _ => percolator_store::RedbConfig::default().cache_bytes,
+            };
+            Backend::Redb { durability, compact_when_quiet, cache_bytes }
         }
     };
     let token_file = field("http", "token_file").map(|p| rel(&p));
@@ -418,6 +423,7 @@ mod tests {
         let redb = |durability| Backend::Redb {
             durability,
             compact_when_quiet: percolator_store::RedbConfig::default().compact_when_quiet,
+            cache_bytes: percolator_store::RedbConfig::default().cache_bytes,
         };
         assert_eq!((t.store_path.as_path(), &t.backend), (dir.join("s.redb").as_path(), &redb(Durability::None)));
         assert_eq!(t.http.token_file, Some(dir.join("tok")));
@@ -426,7 +432,14 @@ mod tests {
         // Compaction when quiet turned off in it: off for the verbs that open the store.
         write("[store]\npath = \"s.redb\"\ncompact_when_quiet_s = 0\n[[binding]]\nname = 1\n");
         let t = Target::find(&file).unwrap();
-        assert_eq!(t.backend, Backend::Redb { durability: Durability::Fsync, compact_when_quiet: None });
+        assert_eq!(
+            t.backend,
+            Backend::Redb {
+                durability: Durability::Fsync,
+                compact_when_quiet: None,
+                cache_bytes: percolator_store::RedbConfig::default().cache_bytes
+            }
+        );
         // A TOML syntax error elsewhere (a bad edit in progress): the store is still found.
         write(
             "[store]\npath = \"s.redb\" # the store\n[http]\ntoken_file = 'tok'\n[[binding]]\nname = \"x\nwasm = 3\n",

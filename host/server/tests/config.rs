@@ -51,7 +51,11 @@ fn a_valid_config_is_parsed_into_domain_types() {
     let c = Config::load(&dir.config(&body)).unwrap();
     assert_eq!(
         c.backend,
-        Backend::Redb { durability: Durability::Fsync, compact_when_quiet: Some(std::time::Duration::from_secs(30)) }
+        Backend::Redb {
+            durability: Durability::Fsync,
+            compact_when_quiet: Some(std::time::Duration::from_secs(30)),
+            cache_bytes: 1 << 30,
+        }
     );
     assert_eq!((c.scanner_threads, c.observer_workers), (3, 16));
     assert_eq!(c.bindings[0].limits.pool, 16, "an observer keeps a warm instance per run in flight");
@@ -208,6 +212,37 @@ fn compaction_when_quiet_defaults_to_30_s_0_turns_it_off_and_only_redb_takes_it(
     };
     let changes = load("").restart_changes(&load("compact_when_quiet_s = 5"));
     assert_eq!(changes, vec!["store.compact_when_quiet_s (30s → 5s)".to_owned()]);
+}
+
+#[test]
+fn the_page_cache_defaults_to_1_gib_is_set_in_mib_and_only_redb_takes_it() {
+    let dir = Dir::new("cachemb");
+    let cache = |line: &str| {
+        let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
+        Config::load(&dir.config(&text)).map(|c| match c.backend {
+            Backend::Redb { cache_bytes, .. } => cache_bytes,
+            other => panic!("{other:?}"),
+        })
+    };
+    assert_eq!(cache("").unwrap(), 1 << 30);
+    assert_eq!(cache("cache_mb = 64").unwrap(), 64 << 20);
+    for bad in ["cache_mb = 0", "cache_mb = -3", "cache_mb = 65537"] {
+        let e = cache(bad).unwrap_err().to_string();
+        assert!(e.contains("pipeline.toml:3: store.cache_mb: must be between 1 and 65536"), "{bad}: {e}");
+    }
+    let e = cache("cache_mb = \"1G\"").unwrap_err().to_string();
+    assert!(e.contains("store.cache_mb") && e.contains("an integer"), "{e}");
+    let redis = "[store]\npath = \"data/store.redb\"\nbackend = \"redis\"\ncache_mb = 64\n\
+                 [store.redis]\nnodes = [\"127.0.0.1:7000\"]\n[observers]\ndir = \"observers\"\n";
+    let e = err(&dir, redis);
+    assert!(e.contains("store.cache_mb: applies to the redb backend only"), "{e}");
+    // A change needs a restart, named by its key.
+    let load = |line: &str| {
+        let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
+        Config::load(&dir.config(&text)).unwrap()
+    };
+    let changes = load("").restart_changes(&load("cache_mb = 256"));
+    assert_eq!(changes, vec!["store.cache_mb (1024 → 256)".to_owned()]);
 }
 
 #[test]
