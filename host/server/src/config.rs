@@ -1033,7 +1033,7 @@ fn toml_error(cx: &Ctx<'_>, e: &toml::de::Error) -> ConfigError {
 }
 
 /// The most `[store] cache_mb` takes: 64 GiB.
-const CACHE_MB_MAX: i64 = 64 << 10;
+pub(crate) const CACHE_MB_MAX: i64 = 64 << 10;
 
 fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigError> {
     let durability = match store.durability.as_ref().map(|d| (d.get_ref().as_str(), d.span())) {

@@ -216,9 +216,9 @@ fn lenient(file: &Path) -> Option<(PathBuf, Backend, HttpConfig)> {
                 Some(s) if s > 0 => Some(std::time::Duration::from_secs(s as u64)),
                 _ => percolator_store::RedbConfig::default().compact_when_quiet,
             };
-            // MiB, in the range the configuration takes (64 GiB at most); else the default.
+            // MiB, in the range the configuration takes; else the default.
             let cache_bytes = match doc.as_ref().and_then(|d| d.get("store")?.get("cache_mb")?.as_integer()) {
-                Some(m) if (1..=64 << 10).contains(&m) => (m as usize) << 20,
+                Some(m) if (1..=crate::config::CACHE_MB_MAX).contains(&m) => (m as usize) << 20,
                 _ => percolator_store::RedbConfig::default().cache_bytes,
             };
             Backend::Redb { durability, compact_when_quiet, cache_bytes }
