@@ -499,28 +499,24 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
             .map(|w| usize::try_from(w).map_err(|_| format!("{}: scanner.workers = {w}", args.config.display())))
             .transpose()?,
     };
-    // Checked here, so that an error names the user's file rather than the copy.
-    let gc_interval = match table.get("store").and_then(|s| s.get("gc_interval_s")) {
-        None => String::new(),
-        Some(v) => match v.as_integer() {
-            Some(s @ 0..=86_400) => format!("gc_interval_s = {s}\n"),
-            _ => {
-                let file = args.config.display();
-                return Err(format!("{file}: store.gc_interval_s = {v}: must be between 0 (off) and 86400").into());
-            }
-        },
+    // `[store]` keys copied as the configuration sets them (GC's interval, redb's page cache),
+    // checked here so that an error names the user's file rather than the copy.
+    let store_key = |key: &str, range: std::ops::RangeInclusive<i64>, lowest: &str| -> Res<String> {
+        match table.get("store").and_then(|s| s.get(key)) {
+            None => Ok(String::new()),
+            Some(v) => match v.as_integer() {
+                Some(n) if range.contains(&n) => Ok(format!("{key} = {n}\n")),
+                _ => Err(format!(
+                    "{}: store.{key} = {v}: must be between {lowest} and {}",
+                    args.config.display(),
+                    range.end()
+                )
+                .into()),
+            },
+        }
     };
-    // redb's page cache, as the configuration sets it (`[store] cache_mb`).
-    let cache_mb = match table.get("store").and_then(|s| s.get("cache_mb")) {
-        None => String::new(),
-        Some(v) => match v.as_integer() {
-            Some(m @ 1..=65_536) => format!("cache_mb = {m}\n"),
-            _ => {
-                let file = args.config.display();
-                return Err(format!("{file}: store.cache_mb = {v}: must be between 1 and 65536").into());
-            }
-        },
-    };
+    let gc_interval = store_key("gc_interval_s", 0..=86_400, "0 (off)")?;
+    let cache_mb = store_key("cache_mb", 1..=65_536, "1")?;
     let toml = format!(
         "[store]\npath = \"store.redb\"\ndurability = \"{durability}\"\n{gc_interval}{cache_mb}[scanner]\nthreads = 2\n{}\
          [observers]\ndir = {:?}\ncache_dir = {:?}\n{bindings}",

@@ -186,12 +186,25 @@ fn observer_workers_default_and_bounds() {
     assert!(e.contains("pipeline.toml:3: store.gc_interval_s: must be between 0 (off) and 86400"), "{e}");
 }
 
+/// A redb store's configuration with `line` added to its `[store]` (the line is line 3).
+fn with_store_line(dir: &Dir, line: &str) -> Result<Config, percolator_server::config::ConfigError> {
+    let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
+    Config::load(&dir.config(&text))
+}
+
+/// The same for the Redis backend, with `line` in its `[store]`.
+fn redis_with_store_line(line: &str) -> String {
+    format!(
+        "[store]\npath = \"data/store.redb\"\nbackend = \"redis\"\n{line}\n\
+         [store.redis]\nnodes = [\"127.0.0.1:7000\"]\n[observers]\ndir = \"observers\"\n"
+    )
+}
+
 #[test]
 fn compaction_when_quiet_defaults_to_30_s_0_turns_it_off_and_only_redb_takes_it() {
     let dir = Dir::new("compactquiet");
     let quiet = |line: &str| {
-        let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
-        Config::load(&dir.config(&text)).map(|c| match c.backend {
+        with_store_line(&dir, line).map(|c| match c.backend {
             Backend::Redb { compact_when_quiet, .. } => compact_when_quiet,
             other => panic!("{other:?}"),
         })
@@ -201,15 +214,10 @@ fn compaction_when_quiet_defaults_to_30_s_0_turns_it_off_and_only_redb_takes_it(
     assert_eq!(quiet("compact_when_quiet_s = 0").unwrap(), None);
     let e = quiet("compact_when_quiet_s = -1").unwrap_err().to_string();
     assert!(e.contains("pipeline.toml:3: store.compact_when_quiet_s: must be between 0 (off) and 86400"), "{e}");
-    let redis = "[store]\npath = \"data/store.redb\"\nbackend = \"redis\"\ncompact_when_quiet_s = 5\n\
-                 [store.redis]\nnodes = [\"127.0.0.1:7000\"]\n[observers]\ndir = \"observers\"\n";
-    let e = err(&dir, redis);
+    let e = err(&dir, &redis_with_store_line("compact_when_quiet_s = 5"));
     assert!(e.contains("store.compact_when_quiet_s: applies to the redb backend only"), "{e}");
     // A change needs a restart, and a rejected reload names it by its key.
-    let load = |line: &str| {
-        let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
-        Config::load(&dir.config(&text)).unwrap()
-    };
+    let load = |line: &str| with_store_line(&dir, line).unwrap();
     let changes = load("").restart_changes(&load("compact_when_quiet_s = 5"));
     assert_eq!(changes, vec!["store.compact_when_quiet_s (30s → 5s)".to_owned()]);
 }
@@ -218,8 +226,7 @@ fn compaction_when_quiet_defaults_to_30_s_0_turns_it_off_and_only_redb_takes_it(
 fn the_page_cache_defaults_to_1_gib_is_set_in_mib_and_only_redb_takes_it() {
     let dir = Dir::new("cachemb");
     let cache = |line: &str| {
-        let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
-        Config::load(&dir.config(&text)).map(|c| match c.backend {
+        with_store_line(&dir, line).map(|c| match c.backend {
             Backend::Redb { cache_bytes, .. } => cache_bytes,
             other => panic!("{other:?}"),
         })
@@ -232,15 +239,10 @@ fn the_page_cache_defaults_to_1_gib_is_set_in_mib_and_only_redb_takes_it() {
     }
     let e = cache("cache_mb = \"1G\"").unwrap_err().to_string();
     assert!(e.contains("store.cache_mb") && e.contains("an integer"), "{e}");
-    let redis = "[store]\npath = \"data/store.redb\"\nbackend = \"redis\"\ncache_mb = 64\n\
-                 [store.redis]\nnodes = [\"127.0.0.1:7000\"]\n[observers]\ndir = \"observers\"\n";
-    let e = err(&dir, redis);
+    let e = err(&dir, &redis_with_store_line("cache_mb = 64"));
     assert!(e.contains("store.cache_mb: applies to the redb backend only"), "{e}");
     // A change needs a restart, named by its key.
-    let load = |line: &str| {
-        let text = format!("[store]\npath = \"data/store.redb\"\n{line}\n[observers]\ndir = \"observers\"\n");
-        Config::load(&dir.config(&text)).unwrap()
-    };
+    let load = |line: &str| with_store_line(&dir, line).unwrap();
     let changes = load("").restart_changes(&load("cache_mb = 256"));
     assert_eq!(changes, vec!["store.cache_mb (1024 → 256)".to_owned()]);
 }
