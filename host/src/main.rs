@@ -2,11 +2,13 @@
 //! ([`cli::run`]: `up` is `percolator_server::serve::up`, the other verbs are
 //! `percolator_server` commands reached through a `Route`) and prints its error once.
 
-/// mimalloc instead of glibc's malloc: malloc/free were ≈ 17 % of a web-index load's pipeline
-/// CPU under glibc (arena consolidation and chunk unlinking among the top symbols);
-/// BENCHMARKS.md, "Fifth round"; transparent huge pages off at start ("Sixth round").
+/// jemalloc instead of glibc's malloc: malloc/free were ≈ 17 % of a web-index load's pipeline
+/// CPU under glibc (BENCHMARKS.md, "Fifth round"), and mimalloc, which replaced it then, still
+/// took ≈ 17 % at 30,000 pages, most of it missing the cache on its free lists; jemalloc's
+/// thread caches hand back the block freed last, still in the cache ("Twenty-first round").
+/// Transparent huge pages off at start ("Sixth round").
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

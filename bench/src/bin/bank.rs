@@ -35,7 +35,7 @@
 
 /// The host's allocator (`host/src/main.rs`), so that what is measured here is what it runs.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -53,7 +53,7 @@
 
 /// The host's allocator (`host/src/main.rs`), so that what is measured here is what it runs.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -1,11 +1,12 @@
 //! The process's memory: transparent huge pages off.
 //!
-//! mimalloc advises the kernel to back its arenas with transparent huge pages
-//! (`MADV_HUGEPAGE`), so where the system leaves THP to `madvise` (Debian's default), each first
-//! touch of a 2 MiB region after mimalloc gave memory back faults in a whole huge page and the
-//! kernel zeroes 2 MiB: in a web-index load with 32 runs in flight, ≈ 13 % of the observer
-//! workers' samples were that zeroing (BENCHMARKS.md, "Sixth round"). Turned off for the
-//! process, faults zero 4 KiB pages as they are touched.
+//! An allocator may advise the kernel to back its arenas with transparent huge pages
+//! (`MADV_HUGEPAGE`; mimalloc, the host's allocator until the twenty-first round, did), so where
+//! the system leaves THP to `madvise` (Debian's default), each first touch of a 2 MiB region
+//! after the allocator gave memory back faults in a whole huge page and the kernel zeroes 2 MiB:
+//! in a web-index load with 32 runs in flight, ≈ 13 % of the observer workers' samples were that
+//! zeroing (BENCHMARKS.md, "Sixth round"). Turned off for the process, faults zero 4 KiB pages
+//! as they are touched, whatever the allocator (jemalloc now) advises.
 
 /// Turns transparent huge pages off for this process (`prctl(PR_SET_THP_DISABLE)`: every later
 /// fault, whatever was advised). Returns false where the kernel refuses (not Linux, or too
