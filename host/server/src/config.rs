@@ -492,6 +492,22 @@ impl Ctx<'_> {
         let line = span.map(|s| self.src[..s.start.min(self.src.len())].matches('\n').count() + 1).unwrap_or(0);
         ConfigError { file: self.file.to_owned(), line, field: field.into(), message: message.into() }
     }
+
+    /// An optional size key in MiB, from 1 to `max`, as bytes (`None`: not set); out of range, an
+    /// error naming `field` whose message ends with `(unit)`.
+    fn mib(
+        &self,
+        value: Option<&toml::Spanned<i64>>,
+        field: &str,
+        max: i64,
+        unit: &str,
+    ) -> Result<Option<u64>, ConfigError> {
+        match value {
+            None => Ok(None),
+            Some(m) if (1..=max).contains(m.get_ref()) => Ok(Some((*m.get_ref() as u64) << 20)),
+            Some(m) => Err(self.err(Some(m.span()), field, format!("must be between 1 and {max} ({unit})"))),
+        }
+    }
 }
 
 impl Config {
@@ -634,17 +650,9 @@ impl Config {
             ));
         }
 
-        let cache_max_bytes = match &raw.observers.cache_max_mb {
-            None => percolator_runtime::DEFAULT_CACHE_MAX_BYTES,
-            Some(m) if (1..=MAX_CACHE_MB).contains(m.get_ref()) => (*m.get_ref() as u64) << 20,
-            Some(m) => {
-                return Err(cx.err(
-                    Some(m.span()),
-                    "observers.cache_max_mb",
-                    format!("must be between 1 and {MAX_CACHE_MB} (megabytes)"),
-                ));
-            }
-        };
+        let cache_max_bytes = cx
+            .mib(raw.observers.cache_max_mb.as_ref(), "observers.cache_max_mb", MAX_CACHE_MB, "megabytes")?
+            .unwrap_or(percolator_runtime::DEFAULT_CACHE_MAX_BYTES);
 
         let http = parse_http(&cx, raw.http.as_ref(), &rel)?;
 
@@ -1065,17 +1073,11 @@ fn parse_backend(cx: &Ctx<'_>, store: &raw::Store) -> Result<Backend, ConfigErro
                     ));
                 }
             };
-            let cache_bytes = match &store.cache_mb {
-                None => RedbConfig::default().cache_bytes,
-                Some(m) if (1..=CACHE_MB_MAX).contains(m.get_ref()) => (*m.get_ref() as usize) << 20,
-                Some(m) => {
-                    return Err(cx.err(
-                        Some(m.span()),
-                        "store.cache_mb",
-                        format!("must be between 1 and {CACHE_MB_MAX} (MiB of redb's page cache)"),
-                    ));
-                }
-            };
+            let cache_bytes =
+                match cx.mib(store.cache_mb.as_ref(), "store.cache_mb", CACHE_MB_MAX, "MiB of redb's page cache")? {
+                    Some(bytes) => bytes as usize,
+                    None => RedbConfig::default().cache_bytes,
+                };
             Ok(Backend::Redb { durability, compact_when_quiet, cache_bytes })
         }
         Some(("redis", _)) => {
