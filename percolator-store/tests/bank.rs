@@ -3,8 +3,8 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use common::*;
 use percolator_store::{Error, ONE_PHASE_MAX_ROWS, Store, StoreConfig};
@@ -81,10 +81,11 @@ fn concurrent_transfers(store: TestStore) {
     let stop = Arc::new(AtomicBool::new(false));
     let committed = Arc::new(AtomicU64::new(0));
     let conflicts = Arc::new(AtomicU64::new(0));
+    let history: Arc<Mutex<Vec<Transfer>>> = Arc::default();
     let workers: Vec<_> = (0..6)
         .map(|w| {
-            let (store, stop, committed, conflicts) =
-                (store.clone(), stop.clone(), committed.clone(), conflicts.clone());
+            let (store, stop, committed, conflicts, history) =
+                (store.clone(), stop.clone(), committed.clone(), conflicts.clone(), history.clone());
             std::thread::spawn(move || {
                 let mut n = w as u64 * 7919;
                 while !stop.load(Ordering::Relaxed) {
@@ -92,14 +93,21 @@ fn concurrent_transfers(store: TestStore) {
                     let from = (n >> 33) % ACCOUNTS;
                     let to = (from + 1 + (n >> 40) % (ACCOUNTS - 1)) % ACCOUNTS;
                     let amount = (n >> 50) % 50;
+                    let mut record = None;
                     let attempt = store.begin().and_then(|mut t| {
                         let a = get_u64(&t, "bank", &account(from), "bal:data")?;
                         let b = get_u64(&t, "bank", &account(to), "bal:data")?;
                         let amount = amount.min(a);
                         set_u64(&mut t, "bank", &account(from), "bal:data", a - amount)?;
                         set_u64(&mut t, "bank", &account(to), "bal:data", b + amount)?;
+                        let start = t.start_ts().raw();
+                        record = Some(Transfer { start, commit: None, from, to, read: (a, b), amount });
                         t.commit()
                     });
+                    if let Some(mut r) = record {
+                        r.commit = attempt.as_ref().ok().map(|ts| ts.raw());
+                        history.lock().unwrap().push(r);
+                    }
                     match attempt {
                         Ok(_) => committed.fetch_add(1, Ordering::Relaxed),
                         Err(Error::Conflict { .. }) => conflicts.fetch_add(1, Ordering::Relaxed),
@@ -117,10 +125,14 @@ fn concurrent_transfers(store: TestStore) {
             // Which kind of failure: a torn snapshot (later snapshots sum right again) or a lost
             // update (the total stays off).
             let later: Vec<(u64, Vec<u64>)> = (0..3).map(|_| balances(&store)).collect();
+            stop.store(true, Ordering::Relaxed);
+            let history = std::mem::take(&mut *history.lock().unwrap());
             panic!(
-                "snapshot total after {audits} audits: {} at {ts}, not {}: balances {seen:?}; the next snapshots: {later:?}",
+                "snapshot total after {audits} audits: {} at {ts}, not {}: balances {seen:?}; the next snapshots: \
+                 {later:?}\n{}",
                 seen.iter().sum::<u64>(),
-                ACCOUNTS * INITIAL
+                ACCOUNTS * INITIAL,
+                explain(&store, &history)
             );
         }
         audits += 1;
@@ -129,13 +141,117 @@ fn concurrent_transfers(store: TestStore) {
     for w in workers {
         w.join().unwrap();
     }
-    assert_eq!(total(&store), ACCOUNTS * INITIAL);
+    let history = std::mem::take(&mut *history.lock().unwrap());
+    assert_eq!(total(&store), ACCOUNTS * INITIAL, "{}", explain(&store, &history));
     assert!(conflicts.load(Ordering::Relaxed) > 0, "8 accounts and 6 writers must conflict sometimes");
     assert!(audits > 0);
     // No lock is left behind (once the secondaries written in the background are in).
     store.flush_secondaries();
     let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
     assert!(versions.iter().all(|r| r.cells.iter().all(|c| c.locks.is_empty() && c.data.is_empty())));
+}
+
+/// One transfer that reached its commit: what it read, and its outcome.
+#[derive(Clone, Debug)]
+struct Transfer {
+    start: u64,
+    /// Its commit timestamp; `None` if the commit failed (a conflict).
+    commit: Option<u64>,
+    from: u64,
+    to: u64,
+    /// The balances it read: `from`'s and `to`'s.
+    read: (u64, u64),
+    /// What it moved (at most `from`'s balance).
+    amount: u64,
+}
+
+/// After a wrong total: which transfers of `history` disagree with each other and with the
+/// stored write records (a stale read, two overlapping writers of one account that both
+/// committed, a committed transfer whose record is missing, a failed one whose record is there),
+/// with every stored version of the accounts involved.
+fn explain(store: &TestStore, history: &[Transfer]) -> String {
+    use percolator_store::backends::WriteKind;
+    store.flush_secondaries();
+    let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
+    // Per account: stored write records (commit_ts, start_ts, value or what else), newest first.
+    let mut stored: Vec<Vec<(u64, u64, String)>> = vec![Vec::new(); ACCOUNTS as usize];
+    let mut locks: Vec<String> = Vec::new();
+    for r in &versions {
+        let Some(i) = (0..ACCOUNTS).find(|i| account(*i).as_bytes() == r.row.as_slice()) else { continue };
+        for c in r.cells.iter().filter(|c| c.column == "bal:data") {
+            for (ts, w) in &c.writes {
+                let v = match &w.kind {
+                    WriteKind::Put(v) => match <[u8; 8]>::try_from(v.as_slice()) {
+                        Ok(b) => u64::from_be_bytes(b).to_string(),
+                        Err(_) => format!("{v:?}"),
+                    },
+                    other => format!("{other:?}"),
+                };
+                stored[i as usize].push((ts.raw(), w.start_ts.raw(), v));
+            }
+            for (ts, _) in &c.locks {
+                locks.push(format!("{} lock at {}", account(i), ts.raw()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut suspects: Vec<u64> = Vec::new();
+    let committed: Vec<&Transfer> = history.iter().filter(|t| t.commit.is_some()).collect();
+    for t in history {
+        for acct in [t.from, t.to] {
+            let found = stored[acct as usize].iter().find(|(_, s, _)| *s == t.start);
+            match (t.commit, found) {
+                (Some(c), None) => {
+                    out.push(format!("committed at {c} but no record of it in {}: {t:?}", account(acct)));
+                    suspects.push(acct);
+                }
+                (Some(c), Some((ts, _, v))) if *ts != c || v.starts_with("Rollback") => {
+                    out.push(format!("committed at {c}, but {}'s record is at {ts}: {v}: {t:?}", account(acct)));
+                    suspects.push(acct);
+                }
+                (None, Some((ts, _, v))) if !v.starts_with("Rollback") => {
+                    out.push(format!("failed, but {} has its record at {ts}: {v}: {t:?}", account(acct)));
+                    suspects.push(acct);
+                }
+                _ => {}
+            }
+        }
+    }
+    for acct in 0..ACCOUNTS {
+        // Committed writers of the account in commit order, with the value each read.
+        let mut writers: Vec<(&Transfer, u64)> = committed
+            .iter()
+            .filter(|t| t.from == acct || t.to == acct)
+            .map(|t| (*t, if t.from == acct { t.read.0 } else { t.read.1 }))
+            .collect();
+        writers.sort_by_key(|(t, _)| t.commit);
+        for pair in writers.windows(2) {
+            let ((a, _), (b, read)) = (pair[0], pair[1]);
+            let wrote = if a.from == acct { a.read.0 - a.amount } else { a.read.1 + a.amount };
+            if b.start < a.commit.unwrap() {
+                out.push(format!("{}: overlapping writers both committed: {a:?} and {b:?}", account(acct)));
+                suspects.push(acct);
+            } else if read != wrote {
+                out.push(format!(
+                    "{}: read {read}, but the previous commit wrote {wrote}: {a:?} then {b:?}",
+                    account(acct)
+                ));
+                suspects.push(acct);
+            }
+        }
+    }
+    suspects.sort_unstable();
+    suspects.dedup();
+    for acct in suspects {
+        out.push(format!(
+            "{} stored (commit_ts, start_ts, value), newest first: {:?}",
+            account(acct),
+            stored[acct as usize]
+        ));
+    }
+    out.extend(locks);
+    out.push(format!("{} transfers recorded, {} committed; {:?}", history.len(), committed.len(), store.metrics()));
+    out.join("\n")
 }
 
 #[test]

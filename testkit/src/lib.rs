@@ -124,7 +124,10 @@ pub fn lines_of(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<St
 pub fn redis_backend() -> RedisBigtable {
     let nodes =
         redis_nodes().expect("PERCOLATOR_TEST_BACKEND=redis needs PERCOLATOR_REDIS (run scripts/dev-cluster up)");
-    RedisBigtable::open(RedisConfig { nodes, namespace: unique_namespace(), ..RedisConfig::default() }).unwrap()
+    let namespace = unique_namespace();
+    // Captured, and shown with a failing test's output: where to look on the cluster.
+    eprintln!("Redis namespace {namespace}");
+    RedisBigtable::open(RedisConfig { nodes, namespace, ..RedisConfig::default() }).unwrap()
 }
 
 /// A store over the Redis namespace `namespace` with the shared oracle service (this store one
