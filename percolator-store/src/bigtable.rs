@@ -476,7 +476,11 @@ pub trait Bigtable: Send + Sync + 'static {
     fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>>;
 
     /// Finds the write record of the transaction that started at `start_ts` on one cell
-    /// (its commit record, or its rollback record), searching commit timestamps `>= start_ts`.
+    /// (its commit record, or its rollback record), searching commit timestamps `>= start_ts`;
+    /// its commit record when both are there. A backend whose reads are not one snapshot must
+    /// read the record at `start_ts` before the commit records above it, as
+    /// [`cells::find_write`](crate::backends::cells::find_write) does (`docs/design.md`, "Lock
+    /// resolution").
     fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>>;
 
     /// Reads the staged value of a prewrite.

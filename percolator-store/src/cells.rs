@@ -336,12 +336,18 @@ pub fn read_row(cells: &dyn KvRead, table: &str, row: &[u8], columns: &[&str], t
     columns.iter().map(|c| read_cell(cells, &cell_prefix(table, row, c), ts)).collect()
 }
 
-/// [`Bigtable::find_write`] over the cells map.
+/// [`Bigtable::find_write`] over the cells map: the record at `start_ts` (a rollback record)
+/// is read **before** the walk down the commit records above it, and a commit found there wins.
+/// On a map whose reads are not one snapshot (Redis) that order is what makes the answer
+/// right: once a rollback record stands at a primary's start, no commit record of that
+/// transaction can appear any more, so a walk that begins after reading it meets every commit
+/// there will be (`docs/design.md`, "Lock resolution"). Walked first, the commit could land
+/// after the walk and another resolver's (inert) rollback record before the read of
+/// `start_ts`: "rolled back" for a committed transaction.
 pub fn find_write(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
     let prefix = cell_prefix(&cell.table, &cell.row, &cell.column);
     let from = version_key(&prefix, Kind::Write, Timestamp::MAX);
     let to = version_key(&prefix, Kind::Write, start_ts);
-    let mut out = None;
     let visit = |k: &[u8], v: &[u8], out: &mut Option<(Timestamp, WriteRecord)>| -> Result<bool> {
         if write_header(v)?.1 == start_ts {
             *out = Some((decode_version_key(k)?.ts, decode_write(v)?));
@@ -349,13 +355,13 @@ pub fn find_write(cells: &dyn KvRead, cell: &CellRef, start_ts: Timestamp) -> Re
         }
         Ok(true)
     };
-    cells.for_range(&from, Some(&to), &mut |k, v| visit(k, v, &mut out))?;
-    if out.is_none()
-        && let Some(v) = cells.get(&to)?
-    {
-        visit(&to, &v, &mut out)?;
+    let mut at_start = None;
+    if let Some(v) = cells.get(&to)? {
+        visit(&to, &v, &mut at_start)?;
     }
-    Ok(out)
+    let mut out = None;
+    cells.for_range(&from, Some(&to), &mut |k, v| visit(k, v, &mut out))?;
+    Ok(out.or(at_start))
 }
 
 /// [`Bigtable::read_data`] over the cells map.
@@ -644,6 +650,86 @@ pub(crate) mod tests {
 
     fn ts(t: u64) -> Timestamp {
         Timestamp::from_raw(t)
+    }
+
+    /// A map whose reads are each their own moment (as Redis's round trips are): before the
+    /// `n`th read (`get` or `for_range`, counted from 0) `writes` land.
+    struct Racing {
+        map: std::cell::RefCell<BTreeMap<Vec<u8>, Vec<u8>>>,
+        reads: std::cell::Cell<usize>,
+        at: usize,
+        writes: Vec<(Vec<u8>, Vec<u8>)>,
+    }
+
+    impl Racing {
+        fn read(&self) -> Map {
+            if self.reads.get() == self.at {
+                self.map.borrow_mut().extend(self.writes.iter().cloned());
+            }
+            self.reads.set(self.reads.get() + 1);
+            Map(self.map.borrow().clone())
+        }
+    }
+
+    impl KvRead for Racing {
+        fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+            self.read().get(key)
+        }
+        fn for_range(&self, from: &[u8], to: Option<&[u8]>, f: Visitor<'_>) -> Result<()> {
+            self.read().for_range(from, to, f)
+        }
+    }
+
+    /// A transaction's primary commit and a resolver's rollback record written after it (an
+    /// inert record: `LockAbsent` held because the commit removed the lock) may land between
+    /// any two of `find_write`'s reads, with or without other transactions' records around:
+    /// it answers the commit, or nothing yet (its caller then looks again), never the rollback
+    /// record. Answering "rolled back" there removed a committed transaction's secondary lock:
+    /// a lost update on Redis (`docs/design.md`, "Lock resolution").
+    #[test]
+    fn find_write_never_answers_rolled_back_for_a_commit_made_before_the_rollback_record() {
+        let start = ts(40);
+        let cell = CellRef { table: "t".into(), row: b"r".to_vec(), column: "c:x".into() };
+        let prefix = cell_prefix("t", b"r", "c:x");
+        let record = |commit: u64, start: u64, kind: WriteKind| {
+            (version_key(&prefix, Kind::Write, ts(commit)), encode_write(&WriteRecord { start_ts: ts(start), kind }))
+        };
+        let put = || WriteKind::Put(b"v".to_vec());
+        // The race: the owner's commit record at 47, then a resolver's rollback record at 40.
+        let race = vec![record(47, 40, put()), record(40, 40, WriteKind::Rollback)];
+        // Other transactions' records: newer commits and rollbacks, and older ones.
+        let others: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![
+            vec![],
+            vec![record(45, 43, put()), record(44, 44, WriteKind::Rollback), record(30, 20, put())],
+            (50..90).map(|c| record(c, c - 1, put())).collect(),
+        ];
+        for before in &others {
+            for at in 0..3 {
+                let racing = Racing {
+                    map: std::cell::RefCell::new(before.iter().cloned().collect()),
+                    reads: std::cell::Cell::new(0),
+                    at,
+                    writes: race.clone(),
+                };
+                let found = find_write(&racing, &cell, start).unwrap();
+                let commit_or_nothing = match &found {
+                    None => true,
+                    Some((c, w)) => *c == ts(47) && matches!(w.kind, WriteKind::Put(_)),
+                };
+                assert!(
+                    commit_or_nothing,
+                    "the race landing before read {at} of {} (with {} other records): {found:?}",
+                    racing.reads.get(),
+                    before.len()
+                );
+                // Once both are there, the answer is the commit.
+                let settled = find_write(&racing, &cell, start).unwrap();
+                assert_eq!(settled.map(|(c, w)| (c, w.kind)), Some((ts(47), put())));
+            }
+        }
+        // A rollback record alone is the answer.
+        let rolled_back = Map([record(40, 40, WriteKind::Rollback)].into_iter().collect());
+        assert_eq!(find_write(&rolled_back, &cell, start).unwrap().map(|(_, w)| w.kind), Some(WriteKind::Rollback));
     }
 
     /// The merged check of a cell's `NoWriteSince` and `NoLock` answers exactly what checking

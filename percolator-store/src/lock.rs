@@ -91,7 +91,10 @@ pub(crate) fn primary_status(inner: &Inner, primary: &CellRef, start_ts: Timesta
                 // both gone unseen). After the record no prewrite of the primary succeeds, so
                 // the next look is final: its commit record if it committed before the record
                 // was written (the rollback record beside it is then inert: reads skip it, and
-                // `find_write` meets the commit first), else this rollback record.
+                // `find_write` answers the commit), else this rollback record. `find_write`
+                // reads the record at start_ts before the commits above it, so that a look
+                // that began before such a commit and ends after the record (another
+                // resolver's) does not answer "rolled back" (`cells::find_write`).
                 inner.backend.apply(vec![Op::Row(op)])?;
                 continue;
             }
