@@ -250,7 +250,7 @@ pub(crate) fn commit_then(txn: &mut Transaction, then: Vec<Op>) -> Result<(Times
         one_phase(&inner, &registry, &rows, txn.start_ts, then)
     } else {
         span.record("mode", "two_pc");
-        two_phase(&inner, &registry, &rows, txn.start_ts).map(|ts| (ts, None))
+        two_phase(&inner, &registry, &rows, txn.start_ts, txn.epoch).map(|ts| (ts, None))
     };
     match &result {
         Ok((ts, _)) => {
@@ -396,7 +396,14 @@ fn resolve_found(inner: &Inner, found: &Found, cell: CellRef) -> bool {
 /// Times a row's conditions are checked again after the lock they met was resolved.
 const RESOLVED_RETRIES: usize = 3;
 
-fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: Timestamp) -> Result<Timestamp> {
+/// `epoch`: the worker's lease epoch when the transaction started (`Inner::check_lease`).
+fn two_phase(
+    inner: &Inner,
+    registry: &Registry,
+    rows: &[RowWrites],
+    start_ts: Timestamp,
+    epoch: u64,
+) -> Result<Timestamp> {
     let primary_row = &rows[0];
     let primary = CellRef::new(primary_row.table.clone(), primary_row.row.clone(), primary_row.cells[0].0.clone());
     let mut lock = LockRecord {
@@ -486,6 +493,15 @@ fn two_phase(inner: &Inner, registry: &Registry, rows: &[RowWrites], start_ts: T
             ))),
             _ => {}
         }
+    }
+    // On a shared backend: every prewrite landed while the other workers still counted this
+    // one, so no GC pass had removed a rollback record at our start under a prewrite (a
+    // primary's, landing after a resolver rolled the transaction back and a GC that no longer
+    // counted us removed the record, would find nothing to stop it). `docs/design.md`,
+    // "Commits check the lease once, after their prewrites".
+    if let Err(e) = inner.check_lease(epoch) {
+        roll_back(inner, &prewritten, start_ts, &primary);
+        return Err(e);
     }
     let secondaries: Vec<&RowWrites> = rows[1..].iter().collect();
 

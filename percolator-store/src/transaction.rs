@@ -58,7 +58,7 @@ pub struct Transaction {
     /// the start timestamp in the active set.
     registered: bool,
     /// The worker's lease epoch when the transaction started (see `Inner::check_lease`).
-    epoch: u64,
+    pub(crate) epoch: u64,
     /// True for a read-only transaction at an explicit snapshot (`Store::begin_at`): its
     /// reads are fenced on the persisted GC safepoint and it takes no writes.
     at_snapshot: bool,

@@ -470,6 +470,52 @@ fn reads_fail_once_the_workers_lease_lapsed() {
     scenario.teardown();
 }
 
+/// A worker's lease lapses while its transaction prewrites (the heartbeat stalled, the commit
+/// held after the primary's prewrite): the commit fails before its commit point and leaves
+/// nothing. Committing then was unsafe on a shared backend: a primary whose prewrite landed
+/// after a resolver rolled the transaction back and another host's GC, no longer counting this
+/// worker, removed the rollback record would commit with its secondaries rolled back
+/// (`docs/design.md`, "Commits check the lease once, after their prewrites").
+#[test]
+fn a_commit_whose_lease_lapsed_during_its_prewrite_fails() {
+    if test_backend() != "redis" {
+        // An exclusive backend has no other worker to count this one dead.
+        return;
+    }
+    let scenario = FailScenario::setup();
+    let s = test_store(StoreConfig { worker_lease: Duration::from_millis(1500), ..two_phase() });
+    s.run(|t| {
+        t.set("t", "a", "c:v", b"1".to_vec())?;
+        t.set("t", "b", "c:v", b"1".to_vec())
+    })
+    .unwrap();
+    let mut t = s.begin().unwrap();
+    t.set("t", "a", "c:v", b"2".to_vec()).unwrap();
+    t.set("t", "b", "c:v", b"2".to_vec()).unwrap();
+    fail::cfg("lease-heartbeat", "return").unwrap();
+    fail::cfg_callback("after-prewrite-primary", || std::thread::sleep(Duration::from_millis(1600))).unwrap();
+    match t.commit() {
+        Err(Error::Unavailable(m)) => assert!(m.contains("lease"), "{m}"),
+        other => panic!("a commit whose lease lapsed during its prewrite must fail, got {other:?}"),
+    }
+    fail::remove("after-prewrite-primary");
+    fail::remove("lease-heartbeat");
+    // Nothing of it is visible, and it left no lock (its roll-back ran).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let values = loop {
+        let read = s.begin().and_then(|t| Ok((t.get("t", "a", "c:v")?, t.get("t", "b", "c:v")?)));
+        match read {
+            Ok(v) => break v,
+            Err(e) => assert!(Instant::now() < deadline, "the lease was not renewed: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    scenario.teardown();
+    assert_eq!(values, (Some(b"1".to_vec()), Some(b"1".to_vec())));
+    let versions = s.backend.scan_versions(None, usize::MAX).unwrap();
+    assert!(versions.iter().all(|r| r.cells.iter().all(|c| c.locks.is_empty() && c.data.is_empty())), "{versions:?}");
+}
+
 /// A resolver meets a secondary lock whose primary is neither locked nor decided (the
 /// prewrite of the primary, sent in parallel with the secondaries, has not landed yet), and
 /// decides to leave a rollback record there. If the owner prewrites and commits its primary
