@@ -434,22 +434,30 @@ fn a_one_phase_commit_s_weak_notification_survives_a_crash_after_the_write() {
     assert!(runs.iter().any(|&ts| ts > commit_ts), "the weak notification was lost: runs {runs:?}");
 }
 
+/// The worker lease of [`short_lease_store`]'s store.
+const SHORT_LEASE: Duration = Duration::from_millis(1500);
+
+/// Longer than [`SHORT_LEASE`]: a stalled heartbeat has let the lease lapse.
+const LAPSED: Duration = Duration::from_millis(1600);
+
+/// A store with `config` and a [`SHORT_LEASE`] on the Redis test backend; `None` on an
+/// exclusive backend, where no other worker can count this one dead.
+fn short_lease_store(config: StoreConfig) -> Option<TestStore> {
+    (test_backend() == "redis").then(|| test_store(StoreConfig { worker_lease: SHORT_LEASE, ..config }))
+}
+
 /// A worker whose lease lapses (its heartbeat stalls) stops trusting its reads on a shared
 /// backend: another host's GC may have collected under its snapshots. A transaction that
 /// started before the lapse keeps failing after the lease is renewed; a new one reads again.
 #[test]
 fn reads_fail_once_the_workers_lease_lapsed() {
-    if test_backend() != "redis" {
-        // An exclusive backend has no other worker to count this one dead.
-        return;
-    }
     let scenario = FailScenario::setup();
-    let s = test_store(StoreConfig { worker_lease: Duration::from_millis(1500), ..fast_locks() });
+    let Some(s) = short_lease_store(fast_locks()) else { return };
     s.run(|t| t.set("t", "r", "c:v", b"1".to_vec())).unwrap();
     let old = s.begin().unwrap();
     assert_eq!(old.get("t", "r", "c:v").unwrap(), Some(b"1".to_vec()));
     fail::cfg("lease-heartbeat", "return").unwrap();
-    std::thread::sleep(Duration::from_millis(1600));
+    std::thread::sleep(LAPSED);
     match old.get("t", "r", "c:v") {
         Err(Error::Unavailable(m)) => assert!(m.contains("lease"), "{m}"),
         other => panic!("a read after the lease lapsed must fail, got {other:?}"),
@@ -478,12 +486,8 @@ fn reads_fail_once_the_workers_lease_lapsed() {
 /// (`docs/design.md`, "Commits check the lease once, after their prewrites").
 #[test]
 fn a_commit_whose_lease_lapsed_during_its_prewrite_fails() {
-    if test_backend() != "redis" {
-        // An exclusive backend has no other worker to count this one dead.
-        return;
-    }
     let scenario = FailScenario::setup();
-    let s = test_store(StoreConfig { worker_lease: Duration::from_millis(1500), ..two_phase() });
+    let Some(s) = short_lease_store(two_phase()) else { return };
     s.run(|t| {
         t.set("t", "a", "c:v", b"1".to_vec())?;
         t.set("t", "b", "c:v", b"1".to_vec())
@@ -493,7 +497,7 @@ fn a_commit_whose_lease_lapsed_during_its_prewrite_fails() {
     t.set("t", "a", "c:v", b"2".to_vec()).unwrap();
     t.set("t", "b", "c:v", b"2".to_vec()).unwrap();
     fail::cfg("lease-heartbeat", "return").unwrap();
-    fail::cfg_callback("after-prewrite-primary", || std::thread::sleep(Duration::from_millis(1600))).unwrap();
+    fail::cfg_callback("after-prewrite-primary", || std::thread::sleep(LAPSED)).unwrap();
     match t.commit() {
         Err(Error::Unavailable(m)) => assert!(m.contains("lease"), "{m}"),
         other => panic!("a commit whose lease lapsed during its prewrite must fail, got {other:?}"),
