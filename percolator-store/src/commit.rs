@@ -517,8 +517,11 @@ fn two_phase(
     );
     let outcome = inner.backend.apply(vec![Op::Row(op)])?;
     if let Outcome::ConditionFailed { found, .. } = &outcome[0] {
-        // Someone rolled us back (we looked dead or expired). Clean our other locks.
-        roll_back(inner, &prewritten[1..], start_ts, &primary); // [0] is the primary row
+        // Someone rolled us back (we looked dead or expired). Clean our other locks. (Not
+        // `prewritten[1..]`: a primary row whose first prewrite met a lock it resolved, then
+        // applied on the retry, comes after the rows of its batch that applied at once.)
+        let others: Vec<&RowWrites> = prewritten.iter().copied().filter(|r| !std::ptr::eq(*r, primary_row)).collect();
+        roll_back(inner, &others, start_ts, &primary);
         return Err(conflict(found, &primary.table, &primary.row, &primary.column));
     }
     fail_point!("after-commit-primary", |_| Ok(commit_ts));

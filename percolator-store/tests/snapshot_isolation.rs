@@ -904,3 +904,74 @@ fn aborted_commit_aborts_older_writer_redb() {
     let dir = common::TempDir::new("si-aborted-older");
     aborted_commit_aborts_older_writer(common::redb_store(&dir, config()));
 }
+
+/// A commit whose primary is rolled back under it (its owner looked dead) cleans up every
+/// secondary it prewrote, also when its primary row was not the first to land: here the
+/// primary's first prewrite meets a committed transaction's leftover lock, resolves it and
+/// lands on the retry, after the secondary. (The clean-up skipped the first row prewritten,
+/// taking it for the primary: the secondary's lock stayed until a reader resolved it.)
+#[test]
+fn a_rolled_back_commit_cleans_up_every_secondary_it_prewrote() {
+    use percolator_store::backends::{ApplyHook, Bigtable, Condition, MemBigtable, Observed};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// Rolls back the primary of the transaction started at `owner` just before its commit
+    /// (its `LockIs` op with a write record) reaches the backend.
+    struct RollBackAtCommit {
+        inner: Arc<MemBigtable>,
+        owner: AtomicU64,
+    }
+    impl ApplyHook for RollBackAtCommit {
+        type Note = ();
+        fn note(&self, m: &RowMutation) -> Option<()> {
+            let owner = Timestamp::from_raw(self.owner.load(Ordering::SeqCst));
+            let commit =
+                m.conditions.iter().any(|c| matches!(c, Condition::LockIs { start_ts, .. } if *start_ts == owner))
+                    && m.mutations.iter().any(|x| matches!(x, Mutation::PutWrite { .. }));
+            if commit && self.owner.swap(0, Ordering::SeqCst) != 0 {
+                let column = "c:v".to_string();
+                let rollback = RowMutation {
+                    table: m.table.clone(),
+                    row: m.row.clone(),
+                    conditions: vec![Condition::LockIs { column: column.clone(), start_ts: owner }],
+                    mutations: vec![
+                        Mutation::DeleteLock { column: column.clone(), start_ts: owner },
+                        Mutation::DeleteData { column: column.clone(), start_ts: owner },
+                        Mutation::PutWrite {
+                            column,
+                            commit_ts: owner,
+                            write: WriteRecord { start_ts: owner, kind: WriteKind::Rollback },
+                        },
+                    ],
+                };
+                assert_eq!(self.inner.apply(vec![Op::Row(rollback)]).unwrap(), vec![Outcome::Applied]);
+            }
+            None
+        }
+        fn applied(&self, _: Vec<()>) {}
+    }
+
+    let mem = Arc::new(MemBigtable::new());
+    let hook = Arc::new(RollBackAtCommit { inner: mem.clone(), owner: AtomicU64::new(0) });
+    let backend: Arc<dyn Bigtable> = Arc::new(Observed::new(mem, hook.clone()));
+    let store = TestStore::new(backend, StoreConfig { one_phase_commit: false, async_secondaries: false, ..config() });
+    // A transaction committed before ours starts left its secondary lock on `a` (its primary
+    // `x` has the commit record): our prewrite of `a` meets it, rolls it forward, retries.
+    let earlier = store.oracle().next().unwrap();
+    let committed = store.oracle().next().unwrap();
+    abandoned_secondary(&store, earlier, Some(committed), "x", "a", "c:v", b"earlier");
+    let mut t = store.begin().unwrap();
+    set_u64(&mut t, "a", "c:v", 1); // the primary: the first row written
+    set_u64(&mut t, "b", "c:v", 2);
+    hook.owner.store(t.start_ts().raw(), Ordering::SeqCst);
+    match t.commit() {
+        Err(Error::Conflict { kind: ConflictKind::RolledBack, .. }) => {}
+        other => panic!("a commit whose primary was rolled back must fail, got {other:?}"),
+    }
+    assert_eq!(hook.owner.load(Ordering::SeqCst), 0, "the primary's commit never came");
+    assert_no_locks(&store);
+    let after = store.begin().unwrap();
+    assert_eq!(get(&after, "a", "c:v").as_deref(), Some(&b"earlier"[..]));
+    assert_eq!(get(&after, "b", "c:v"), None);
+}
