@@ -170,7 +170,7 @@ struct Transfer {
 /// committed, a committed transfer whose record is missing, a failed one whose record is there),
 /// with every stored version of the accounts involved.
 fn explain(store: &TestStore, history: &[Transfer]) -> String {
-    use percolator_store::backends::WriteKind;
+    use percolator_store::backends::{WriteKind, decode_value};
     store.flush_secondaries();
     let versions = store.backend.scan_versions(None, usize::MAX).unwrap();
     // Per account: stored write records (commit_ts, start_ts, value or what else), newest first.
@@ -181,9 +181,10 @@ fn explain(store: &TestStore, history: &[Transfer]) -> String {
         for c in r.cells.iter().filter(|c| c.column == "bal:data") {
             for (ts, w) in &c.writes {
                 let v = match &w.kind {
-                    WriteKind::Put(v) => match <[u8; 8]>::try_from(v.as_slice()) {
-                        Ok(b) => u64::from_be_bytes(b).to_string(),
-                        Err(_) => format!("{v:?}"),
+                    // The stored form (`values.rs`), decoded.
+                    WriteKind::Put(v) => match decode_value(v).ok().and_then(|v| <[u8; 8]>::try_from(v).ok()) {
+                        Some(b) => u64::from_be_bytes(b).to_string(),
+                        None => format!("{v:?}"),
                     },
                     other => format!("{other:?}"),
                 };
