@@ -517,11 +517,11 @@ fn two_phase(
     );
     let outcome = inner.backend.apply(vec![Op::Row(op)])?;
     if let Outcome::ConditionFailed { found, .. } = &outcome[0] {
-        // Someone rolled us back (we looked dead or expired). Clean our other locks. (Not
-        // `prewritten[1..]`: a primary row whose first prewrite met a lock it resolved, then
-        // applied on the retry, comes after the rows of its batch that applied at once.)
-        let others: Vec<&RowWrites> = prewritten.iter().copied().filter(|r| !std::ptr::eq(*r, primary_row)).collect();
-        roll_back(inner, &others, start_ts, &primary);
+        // Someone rolled us back (we looked dead or expired). Clean our other locks: every row
+        // prewritten (the primary row may not be the first: one whose first prewrite met a lock
+        // it resolved lands on the retry). The primary row's own op is a no-op: its `LockIs`
+        // fails, the lock being gone.
+        roll_back(inner, &prewritten, start_ts, &primary);
         return Err(conflict(found, &primary.table, &primary.row, &primary.column));
     }
     fail_point!("after-commit-primary", |_| Ok(commit_ts));
