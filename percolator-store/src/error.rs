@@ -84,9 +84,11 @@ pub enum Error {
         disk_full: bool,
     },
     /// A server the backend needs could not be reached or did not serve the request in time
-    /// (a Redis Cluster node down, a failover in progress). The message names the server; a
-    /// commit that fails so may or may not have taken effect, as described on
-    /// [`Transaction::commit`](crate::Transaction::commit).
+    /// (a Redis Cluster node down, a failover in progress), or this worker's lease lapsed
+    /// (its reads and its commit cannot be trusted). The message names the server or the
+    /// lease; a commit that fails so may or may not have taken effect, as described on
+    /// [`Transaction::commit`](crate::Transaction::commit). Like [`Error::Io`], not a failure
+    /// of an observer ([`Error::is_storage_failure`]).
     #[error("unavailable: {0}")]
     Unavailable(String),
     /// Stored bytes do not decode: the file is damaged or was written by an incompatible version.
@@ -140,10 +142,12 @@ impl Error {
         matches!(self, Error::Io { disk_full: true, .. })
     }
 
-    /// True if the store itself cannot write now ([`Error::Io`]): retrying at once meets the
-    /// same error, and it says nothing about the transaction or observer that met it.
+    /// True if the store itself cannot serve now: its file failed ([`Error::Io`]), or a server
+    /// it needs is out of reach or its lease lapsed ([`Error::Unavailable`]). Retrying at once
+    /// likely meets the same error, and it says nothing about the transaction or observer
+    /// that met it: an observer run that meets it counts no attempt and goes to no dead letter.
     pub fn is_storage_failure(&self) -> bool {
-        matches!(self, Error::Io { .. })
+        matches!(self, Error::Io { .. } | Error::Unavailable(_))
     }
 
     /// An [`Error::Io`] for `e`, met on `path`.

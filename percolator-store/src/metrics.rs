@@ -133,6 +133,8 @@ counters! {
         observer_skips: "Notifications an observer skipped because its ack was already newer.",
         observer_failures: "Observer runs that failed (trap, error), conflicts not included.",
         observer_conflicts: "Observer runs lost to a conflict (in their reads or at their commit), run again after a backoff.",
+        observer_store_failures:
+            "Observer runs that met a failure of the store itself (a full disk, a server out of reach, a lapsed lease): not the observer's, run again after a second.",
         dead_letters: "Notifications moved to dead letters.",
         notifications_cleared: "Notify cells cleared.",
         teleports: "Scanner teleports (a scanner met a row another scanner held).",
@@ -346,7 +348,7 @@ mod tests {
     fn counters_list_every_field_once_with_its_name() {
         let m = Metrics { commits: 1, teleports: 2, backend_ops: 3, oracle_timestamps: 4, ..Metrics::default() };
         let list: Vec<Counter> = m.counters().collect();
-        assert_eq!(list.len(), 22);
+        assert_eq!(list.len(), 23);
         let names: std::collections::BTreeSet<&str> = list.iter().map(|c| c.name).collect();
         assert_eq!(names.len(), list.len(), "names are unique");
         let value = |name: &str| list.iter().find(|c| c.name == name).unwrap().value;

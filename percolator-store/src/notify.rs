@@ -115,6 +115,34 @@ pub(crate) fn next_conflict_retry(inner: &Inner) -> Option<Instant> {
 /// runs again (at most `observer_backoff_max`).
 const STORAGE_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
 
+/// Logs an observer run that met a failure of the store itself: at warn at most once per
+/// [`STORAGE_FAILURE_WARN_EVERY`] for the whole store (an outage fails every run in flight),
+/// else at debug.
+fn warn_store_failure(inner: &Inner, observer: &str, cell: &CellRef, e: &Error) {
+    let now = now_ms();
+    let last = inner.store_failure_warned.load(Ordering::Relaxed);
+    let every = STORAGE_FAILURE_WARN_EVERY.as_millis() as u64;
+    let due = last == 0 || now.saturating_sub(last) >= every;
+    if due
+        && inner.store_failure_warned.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        tracing::warn!(
+            observer,
+            table = %cell.table,
+            row = %String::from_utf8_lossy(&cell.row),
+            column = %cell.column,
+            error = %e,
+            "observer run met a failure of the store, not of the observer: it runs again in a second \
+             and counts no attempt (observer_store_failures counts these runs)"
+        );
+    } else {
+        tracing::debug!(observer, error = %e, "observer run met a failure of the store; it runs again in a second");
+    }
+}
+
+/// How often at most a failure of the store that observer runs meet is logged at warn.
+const STORAGE_FAILURE_WARN_EVERY: Duration = Duration::from_secs(10);
+
 /// A notification whose observer failed `attempts` times.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeadLetter {
@@ -596,9 +624,12 @@ fn process(inner: &Arc<Inner>, entry: &NotifyEntry) -> Result<CellOutcome> {
                 settled = false;
             }
             Err(ObserveError::Store(e)) if e.is_storage_failure() => {
-                // The store cannot write (a full disk): no fault of the observer, so not a
-                // failure and no attempt; runs again once the backoff is over (the scanner
-                // waits anyway while the store reports the failure).
+                // The store cannot write (a full disk) or cannot be reached (a Redis master
+                // down, a lapsed lease): no fault of the observer, so not a failure and no
+                // attempt; runs again once the backoff is over (the scanner waits anyway while
+                // the store reports a failure of its file).
+                inner.counters.observer_store_failures.fetch_add(1, Ordering::Relaxed);
+                warn_store_failure(inner, &b.spec.name, cell, &e);
                 let mut failures = inner.failures.lock().map_err(|_| Error::Closed)?;
                 let f = failures.entry(key).or_insert(FailState {
                     attempts,

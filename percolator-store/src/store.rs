@@ -398,6 +398,9 @@ pub(crate) struct Inner {
     /// Failed observer runs awaiting retry, keyed by (notified cell, observer name).
     pub(crate) failures: Mutex<HashMap<(Vec<u8>, String), FailState>>,
     pub(crate) counters: Counters,
+    /// When (wall-clock ms; 0: never) an observer run's failure of the store was last logged
+    /// at warn (`notify.rs`).
+    pub(crate) store_failure_warned: AtomicU64,
     /// The background writer of secondaries (`StoreConfig::async_secondaries`).
     pub(crate) secondaries: Option<AsyncSecondaries>,
     /// Each observer's freshness histogram (this process's committed runs).
@@ -541,6 +544,7 @@ impl Store {
             row_locks: Mutex::new(HashSet::new()),
             failures: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            store_failure_warned: AtomicU64::new(0),
             secondaries: config_async.then(|| AsyncSecondaries::start(backend_for_secondaries)),
             freshness: Freshness::default(),
             conflicts: Conflicts::default(),
@@ -730,9 +734,10 @@ impl Inner {
         self.lease_valid_until.fetch_max(valid, Ordering::SeqCst);
     }
 
-    /// After a read of a transaction that started in lease epoch `epoch`: fails if the lease
-    /// may have lapsed since (another host's GC may then have removed versions the read
-    /// needed, so what it returned cannot be trusted). Reads that return before the lease's
+    /// After a read of a transaction that started in lease epoch `epoch`, and before its commit
+    /// point: fails if the lease may have lapsed since (another host's GC may then have removed
+    /// versions the read needed, so what it returned cannot be trusted; or rolled back a lock
+    /// it prewrote, and the rollback record with it). Reads that return before the lease's
     /// expiry (less a margin) happened while every other worker still counted this one.
     pub(crate) fn check_lease(&self, epoch: u64) -> Result<()> {
         if self.backend.exclusive() {
@@ -741,8 +746,8 @@ impl Inner {
         if self.lease_epoch.load(Ordering::SeqCst) != epoch || now_ms() >= self.lease_valid_until.load(Ordering::SeqCst)
         {
             return Err(Error::Unavailable(format!(
-                "worker {}'s lease is not (or was not) renewed in time: this transaction's reads cannot be trusted \
-                 (another host may have collected versions under its snapshot); run it again",
+                "worker {}'s lease is not (or was not) renewed in time: this transaction cannot go on (another host \
+                 may have collected versions under its snapshot, or rolled back its locks); run it again",
                 self.worker
             )));
         }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use fail::FailScenario;
 use percolator_store::{
-    Error, Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, StoreConfig, Transaction,
+    CellOutcome, Error, Notification, NotifyKind, ObserveError, Observer, ObserverSpec, Store, StoreConfig, Transaction,
 };
 
 const ROWS: [&str; 4] = ["a", "b", "c", "d"];
@@ -476,6 +476,68 @@ fn reads_fail_once_the_workers_lease_lapsed() {
     }
     assert!(matches!(old.get("t", "r", "c:v"), Err(Error::Unavailable(_))), "the old transaction stays failed");
     scenario.teardown();
+}
+
+/// An observer whose run outlives its worker's lease: the run's read fails with
+/// `Error::Unavailable`. That is the worker's trouble, not the observer's: with one attempt
+/// allowed, the notification still goes to no dead letter, and the run commits once the lease
+/// is renewed.
+struct OutlivesTheLease {
+    calls: AtomicU64,
+}
+
+impl Observer for OutlivesTheLease {
+    fn observe(&self, t: &mut Transaction, n: &Notification) -> Result<(), ObserveError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+            // The heartbeat is stalled (`lease-heartbeat`): the lease lapses under this run.
+            std::thread::sleep(LAPSED);
+        }
+        let v = t.get(&n.cell.table, &n.cell.row, &n.cell.column)?.unwrap_or_default();
+        t.set(&n.cell.table, n.cell.row.clone(), "c:out", v)?;
+        Ok(())
+    }
+}
+
+#[test]
+fn an_observer_run_whose_lease_lapsed_is_no_failure_of_the_observer() {
+    let scenario = FailScenario::setup();
+    let Some(s) = short_lease_store(fast_locks()) else { return };
+    let obs = Arc::new(OutlivesTheLease { calls: AtomicU64::new(0) });
+    let spec = ObserverSpec {
+        name: "o".into(),
+        table: "t".into(),
+        column: "c:in".into(),
+        kind: NotifyKind::Strong,
+        max_attempts: 1,
+    };
+    s.register_observer(spec, obs.clone()).unwrap();
+    s.run(|t| t.set("t", "r", "c:in", b"x".to_vec())).unwrap();
+    let entries = s.pending_notifications(10).unwrap();
+    assert_eq!(entries.len(), 1);
+    fail::cfg("lease-heartbeat", "return").unwrap();
+    match s.process_notification(&entries[0]) {
+        Ok(outcome) => assert_eq!(outcome, CellOutcome::Pending, "the run could not commit"),
+        Err(e) => panic!("processing the notification: {e}"),
+    }
+    fail::remove("lease-heartbeat");
+    assert_eq!(obs.calls.load(Ordering::SeqCst), 1);
+    let m = s.metrics();
+    assert_eq!((m.observer_failures, m.dead_letters, m.observer_store_failures), (0, 0, 1), "{m:?}");
+    assert!(s.dead_letters().unwrap().is_empty());
+
+    // Once the lease is renewed (and the run's second of backoff is over), the run commits.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !s.pending_notifications(10).unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "the notification was never processed");
+        std::thread::sleep(Duration::from_millis(100));
+        for e in s.pending_notifications(10).unwrap_or_default() {
+            let _ = s.process_notification(&e);
+        }
+    }
+    scenario.teardown();
+    assert_eq!(s.begin().unwrap().get("t", "r", "c:out").unwrap(), Some(b"x".to_vec()));
+    let m = s.metrics();
+    assert_eq!((m.observer_runs, m.observer_failures, m.dead_letters), (1, 0, 0), "{m:?}");
 }
 
 /// A worker's lease lapses while its transaction prewrites (the heartbeat stalled, the commit

@@ -468,6 +468,9 @@ struct Flaky {
     mem: MemBigtable,
     fail_scans: AtomicBool,
     fail_clears: AtomicBool,
+    /// Every write fails with `Error::Unavailable`, as on a Redis Cluster whose master is out
+    /// of reach.
+    unavailable: AtomicBool,
     /// Clears applied in a call of their own, and clears that rode with a commit
     /// (`apply_atomic_then`), tried or not.
     clears_alone: AtomicU64,
@@ -481,6 +484,13 @@ fn clears(ops: &[Op]) -> u64 {
 }
 
 impl Flaky {
+    fn reachable(&self) -> percolator_store::Result<()> {
+        if self.unavailable.load(Ordering::SeqCst) {
+            return Err(Error::Unavailable("injected: 127.0.0.1:7001 did not answer".into()));
+        }
+        Ok(())
+    }
+
     fn refuse(&self, ops: &[Op]) -> bool {
         self.fail_clears.load(Ordering::SeqCst)
             && ops.iter().any(
@@ -494,6 +504,7 @@ impl Bigtable for Flaky {
         self.mem.snapshot()
     }
     fn apply(&self, ops: Vec<Op>) -> percolator_store::Result<Vec<Outcome>> {
+        self.reachable()?;
         if self.refuse(&ops) {
             return Err(Error::Storage("injected: clearing a notify cell failed".into()));
         }
@@ -504,6 +515,7 @@ impl Bigtable for Flaky {
         self.mem.atomic_unit(table, row)
     }
     fn apply_atomic(&self, rows: Vec<RowMutation>) -> percolator_store::Result<AtomicOutcome> {
+        self.reachable()?;
         self.mem.apply_atomic(rows)
     }
     fn apply_atomic_then(
@@ -512,6 +524,7 @@ impl Bigtable for Flaky {
         then: Vec<Op>,
     ) -> percolator_store::Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
         self.clears_with_commit.fetch_add(clears(&then), Ordering::SeqCst);
+        self.reachable()?;
         if self.refuse(&then) {
             // What the default does when its second call fails: the group's outcome stands,
             // and the caller applies `then` itself (and meets the error).
@@ -662,6 +675,41 @@ fn scanner_counts_the_errors_it_retries_and_carries_on() {
     scanner.stop();
     let m = store.metrics();
     assert_eq!((m.observer_runs, m.observer_failures, m.notifications_cleared), (1, 0, 1));
+}
+
+/// A run that meets a store out of reach (`Error::Unavailable`: a Redis master down, a lapsed
+/// lease) is not the observer's failure: it counts no attempt and goes to no dead letter, is
+/// counted apart (`observer_store_failures`), and runs again until the store is back.
+#[test]
+fn a_run_that_meets_an_unavailable_store_is_no_failure_of_the_observer() {
+    let flaky = Arc::new(Flaky::default());
+    let store = TestStore::new(flaky.clone(), StoreConfig::default());
+    let obs = observer(|t, n| {
+        t.set("t", n.cell.row.clone(), "out:v", "done")?;
+        Ok(())
+    });
+    // One attempt: a run counted as failed would become a dead letter at once.
+    let once = ObserverSpec { max_attempts: 1, ..spec("o", "t", "in:v", NotifyKind::Strong) };
+    store.register_observer(once, obs.clone()).unwrap();
+    store.run(|t| t.set("t", "r", "in:v", "x")).unwrap();
+
+    flaky.unavailable.store(true, Ordering::SeqCst);
+    let scanner =
+        store.start_scanner(ScannerConfig { threads: 1, idle_wait: Duration::from_millis(5), ..Default::default() });
+    // Two runs at least: the first one was not the last.
+    eventually("runs that meet the unavailable store", || store.metrics().observer_store_failures >= 2);
+    let m = store.metrics();
+    assert_eq!((m.observer_runs, m.observer_failures, m.dead_letters), (0, 0, 0), "{m:?}");
+    assert!(store.dead_letters().unwrap().is_empty());
+    assert_eq!(store.pending_notifications(10).unwrap().len(), 1, "the change is still pending");
+
+    flaky.unavailable.store(false, Ordering::SeqCst);
+    assert!(store.wait_quiescent(QUIET).unwrap());
+    scanner.stop();
+    assert_eq!(store.begin().unwrap().get("t", "r", "out:v").unwrap().as_deref(), Some(&b"done"[..]));
+    let m = store.metrics();
+    assert_eq!((m.observer_runs, m.observer_failures, m.dead_letters), (1, 0, 0), "{m:?}");
+    assert_eq!(store.run_outcomes()["o"].failed, 0, "not the observer's failure");
 }
 
 /// The textbook counter: one observer run per event reads a shared count, adds one and writes

@@ -1128,8 +1128,8 @@ impl WasmObserver {
                 Err(ObserveError::Failed(with_stderr(format!("the observer returned an error: {}", describe(&e)))))
             }
         };
-        // The store could not write or read (a full disk): whatever the guest made of it, the
-        // run is not the observer's failure.
+        // The store could not write or read (a full disk, a server out of reach, a lapsed
+        // lease): whatever the guest made of it, the run is not the observer's failure.
         let outcome = match storage_failure {
             Some(e) => Err(ObserveError::Store(e)),
             None => outcome,

@@ -104,7 +104,9 @@ impl HostState {
                 self.conflict = Some(e);
                 WitError::Conflict(text)
             }
-            E::Io { .. } => {
+            // The store's failure, not the observer's (`Error::is_storage_failure`), whatever
+            // the guest makes of it.
+            E::Io { .. } | E::Unavailable(_) => {
                 self.storage_failure.get_or_insert(e);
                 WitError::Storage(text)
             }
