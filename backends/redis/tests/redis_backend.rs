@@ -421,3 +421,103 @@ fn a_namespace_of_the_earlier_layout_is_refused() {
         other => panic!("expected a refusal, got {:?}", other.map(|_| "a backend")),
     }
 }
+
+/// A one-node Redis Cluster of this test's own (`redis-server` from `PATH`) on free loopback
+/// ports, its files in a temp dir; stopped by PID when dropped.
+struct OneNode {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    addr: String,
+}
+
+impl OneNode {
+    fn start(name: &str) -> OneNode {
+        let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (port, bus) = (free(), free());
+        let dir = std::env::temp_dir().join(format!("percolator-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (port_s, bus_s) = (port.to_string(), bus.to_string());
+        let child = std::process::Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", &port_s, "--cluster-enabled", "yes", "--cluster-port", &bus_s])
+            .args(["--cluster-config-file", "nodes.conf", "--save", "", "--appendonly", "no"])
+            .args(["--maxmemory-policy", "noeviction", "--dir"])
+            .arg(&dir)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("starting redis-server");
+        let node = OneNode { child, dir, addr: format!("127.0.0.1:{port}") };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut con = loop {
+            if let Ok(c) = redis::Client::open(format!("redis://{}/", node.addr)).and_then(|c| c.get_connection()) {
+                break c;
+            }
+            assert!(std::time::Instant::now() < deadline, "redis-server on {} did not answer", node.addr);
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let _: () = redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383).query(&mut con).unwrap();
+        loop {
+            let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the one-node cluster never became ok: {info}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        node
+    }
+
+    fn cmd<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        let mut con = redis::Client::open(format!("redis://{}/", self.addr)).unwrap().get_connection().unwrap();
+        cmd.query(&mut con).unwrap()
+    }
+}
+
+impl Drop for OneNode {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A master at its `maxmemory` refuses writes (`OOM`): the backend says so as
+/// [`Error::Unavailable`], the store's failure (an observer's run that meets it is no failure of
+/// the observer, as on a full disk), naming the node; reads go on, and writes work again once
+/// `maxmemory` is raised.
+#[test]
+fn a_master_out_of_memory_refuses_writes_as_unavailable_and_reads_go_on() {
+    // Where the tests have a Redis Cluster, they have redis-server.
+    if common::redis_nodes().is_none() {
+        return;
+    }
+    let node = OneNode::start("oom");
+    let db = RedisBigtable::open(RedisConfig {
+        nodes: vec![node.addr.clone()],
+        namespace: common::unique_namespace(),
+        // One node, no replica to wait for.
+        replicas: 0,
+        ..RedisConfig::default()
+    })
+    .unwrap();
+    let put = |i: u64| {
+        let row = format!("r{i:05}").into_bytes();
+        let value = common::noise(i, 64 << 10);
+        let m = Mutation::PutData { column: "c:v".into(), start_ts: ts(i + 1), value };
+        db.apply(vec![Op::Row(RowMutation { table: "t".into(), row, conditions: vec![], mutations: vec![m] })])
+    };
+    put(0).unwrap();
+    let info: String = node.cmd(redis::cmd("INFO").arg("memory"));
+    let used: u64 = info.lines().find_map(|l| l.strip_prefix("used_memory:")).unwrap().trim().parse().unwrap();
+    let _: () = node.cmd(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(used + (2 << 20)));
+    let refused = (1..200u64).find_map(|i| put(i).err()).expect("2 MiB more than in use never filled");
+    match &refused {
+        Error::Unavailable(m) => assert!(m.contains("out of memory") && m.contains(&node.addr), "{m}"),
+        e => panic!("expected Error::Unavailable, got {e}"),
+    }
+    assert!(refused.is_storage_failure(), "the store's failure, not the caller's");
+    let first = CellRef::new("t", b"r00000".as_slice(), "c:v");
+    assert_eq!(db.read_data(&first, ts(1)).unwrap(), Some(common::noise(0, 64 << 10)), "reads go on");
+    let _: () = node.cmd(redis::cmd("CONFIG").arg("SET").arg("maxmemory").arg(0));
+    put(1000).unwrap();
+}

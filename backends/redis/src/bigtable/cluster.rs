@@ -257,6 +257,16 @@ impl Cluster {
                 match r {
                     Ok(values) => {
                         for (i, v) in idx.into_iter().zip(values) {
+                            if out_of_memory(&v) {
+                                // Refused without running (a full disk's counterpart): the
+                                // store's failure, not the caller's; other nodes' commands of
+                                // this call may have run.
+                                return Err(Error::Unavailable(format!(
+                                    "{node} is out of memory (its maxmemory is reached) and refuses writes until \
+                                     maxmemory is raised or memory freed: {}",
+                                    describe(&v)
+                                )));
+                            }
                             match retry_reason(&v) {
                                 Some(reason) => {
                                     stale_map |= reason != Retry::FunctionMissing;
@@ -421,6 +431,13 @@ impl Cluster {
 enum Retry {
     Cluster,
     FunctionMissing,
+}
+
+/// A master at its `maxmemory` (with no eviction) refuses, without running it, every command
+/// that may add data: the library's writing functions, GC's deletes among them (reads go on:
+/// `percolator_range` is flagged `no-writes`, point reads are `HGET`s).
+fn out_of_memory(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "OOM")
 }
 
 /// Why the server refused a command without running it, if it did.
