@@ -1421,6 +1421,14 @@ pub(crate) fn render_status(s: &StatusReport) -> String {
                     "throughput (last {:.0} s): {:.1} observer runs/s, {:.1} commits/s, {:.1} conflicts/s\n",
                     t.window_secs, t.observer_runs_per_sec, t.commits_per_sec, t.conflicts_per_sec
                 ));
+                if t.store_failures_per_sec > 0.0 {
+                    out.push_str(&format!(
+                        "observer runs waiting on the store: {:.1}/s met a failure of the store itself (a full \
+                         disk, a server out of reach, a lapsed lease; the log says which) and run again a second \
+                         later, counting no attempt\n",
+                        t.store_failures_per_sec
+                    ));
+                }
             }
             out.push_str(&format!(
                 "store: {}: {}, {}, {}, {}\n",
@@ -1628,6 +1636,7 @@ mod tests {
                     commits_per_sec: 0.0,
                     conflicts_per_sec: 0.0,
                     timestamps_per_sec: 0.0,
+                    store_failures_per_sec: 0.0,
                 },
                 metrics: Default::default(),
                 sinks: Vec::new(),
@@ -1666,6 +1675,15 @@ mod tests {
         };
         let text = render_status(&all_shared);
         assert!(!text.contains("no component") && !text.contains("no longer in the store"), "{text}");
+        assert!(!text.contains("waiting on the store"), "{text}");
+        // Runs that meet a failure of the store (a Redis master out of reach, say) are said
+        // apart from the throughput, while they happen.
+        let mut outage = all_shared.clone();
+        if let Some(h) = outage.host.as_mut() {
+            h.throughput = Throughput { window_secs: 10.0, store_failures_per_sec: 3.2, ..h.throughput };
+        }
+        let text = render_status(&outage);
+        assert!(text.contains("observer runs waiting on the store: 3.2/s met a failure of the store itself"), "{text}");
     }
 
     #[test]

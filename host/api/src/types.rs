@@ -927,6 +927,11 @@ pub struct Throughput {
     /// Timestamps the oracle handed this host per second (its share of the oracle's rate).
     #[serde(default)]
     pub timestamps_per_sec: f64,
+    /// Observer runs per second that met a failure of the store itself (a full disk, a server
+    /// out of reach, a lapsed lease) and wait to run again: not the observers' failures
+    /// (`percolator_store::Metrics::observer_store_failures`).
+    #[serde(default)]
+    pub store_failures_per_sec: f64,
 }
 
 /// `GET /v1/samples`: the host's samples of its counters, one a second over the last 5

@@ -83,6 +83,7 @@ impl Sampler {
             commits_per_sec: rate(a.commits, b.commits),
             conflicts_per_sec: rate(a.conflicts, b.conflicts),
             timestamps_per_sec: rate(a.oracle_timestamps, b.oracle_timestamps),
+            store_failures_per_sec: rate(a.observer_store_failures, b.observer_store_failures),
         }
     }
 
@@ -114,6 +115,7 @@ mod tests {
     fn counts(i: u64) -> Metrics {
         let mut m = Metrics::default();
         (m.commits, m.conflicts, m.observer_runs, m.oracle_timestamps) = (10 * i, i, 2 * i, 30 * i);
+        m.observer_store_failures = 3 * i;
         m
     }
 
@@ -131,6 +133,7 @@ mod tests {
         assert!((t.conflicts_per_sec - 1.0).abs() < 1e-9);
         assert!((t.observer_runs_per_sec - 2.0).abs() < 1e-9);
         assert!((t.timestamps_per_sec - 30.0).abs() < 1e-9);
+        assert!((t.store_failures_per_sec - 3.0).abs() < 1e-9);
         // Half a second after the last sample, with 5 more commits since: they count now, not
         // at the next sample.
         let mut now = counts(29);
