@@ -4,6 +4,9 @@
 //! (`scripts/dev-cluster`), temporary folders, child test processes. A dev-dependency only.
 #![allow(missing_docs)]
 
+mod flaky;
+pub use flaky::Flaky;
+
 use std::io::Write;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};

@@ -605,83 +605,11 @@ fn the_cache_keeps_under_its_limit_the_components_used_last() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// A [`MemBigtable`] whose reads of `derived:count` fail with `Error::Unavailable` while
-/// `down` is set, as a Redis master out of reach fails them. Nothing else fails, so a run
-/// gets as far as its guest's own read.
-#[derive(Default)]
-struct CountUnreachable {
-    mem: percolator_store::backends::MemBigtable,
-    down: std::sync::atomic::AtomicBool,
-}
-
-mod unreachable {
-    use percolator_store::backends::*;
-    use percolator_store::{CellRef, Error, Result, Timestamp};
-    use std::sync::atomic::Ordering;
-
-    impl Bigtable for super::CountUnreachable {
-        // No snapshot: every read comes through `read_row` below.
-        fn snapshot(&self) -> Result<Option<Box<dyn Snapshot>>> {
-            Ok(None)
-        }
-        fn apply(&self, ops: Vec<Op>) -> Result<Vec<Outcome>> {
-            self.mem.apply(ops)
-        }
-        fn atomic_unit(&self, table: &str, row: &[u8]) -> Option<u64> {
-            self.mem.atomic_unit(table, row)
-        }
-        fn apply_atomic(&self, rows: Vec<RowMutation>) -> Result<AtomicOutcome> {
-            self.mem.apply_atomic(rows)
-        }
-        fn apply_atomic_then(
-            &self,
-            rows: Vec<RowMutation>,
-            then: Vec<Op>,
-        ) -> Result<(AtomicOutcome, Option<Vec<Outcome>>)> {
-            self.mem.apply_atomic_then(rows, then)
-        }
-        fn read_row(&self, table: &str, row: &[u8], columns: &[&str], ts: Timestamp) -> Result<Vec<CellRead>> {
-            if self.down.load(Ordering::SeqCst) && columns.contains(&"derived:count") {
-                return Err(Error::Unavailable("127.0.0.1:7101: connection refused (injected)".into()));
-            }
-            self.mem.read_row(table, row, columns, ts)
-        }
-        fn find_write(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<(Timestamp, WriteRecord)>> {
-            self.mem.find_write(cell, start_ts)
-        }
-        fn read_data(&self, cell: &CellRef, start_ts: Timestamp) -> Result<Option<Vec<u8>>> {
-            self.mem.read_data(cell, start_ts)
-        }
-        fn scan(&self, range: &ScanRange<'_>) -> Result<Vec<ScannedCell>> {
-            self.mem.scan(range)
-        }
-        fn scan_versions(&self, from: Option<(&str, &[u8])>, limit: usize) -> Result<Vec<RowVersions>> {
-            self.mem.scan_versions(from, limit)
-        }
-        fn scan_notify(&self, from: Option<&[u8]>, limit: usize) -> Result<Vec<NotifyEntry>> {
-            self.mem.scan_notify(from, limit)
-        }
-        fn meta_get(&self, key: &str) -> Result<Option<Vec<u8>>> {
-            self.mem.meta_get(key)
-        }
-        fn meta_scan(&self, prefix: &str) -> Result<Vec<(String, Vec<u8>)>> {
-            self.mem.meta_scan(prefix)
-        }
-        fn exclusive(&self) -> bool {
-            self.mem.exclusive()
-        }
-        fn stats(&self) -> BackendStats {
-            self.mem.stats()
-        }
-    }
-}
-
 /// A guest whose read meets a store out of reach gets a `storage` error and returns it as its
 /// own failure; the host still knows the run met the store's failure, not the observer's: with
 /// one attempt allowed, no dead letter, no failure, and the run commits once the store is back.
 #[test]
 fn a_guest_that_returns_an_unavailable_stores_error_is_no_failure() {
-    use std::sync::atomic::Ordering;
     let dir = std::env::temp_dir().join(format!("percolator-host-unavailable-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("observers")).unwrap();
@@ -695,13 +623,14 @@ fn a_guest_that_returns_an_unavailable_stores_error_is_no_failure() {
     )
     .unwrap();
     let config = Config::load(&dir.join("pipeline.toml")).unwrap();
-    let backend = Arc::new(CountUnreachable::default());
+    let backend = Arc::new(percolator_testkit::Flaky::default());
     let store = Store::with_backend(backend.clone(), percolator_store::StoreConfig::default()).unwrap();
     let pipeline = Arc::new(percolator_server::pipeline::Pipeline::new(store.clone(), Runtime::new(None).unwrap()));
     pipeline.apply(&config).unwrap();
     store.run(|t| t.set("docs", "d1", "raw:text", "hello")).unwrap();
 
-    backend.down.store(true, Ordering::SeqCst);
+    // The guest's own read (`derived:count`) meets a store out of reach.
+    *backend.unavailable_column.lock().unwrap() = Some("derived:count".into());
     let scanner = store.start_scanner(percolator_store::ScannerConfig::default());
     let deadline = Instant::now() + QUIET;
     while store.metrics().observer_store_failures < 2 {
@@ -714,7 +643,7 @@ fn a_guest_that_returns_an_unavailable_stores_error_is_no_failure() {
     assert_eq!((m.observer_runs, m.observer_failures, m.dead_letters), (0, 0, 0), "{m:?}");
     assert!(store.dead_letters().unwrap().is_empty());
 
-    backend.down.store(false, Ordering::SeqCst);
+    *backend.unavailable_column.lock().unwrap() = None;
     assert!(store.wait_quiescent(QUIET).unwrap());
     drop(scanner);
     assert_eq!(count(&store, "d1"), 1, "the run committed once the store was back");
