@@ -426,6 +426,9 @@ pub struct BackendStats {
     pub checkpoints: u64,
     /// For redb: compactions of the open file while the store was quiet.
     pub compactions: u64,
+    /// For redb: compactions started and given up, the file left as it was: the store stopped
+    /// being quiet during the copy, or the copy failed (the log says why).
+    pub compactions_given_up: u64,
     /// For redb: syncs of the file while a checkpoint (or a compaction) wrote it, one per
     /// megabyte written, so that a round's flush of the redo log never waits behind a whole
     /// checkpoint's (`docs/design.md`, "A memtable in front of redb", 12.).

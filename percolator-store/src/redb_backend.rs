@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::base_hints::BaseHints;
 use crate::bigtable::*;
@@ -82,8 +82,9 @@ pub struct RedbConfig {
     /// Compact the open file when the store has been quiet this long and a quarter of the
     /// file (at least 16 MiB) is free pages (`docs/design.md`, "GC", compaction when quiet):
     /// redb grows its file in doubling steps and gives freed pages back only by compacting.
-    /// Readers and rounds wait while it runs. `None`: never (the file shrinks only offline,
-    /// [`RedbBigtable::compact`]). Default: 30 s.
+    /// The file is copied beside itself (the disk needs room for what it holds), and the copy
+    /// takes its place; readers and rounds go on meanwhile. `None`: never (the file shrinks
+    /// only offline, [`RedbBigtable::compact`]). Default: 30 s.
     pub compact_when_quiet: Option<Duration>,
 }
 
@@ -178,12 +179,20 @@ const COMPACT_WHEN_QUIET: Duration = Duration::from_secs(30);
 /// (a host's lease and oracle writes are a few)...
 const QUIET_OPS: u64 = 64;
 /// ...and at most this many reads per second are made (a dashboard's few, not a service's
-/// queries: every read waits while a compaction runs).
+/// queries, whose disk, cores and redb's page cache the copy of the whole file would take).
 const QUIET_READS_PER_S: f64 = 100.0;
-/// The free pages that make a compaction worth its wait: at least this many bytes...
+/// The free pages that make a compaction worth its copy: at least this many bytes...
 const COMPACT_MIN_FREE: u64 = 16 << 20;
 /// ...and at least this fraction of the file (1/4: a file over 4/3 of its pages).
 const COMPACT_MIN_FREE_PART: u64 = 4;
+/// The room a compaction leaves on the disk beyond its copy of the file's content (for the
+/// redo log of the rounds meanwhile, and everything else on the disk).
+const COMPACT_DISK_MARGIN: u64 = 256 << 20;
+/// A compaction's copy closes its cursor (applies the run it buffers in memory) and asks
+/// whether to go on after this many bytes of keys and values...
+const COMPACT_RUN_BYTES: usize = 8 << 20;
+/// ...and commits (not durably: the last commit of the copy is) after this many.
+const COMPACT_TXN_BYTES: usize = 128 << 20;
 /// A checkpoint is made at once when the memtable holds this many bytes.
 const CHECKPOINT_BYTES: usize = 64 << 20;
 /// A round waits for a checkpoint that is being written when the memtable holds this many.
@@ -257,12 +266,16 @@ struct Shared {
     /// Rounds made durable by the log, and checkpoints ([`BackendStats`]).
     log_syncs: AtomicU64,
     checkpoints: AtomicU64,
-    /// Compactions of the open file ([`RedbConfig::compact_when_quiet`]).
+    /// Compactions of the open file ([`RedbConfig::compact_when_quiet`]), and those given up.
     compactions: AtomicU64,
+    compactions_given_up: AtomicU64,
     /// Syncs of the file by its [`PacedFile`] ([`BackendStats::paced_syncs`]).
     paced_syncs: Arc<AtomicU64>,
     /// Reads through the layers (for the checkpointer's measure of a quiet store).
     reads: AtomicU64,
+    /// A compaction renamed its copy into the file's place, and the directory was not synced
+    /// after: the next checkpoint syncs it before it writes into the file.
+    dir_sync_pending: AtomicBool,
 }
 
 /// The published state (`docs/design.md`, "A memtable in front of redb", 1.): `active` over
@@ -493,6 +506,49 @@ fn write_layer(
     Ok(())
 }
 
+/// How a compaction's copy failed: on the open file (an error of the store, as a failed
+/// checkpoint's), or in the copy (which is removed; the store goes on as it was).
+enum Copy {
+    Live(Error),
+    Copying(Error),
+}
+
+/// Where a compaction when quiet writes its copy of the store file at `path`: beside it, on the
+/// same file system (so that a rename puts it in the file's place).
+fn compacting_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".compacting");
+    PathBuf::from(name)
+}
+
+/// Makes the entries of the directory holding `path` durable (a rename into it).
+fn sync_dir_of(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, &e))
+}
+
+/// The bytes an unprivileged writer may still take on the file system holding `path`.
+#[allow(unsafe_code)]
+fn free_disk_bytes(path: &Path) -> Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| Error::InvalidArgument(format!("{}: a path with a NUL byte", path.display())))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` room for one `statvfs`, which the call fills
+    // when it returns 0.
+    if unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } != 0 {
+        return Err(Error::io(path, &std::io::Error::last_os_error()));
+    }
+    // SAFETY: filled by the successful call above.
+    let st = unsafe { st.assume_init() };
+    // The fields are narrower than u64 on some platforms.
+    #[allow(clippy::useless_conversion)]
+    Ok(u64::from(st.f_bavail).saturating_mul(u64::from(st.f_frsize)))
+}
+
 /// The size of the prober's value: a probe must find room for more than a page or two, or the
 /// free pages a failed commit left in the file would let it succeed on a full disk (and the
 /// next real write fail again).
@@ -589,6 +645,12 @@ impl RedbBigtable {
         let path = path.as_ref();
         let paced_syncs = Arc::new(AtomicU64::new(0));
         let db = open_database(path, config.cache_bytes, &paced_syncs)?;
+        // A compaction's copy that a crash cut short (this handle holds the file's lock now, so
+        // no other compacts it).
+        match std::fs::remove_file(compacting_path(path)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&compacting_path(path), &e)),
+            _ => {}
+        }
         let created = || -> Result<()> {
             let tx = db.begin_write()?;
             tx.open_table(CELLS)?;
@@ -635,8 +697,10 @@ impl RedbBigtable {
                 log_syncs: AtomicU64::new(0),
                 checkpoints: AtomicU64::new(0),
                 compactions: AtomicU64::new(0),
+                compactions_given_up: AtomicU64::new(0),
                 paced_syncs,
                 reads: AtomicU64::new(0),
+                dir_sync_pending: AtomicBool::new(false),
             }),
         };
         let shared = backend.shared.clone();
@@ -673,6 +737,11 @@ impl RedbBigtable {
             redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
             e => Error::Storage(format!("opening {}: {e}", path.display())),
         })?;
+        // A copy a compaction when quiet left, cut short by a crash (the file's lock is held).
+        match std::fs::remove_file(compacting_path(path)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&compacting_path(path), &e)),
+            _ => {}
+        }
         // Each call moves what it can; a later one may find more to move. Bounded, in case a
         // version of redb kept reporting progress.
         for _ in 0..16 {
@@ -885,81 +954,77 @@ impl Shared {
     }
 
     /// Compacts the open file if a quarter of it (and at least [`COMPACT_MIN_FREE`]) is free
-    /// pages (`docs/design.md`, "GC", compaction when quiet). Every round and every reader
-    /// waits meanwhile: the readers' base, the only read transaction, is closed while redb
-    /// moves pages, and opened again on the same content after.
+    /// pages, by copying it (`docs/design.md`, "GC", compaction when quiet): its content, as of
+    /// the readers' base, is written in key order into a new file beside it, which then takes
+    /// the file's place. Readers and rounds go on meanwhile (no checkpoint is made: what rounds
+    /// publish stays in the memtable); they wait only while the two files swap. A copy that
+    /// fails or is given up leaves the store as it was.
     fn compact_if_worth_it(self: &Arc<Self>) -> Result<()> {
         let _one = self.checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
-        let _redo = self.redo.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
-        let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
-        if self.failing.load(Ordering::Acquire) || layers.frozen.is_some() {
-            // A failed checkpoint: the prober's.
-            return Ok(());
-        }
-        let Some(database) = db.as_mut() else { return Ok(()) };
-        let file = |path: &Path| -> Result<u64> { Ok(std::fs::metadata(path)?.len()) };
         let started = Instant::now();
-        // The same content after: the same facts (a compaction moves pages, not keys).
-        let (hints, scan_next) = match &layers.base {
-            Some(b) => (b.hints().cloned(), b.scan_next),
-            None => (None, true),
+        let (hints, scan_next) = {
+            let layers = self.layers.read().unwrap_or_else(PoisonError::into_inner);
+            if self.failing.load(Ordering::Acquire) || layers.frozen.is_some() {
+                // A failed checkpoint: the prober's.
+                return Ok(());
+            }
+            match &layers.base {
+                Some(b) => (b.hints().cloned(), b.scan_next),
+                None => return Ok(()),
+            }
         };
-        layers.base = None;
-        let mut compacted = || -> Result<Option<(u64, u64)>> {
-            // The pages the last checkpoint freed are reusable only after a later commit: two
-            // empty ones, so that redb's count of allocated pages is what the content takes.
-            for _ in 0..2 {
-                let mut tx = database.begin_write()?;
-                tx.set_durability(redb::Durability::Immediate)?;
-                tx.commit()?;
-            }
-            let before = file(&self.path)?;
-            let allocated = {
-                let tx = database.begin_write()?;
-                let stats = tx.stats()?;
-                tx.abort()?;
-                stats.allocated_pages() * stats.page_size() as u64
-            };
-            let free = before.saturating_sub(allocated);
-            if free < COMPACT_MIN_FREE || free < before / COMPACT_MIN_FREE_PART {
-                return Ok(None);
-            }
-            // Prints, or fails the compaction with an error of redb's that is not an I/O error
-            // (tests).
-            fail::fail_point!("redb-compact-start", |_| Err(Error::Storage("failpoint redb-compact-start".into())));
-            // Each call moves what it can; a later one may find more (bounded, as offline).
-            for _ in 0..16 {
-                if !database.compact().map_err(redb::Error::from)? {
-                    break;
-                }
-            }
-            Ok(Some((before, allocated)))
-        };
-        let result = compacted();
-        let result = match Base::open(database, hints, scan_next) {
-            Ok(base) => {
-                layers.base = Some(base);
-                result
-            }
-            // Readers find no base until the prober reopens the file; the compaction's error,
-            // if it had one, is the cause.
-            Err(e) => Err(result.err().unwrap_or(e)),
-        };
-        drop((layers, db));
-        let (before, allocated) = match result {
-            Ok(Some(compacted)) => compacted,
+        let copy = self.copy_file(hints, scan_next);
+        let (new_db, new_base, before, allocated) = match copy {
+            Ok(Some(copied)) => copied,
             Ok(None) => return Ok(()),
-            // As a failed checkpoint's: writes stop, and the prober reopens the file (and with
-            // it the readers' base, if it could not be opened here).
-            Err(e) => {
+            Err(Copy::Live(e)) => {
+                // An error of the open file's own (its empty commits): as a failed checkpoint's.
                 return Err(match self.located(e) {
                     e if self.failing.load(Ordering::Acquire) => e,
                     e => self.fail(e),
                 });
             }
+            Err(Copy::Copying(e)) => {
+                self.remove_copy();
+                self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "compacting the store's file by a copy failed; the file is as it was");
+                return Ok(());
+            }
         };
-        let after = file(&self.path)?;
+        let copy = compacting_path(&self.path);
+        {
+            let mut db = self.db.write().unwrap_or_else(PoisonError::into_inner);
+            let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
+            if self.failing.load(Ordering::Acquire) {
+                drop((layers, db, new_base, new_db));
+                self.remove_copy();
+                self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            self.dir_sync_pending.store(true, Ordering::SeqCst);
+            if let Err(e) = std::fs::rename(&copy, &self.path) {
+                self.dir_sync_pending.store(false, Ordering::SeqCst);
+                drop((layers, db, new_base, new_db));
+                self.remove_copy();
+                self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(error = %e, "compacting the store's file: the copy could not take its place; the file is as it was");
+                return Ok(());
+            }
+            let old_base = layers.base.replace(new_base);
+            let old_db = db.replace(new_db);
+            drop((layers, db));
+            // The old file, unlinked by the rename, goes with its last handle.
+            drop((old_base, old_db));
+        }
+        // Before the next checkpoint writes into the new file and a redo file is emptied, the
+        // rename is made durable: a checkpoint syncs the directory itself while this is pending.
+        match sync_dir_of(&self.path) {
+            Ok(()) => self.dir_sync_pending.store(false, Ordering::SeqCst),
+            Err(e) => {
+                tracing::warn!(error = %e, "syncing the store's directory after a compaction failed; the next checkpoint tries again")
+            }
+        }
+        let after = std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0);
         self.compactions.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             before,
@@ -969,6 +1034,186 @@ impl Shared {
             "compacted the store's file while the store was quiet"
         );
         Ok(())
+    }
+
+    /// The copy of [`Shared::compact_if_worth_it`], under the checkpoint lock: checks that it is
+    /// worth it and that the disk has room for it, then writes the file's content, as of its last
+    /// commit (the readers' base: no checkpoint comes meanwhile), into a new file at
+    /// [`compacting_path`], each table in key order through one cursor at its end (so that its
+    /// leaves are full), and makes that durable. Returns the new database, its base (with the
+    /// old base's facts: the same keys), the file's size and the pages it had allocated; `None`
+    /// if not worth it, or given up (the copy then removed) because a checkpoint is wanted (the
+    /// memtable grew), the store fails or the backend is being dropped.
+    fn copy_file(
+        self: &Arc<Self>,
+        hints: Option<BaseHints>,
+        scan_next: bool,
+    ) -> std::result::Result<Option<(Database, Base, u64, u64)>, Copy> {
+        let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
+        let Some(database) = db.as_ref() else { return Ok(None) };
+        let live = |e: redb::Error| Copy::Live(e.into());
+        // The pages the last checkpoint freed are reusable only after a later commit: two
+        // empty ones, so that redb's count of allocated pages is what the content takes.
+        for _ in 0..2 {
+            let mut tx = database.begin_write().map_err(|e| live(e.into()))?;
+            tx.set_durability(redb::Durability::Immediate).map_err(|e| live(e.into()))?;
+            tx.commit().map_err(|e| live(e.into()))?;
+        }
+        let before = std::fs::metadata(&self.path).map_err(|e| Copy::Live(self.located(e.into())))?.len();
+        let allocated = {
+            let tx = database.begin_write().map_err(|e| live(e.into()))?;
+            let stats = tx.stats().map_err(|e| live(e.into()))?;
+            tx.abort().map_err(|e| live(e.into()))?;
+            stats.allocated_pages() * stats.page_size() as u64
+        };
+        let free = before.saturating_sub(allocated);
+        if free < COMPACT_MIN_FREE || free < before / COMPACT_MIN_FREE_PART {
+            return Ok(None);
+        }
+        // The copy takes at most what the content takes now; rounds keep room for their log.
+        match free_disk_bytes(&self.path) {
+            Ok(room) if room < allocated.saturating_add(COMPACT_DISK_MARGIN) => {
+                tracing::info!(
+                    room,
+                    allocated,
+                    "not compacting the store's file: the disk has no room for a copy of its content"
+                );
+                return Ok(None);
+            }
+            Ok(_) => {}
+            Err(e) => return Err(Copy::Copying(e)),
+        }
+        // Prints, or fails the copy (tests).
+        fail::fail_point!("redb-compact-start", |_| Err(Copy::Copying(Error::Storage(
+            "failpoint redb-compact-start".into()
+        ))));
+        let copying = |e: Error| Copy::Copying(e);
+        let path = compacting_path(&self.path);
+        self.remove_copy();
+        let new = open_database(&path, self.config.cache_bytes, &self.paced_syncs).map_err(copying)?;
+        let snapshot = database.begin_read().map_err(|e| live(e.into()))?;
+        for table in Table::ALL {
+            let def = TABLES[table as usize];
+            let from = snapshot.open_table(def).map_err(|e| live(e.into()))?;
+            if !self.copy_table(&from, &new, def).map_err(copying)? {
+                drop(new);
+                self.remove_copy();
+                self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
+                tracing::info!("gave up compacting the store's file: it is not quiet any more");
+                return Ok(None);
+            }
+            // The same content: as many keys (redb counts them).
+            let had = from.len().map_err(|e| live(e.into()))?;
+            let has = || -> std::result::Result<u64, redb::Error> { Ok(new.begin_read()?.open_table(def)?.len()?) };
+            let has = has().map_err(|e| copying(e.into()))?;
+            if had != has {
+                return Err(copying(Error::Storage(format!(
+                    "the copy of {} holds {has} keys of table {table:?}, the file {had}",
+                    path.display()
+                ))));
+            }
+        }
+        // The copied transactions were not durable; this one makes them so.
+        let durable = || -> std::result::Result<(), redb::Error> {
+            let mut tx = new.begin_write()?;
+            tx.set_durability(redb::Durability::Immediate)?;
+            tx.commit()?;
+            Ok(())
+        };
+        durable().map_err(|e| copying(e.into()))?;
+        let base = Base::open(&new, hints, scan_next).map_err(copying)?;
+        Ok(Some((new, base, before, allocated)))
+    }
+
+    /// Copies one table of the file into `new`, in transactions of [`COMPACT_TXN_BYTES`] that
+    /// are not durable, inserting at the end through a cursor closed every
+    /// [`COMPACT_RUN_BYTES`] and at the end of each transaction (its run is buffered in memory
+    /// until then). Returns false if the copy is to be given up ([`Shared::copy_goes_on`]),
+    /// which it asks after each run.
+    fn copy_table(
+        &self,
+        from: &redb::ReadOnlyTable<&'static [u8], &'static [u8]>,
+        new: &Database,
+        def: TableDefinition<&'static [u8], &'static [u8]>,
+    ) -> Result<bool> {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let mut tx = new.begin_write()?;
+            tx.set_durability(redb::Durability::None)?;
+            let mut done = true;
+            {
+                let mut into = tx.open_table(def)?;
+                let entries = match &after {
+                    None => from.range::<&[u8]>(..)?,
+                    Some(last) => from.range::<&[u8]>((Bound::Excluded(last.as_slice()), Bound::Unbounded))?,
+                };
+                let (mut run, mut txn) = (0usize, 0usize);
+                let mut cursor = into.upper_bound_mut(Bound::<&[u8]>::Unbounded)?;
+                for entry in entries {
+                    let (k, v) = entry?;
+                    cursor.insert_before(k.value(), v.value()).map_err(redb::Error::from)?;
+                    let bytes = k.value().len() + v.value().len();
+                    (run, txn) = (run + bytes, txn + bytes);
+                    if run >= COMPACT_RUN_BYTES {
+                        cursor.close()?;
+                        if !self.copy_goes_on()? {
+                            return Ok(false);
+                        }
+                        run = 0;
+                        cursor = into.upper_bound_mut(Bound::<&[u8]>::Unbounded)?;
+                    }
+                    if txn >= COMPACT_TXN_BYTES {
+                        after = Some(k.value().to_vec());
+                        done = false;
+                        break;
+                    }
+                }
+                cursor.close()?;
+                if !self.copy_goes_on()? {
+                    return Ok(false);
+                }
+            }
+            tx.commit()?;
+            if done {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// After each run a copy applied: whether the copy goes on ([`Shared::copy_wanted`]). The
+    /// failpoint `redb-compact-copying` pauses the copy here, or fails it (tests).
+    fn copy_goes_on(&self) -> Result<bool> {
+        fail::fail_point!("redb-compact-copying", |_| Err(Error::Storage("failpoint redb-compact-copying".into())));
+        Ok(self.copy_wanted())
+    }
+
+    /// Whether a copy of the file goes on: not once a checkpoint is wanted (the memtable, which
+    /// the copy's checkpoint lock keeps from being written, reached [`CHECKPOINT_BYTES`]: the
+    /// store is not quiet), the store fails, or the backend is being dropped.
+    ///
+    /// Without a redo log (durability none), a round is durable only once a checkpoint wrote it:
+    /// the copy gives up as soon as one is published, so that what a crash loses stays what
+    /// the checkpoint interval bounds (and a round that checkpoints itself waits one run at most).
+    fn copy_wanted(&self) -> bool {
+        {
+            let h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
+            if h.stopping || h.checkpoint_now || self.failing.load(Ordering::Acquire) {
+                return false;
+            }
+        }
+        let logged = self.config.durability == Durability::Fsync && self.config.redo_log;
+        logged || self.layers.read().unwrap_or_else(PoisonError::into_inner).active.is_empty()
+    }
+
+    /// Removes a copy of the file left by a compaction (given up, failed, or cut short by a
+    /// crash), if there is one.
+    fn remove_copy(&self) {
+        let path = compacting_path(&self.path);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(error = %e, path = %path.display(), "removing a copy of the store's file failed"),
+        }
     }
 
     /// One checkpoint (`docs/design.md`, "A memtable in front of redb", 3.): freezes the
@@ -1009,6 +1254,11 @@ impl Shared {
                 None => (None, true),
             };
             let mut write = || -> Result<Base> {
+                if self.dir_sync_pending.load(Ordering::SeqCst) {
+                    // The compaction's rename, durable before anything is written after it.
+                    sync_dir_of(&self.path)?;
+                    self.dir_sync_pending.store(false, Ordering::SeqCst);
+                }
                 let mut tx = db.begin_write()?;
                 tx.set_durability(redb::Durability::Immediate)?;
                 for table in Table::ALL {
@@ -1458,6 +1708,7 @@ impl Bigtable for RedbBigtable {
             log_syncs: s.log_syncs.load(Ordering::Relaxed),
             checkpoints: s.checkpoints.load(Ordering::Relaxed),
             compactions: s.compactions.load(Ordering::Relaxed),
+            compactions_given_up: s.compactions_given_up.load(Ordering::Relaxed),
             paced_syncs: s.paced_syncs.load(Ordering::Relaxed),
         }
     }

@@ -454,6 +454,10 @@ fn a_kill_while_a_quiet_store_compacts_its_file_loses_nothing() {
         child.wait().unwrap();
         {
             let store = open(&path);
+            assert!(
+                !dir.file("store.redb.compacting").exists(),
+                "delay {delay_ms} ms: the open removed a cut-short copy"
+            );
             let t = store.begin().unwrap();
             for r in 0..COMPACT_ROWS {
                 let got = t.get("t", format!("r{r:04}"), "c:v").unwrap();

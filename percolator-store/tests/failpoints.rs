@@ -763,53 +763,181 @@ fn a_failed_checkpoint_keeps_every_acknowledged_transfer() {
     scenario.teardown();
 }
 
-/// A compaction when quiet that fails (an error of redb's as it moves pages, not only an I/O
-/// one) stops writes as a failed checkpoint does; the prober reopens the file, and with it the
-/// readers' base: every row reads its value again and writes go on.
-#[test]
-fn a_failed_compaction_when_quiet_stops_writes_until_the_prober_reopens_the_file() {
-    use percolator_store::backends::{Bigtable, RedbBigtable};
-    use percolator_store::{Durability, RedbConfig};
-    let scenario = FailScenario::setup();
-    let dir = TempDir::new("compaction-failed");
+/// The store of the compaction tests: checkpoints every 50 ms, quiet after `quiet`, and 18 MB of
+/// versions of 300 rows written into redb, all but the last collected (over the 16 MiB of free
+/// pages a compaction needs). Returns the store, its backend and the file's size then.
+fn store_to_compact(
+    path: &std::path::Path,
+    quiet: Duration,
+    durability: percolator_store::Durability,
+) -> (TestStore, Arc<percolator_store::backends::RedbBigtable>, u64) {
+    use percolator_store::RedbConfig;
+    use percolator_store::backends::RedbBigtable;
     let config = RedbConfig {
-        durability: Durability::Fsync,
+        durability,
         checkpoint_every: Some(Duration::from_millis(50)),
-        // Quiet for 1.5 s, not less: on a loaded machine (three copies of this test beside four
-        // busy loops) a pause of 300 ms between two of the writes below let a compaction fail
-        // the store before the setup was done (`store.gc()` then failed).
-        compact_when_quiet: Some(Duration::from_millis(1500)),
+        compact_when_quiet: Some(quiet),
         ..RedbConfig::default()
     };
-    let redb = Arc::new(RedbBigtable::open(dir.file("s.redb"), config).unwrap());
+    let redb = Arc::new(RedbBigtable::open(path, config).unwrap());
     let store = TestStore::new(redb.clone(), StoreConfig::default());
-    let value = |row: u64, round: u64| noise(row << 32 | round, 2048);
-    fail::cfg("redb-compact-start", "return").unwrap();
-    // The prober's probes fail too until the refused write below: a probe 100 ms after the
-    // failure clears it, and on a loaded machine the write came later than that (and passed).
-    fail::cfg("redb-probe", "return").unwrap();
-    // 18 MB of versions, most collected: over the 16 MiB of free pages a compaction needs.
-    write_rounds_into(&store, &redb, 300, 30, value);
+    write_rounds_into(&store, &redb, 300, 30, compacted_value);
     store.gc().unwrap();
     redb.checkpoint().unwrap();
+    let size = std::fs::metadata(path).unwrap().len();
+    (store, redb, size)
+}
+
+fn compacted_value(row: u64, round: u64) -> Vec<u8> {
+    noise(row << 32 | round, 2048)
+}
+
+/// Runs `f` on a thread of its own and fails the test if it takes over 20 s (a read or a commit
+/// waiting behind the compaction, which the test holds paused, would wait forever).
+fn within_20_s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(f()).unwrap());
+    rx.recv_timeout(Duration::from_secs(20)).unwrap_or_else(|_| panic!("{what} waited 20 s for the compaction"))
+}
+
+/// A compaction when quiet copies the file while readers and rounds go on (`docs/design.md`,
+/// "GC", compaction when quiet): with the copy held in its middle, every row reads its value and
+/// new commits are answered; once it ends, the file is smaller, the commits made during the copy
+/// read back (the next checkpoint wrote them into the new file), also after a reopen, and no
+/// copy is left beside the file.
+#[test]
+fn readers_and_rounds_go_on_while_a_compaction_copies_the_file() {
+    use percolator_store::backends::Bigtable;
+    let scenario = FailScenario::setup();
+    let dir = TempDir::new("compaction-copying");
+    let path = dir.file("s.redb");
+    let copy = dir.file("s.redb.compacting");
+    fail::cfg("redb-compact-copying", "pause").unwrap();
+    let (store, redb, grown) = store_to_compact(&path, Duration::from_millis(400), percolator_store::Durability::Fsync);
     let start = Instant::now();
-    while store.storage_failure().is_none() {
-        assert!(start.elapsed() < Duration::from_secs(30), "no compaction was tried");
+    while !copy.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no compaction started: {:?}", redb.stats());
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(store.run(|t| set_u64(t, "t", "during", "c:v", 1)).is_err(), "a write while the store fails");
-    fail::remove("redb-compact-start");
-    fail::remove("redb-probe");
-    while store.storage_failure().is_some() {
-        assert!(start.elapsed() < Duration::from_secs(30), "writes did not come back");
+    // The copy is held at the end of its first run: read everything, commit new rows.
+    {
+        let store = store.clone();
+        within_20_s("a reader and a writer", move || {
+            let t = store.begin().unwrap();
+            for r in 0..300 {
+                assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(compacted_value(r, 29)), "row {r}");
+            }
+            drop(t);
+            for i in 0..20u64 {
+                store.run(|t| set_u64(t, "during", &format!("d{i}"), "c:v", i)).unwrap();
+            }
+        })
+    }
+    assert_eq!(redb.stats().compactions, 0, "the compaction is held");
+    fail::remove("redb-compact-copying");
+    while redb.stats().compactions == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the compaction did not end: {:?}", redb.stats());
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert!(redb.reopens() > 0, "the prober reopened the file");
+    let compacted = std::fs::metadata(&path).unwrap().len();
+    assert!(compacted < grown / 2, "the file was {grown} bytes, {compacted} after the compaction");
+    assert!(!copy.exists(), "the copy took the file's place");
+    let check = |store: &TestStore, when: &str| {
+        let t = store.begin().unwrap();
+        for r in 0..300 {
+            assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(compacted_value(r, 29)), "{when}: row {r}");
+        }
+        for i in 0..20u64 {
+            assert_eq!(get_u64(&t, "during", &format!("d{i}"), "c:v").unwrap(), i, "{when}: a commit during the copy");
+        }
+    };
+    check(&store, "after the compaction");
+    store.run(|t| set_u64(t, "t", "after", "c:v", 3)).unwrap();
+    redb.checkpoint().unwrap();
+    assert_eq!(redb.stats().compactions_given_up, 0);
+    drop((store, redb));
+    let reopened = TestStore::open(&path, StoreConfig::default(), percolator_store::Durability::Fsync);
+    check(&reopened, "after a reopen");
+    assert_eq!(get_u64(&reopened.begin().unwrap(), "t", "after", "c:v").unwrap(), 3);
+    scenario.teardown();
+}
+
+/// At durability none, where a round is durable only once a checkpoint wrote it, a compaction
+/// gives its copy up as soon as a round is published (else what a crash loses would reach back
+/// to the copy's start): the file is as it was, and the round is written by the next checkpoint.
+#[test]
+fn at_durability_none_a_round_during_the_copy_makes_the_compaction_give_up() {
+    use percolator_store::backends::Bigtable;
+    let scenario = FailScenario::setup();
+    let dir = TempDir::new("compaction-unlogged");
+    let path = dir.file("s.redb");
+    let copy = dir.file("s.redb.compacting");
+    fail::cfg("redb-compact-copying", "pause").unwrap();
+    let (store, redb, grown) = store_to_compact(&path, Duration::from_millis(400), percolator_store::Durability::None);
+    let start = Instant::now();
+    while !copy.exists() {
+        assert!(start.elapsed() < Duration::from_secs(30), "no compaction started: {:?}", redb.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    {
+        let store = store.clone();
+        within_20_s("a commit", move || store.run(|t| set_u64(t, "during", "d", "c:v", 7)).unwrap());
+    }
+    fail::remove("redb-compact-copying");
+    while redb.stats().compactions_given_up == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "the compaction went on: {:?}", redb.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(redb.stats().compactions, 0);
+    assert!(!copy.exists(), "the given-up copy was removed");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), grown, "the file is as it was");
+    // The round reaches the file by a checkpoint, as any other.
+    redb.checkpoint().unwrap();
+    drop((store, redb));
+    let reopened = TestStore::open(&path, StoreConfig::default(), percolator_store::Durability::None);
+    assert_eq!(get_u64(&reopened.begin().unwrap(), "during", "d", "c:v").unwrap(), 7);
+    scenario.teardown();
+}
+
+/// A compaction when quiet whose copy fails leaves the store as it was: writes never stop, the
+/// file keeps its size, the copy is removed, and the next quiet spell compacts it.
+#[test]
+fn a_compaction_whose_copy_fails_leaves_the_store_as_it_was() {
+    use percolator_store::backends::Bigtable;
+    let scenario = FailScenario::setup();
+    let dir = TempDir::new("compaction-failed");
+    let path = dir.file("s.redb");
+    fail::cfg("redb-compact-copying", "return").unwrap();
+    // Quiet for 1.5 s: on a loaded machine a pause of 300 ms between two of the writes of the
+    // set-up let a compaction start before the set-up was done.
+    let (store, redb, grown) =
+        store_to_compact(&path, Duration::from_millis(1500), percolator_store::Durability::Fsync);
+    let start = Instant::now();
+    while redb.stats().compactions_given_up == 0 {
+        assert!(start.elapsed() < Duration::from_secs(30), "no compaction was tried: {:?}", redb.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(store.storage_failure().is_none(), "a failed copy is no failure of the store");
+    assert!(!dir.file("s.redb.compacting").exists(), "the failed copy was removed");
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), grown, "the file is as it was");
+    assert_eq!(redb.stats().compactions, 0);
+    fail::remove("redb-compact-copying");
+    // Enough operations to end the quiet spell (one compaction is tried per spell).
+    for i in 0..100u64 {
+        store.run(|t| set_u64(t, "t", &format!("w{i:03}"), "c:v", i)).unwrap();
+    }
+    while redb.stats().compactions == 0 {
+        assert!(start.elapsed() < Duration::from_secs(60), "no compaction in the next quiet spell: {:?}", redb.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(std::fs::metadata(&path).unwrap().len() < grown / 2);
     let t = store.begin().unwrap();
     for r in 0..300 {
-        assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, 29)), "row {r}");
+        assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(compacted_value(r, 29)), "row {r}");
+    }
+    for i in 0..100u64 {
+        assert_eq!(get_u64(&t, "t", &format!("w{i:03}"), "c:v").unwrap(), i);
     }
     drop(t);
-    store.run(|t| set_u64(t, "t", "after", "c:v", 3)).unwrap();
     scenario.teardown();
 }

@@ -774,6 +774,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         drop(gc);
         let file = std::fs::metadata(&config.store_path)?.len();
         figure("quiet_compactions", (redb.stats().compactions - compactions).to_string());
+        figure("quiet_compactions_given_up", redb.stats().compactions_given_up.to_string());
         figure("quiet_compaction_after_s", format!("{:.1}", started.elapsed().as_secs_f64()));
         figure("quiet_longest_read_ms", format!("{:.1}", longest.load(Ordering::Relaxed) as f64 / 1e3));
         figure("quiet_file_bytes", file.to_string());
