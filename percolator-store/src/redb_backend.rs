@@ -1091,6 +1091,9 @@ impl Shared {
         let path = compacting_path(&self.path);
         self.remove_copy();
         let new = open_database(&path, self.config.cache_bytes, &self.paced_syncs).map_err(copying)?;
+        // The copy takes the file's place: with its permissions (its owner is this process's).
+        let permissions = std::fs::metadata(&self.path).map_err(|e| Copy::Live(self.located(e.into())))?.permissions();
+        std::fs::set_permissions(&path, permissions).map_err(|e| copying(Error::io(&path, &e)))?;
         let snapshot = database.begin_read().map_err(|e| live(e.into()))?;
         for table in Table::ALL {
             let def = TABLES[table as usize];

@@ -814,6 +814,11 @@ fn readers_and_rounds_go_on_while_a_compaction_copies_the_file() {
     let copy = dir.file("s.redb.compacting");
     fail::cfg("redb-compact-copying", "pause").unwrap();
     let (store, redb, grown) = store_to_compact(&path, Duration::from_millis(400), percolator_store::Durability::Fsync);
+    // A file only its owner may read: so is the copy that takes its place.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
     let start = Instant::now();
     while !copy.exists() {
         assert!(start.elapsed() < Duration::from_secs(30), "no compaction started: {:?}", redb.stats());
@@ -842,6 +847,11 @@ fn readers_and_rounds_go_on_while_a_compaction_copies_the_file() {
     let compacted = std::fs::metadata(&path).unwrap().len();
     assert!(compacted < grown / 2, "the file was {grown} bytes, {compacted} after the compaction");
     assert!(!copy.exists(), "the copy took the file's place");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the file's permissions after the compaction: {mode:o}");
+    }
     let check = |store: &TestStore, when: &str| {
         let t = store.begin().unwrap();
         for r in 0..300 {
