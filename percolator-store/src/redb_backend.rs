@@ -985,6 +985,13 @@ impl Shared {
                 });
             }
             Err(Copy::Copying(e)) => {
+                // redb's I/O errors name no file: the copy's, most likely.
+                let e = match e {
+                    Error::Io { path, message, disk_full } if path.as_os_str().is_empty() => {
+                        Error::Io { path: compacting_path(&self.path), message, disk_full }
+                    }
+                    e => e,
+                };
                 self.remove_copy();
                 self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(error = %e, "compacting the store's file by a copy failed; the file is as it was");
@@ -1059,7 +1066,7 @@ impl Shared {
             tx.set_durability(redb::Durability::Immediate).map_err(|e| live(e.into()))?;
             tx.commit().map_err(|e| live(e.into()))?;
         }
-        let before = std::fs::metadata(&self.path).map_err(|e| Copy::Live(self.located(e.into())))?.len();
+        let before = std::fs::metadata(&self.path).map_err(|e| Copy::Live(e.into()))?.len();
         let allocated = {
             let tx = database.begin_write().map_err(|e| live(e.into()))?;
             let stats = tx.stats().map_err(|e| live(e.into()))?;
@@ -1092,7 +1099,7 @@ impl Shared {
         self.remove_copy();
         let new = open_database(&path, self.config.cache_bytes, &self.paced_syncs).map_err(copying)?;
         // The copy takes the file's place: with its permissions (its owner is this process's).
-        let permissions = std::fs::metadata(&self.path).map_err(|e| Copy::Live(self.located(e.into())))?.permissions();
+        let permissions = std::fs::metadata(&self.path).map_err(|e| Copy::Live(e.into()))?.permissions();
         std::fs::set_permissions(&path, permissions).map_err(|e| copying(Error::io(&path, &e)))?;
         let snapshot = database.begin_read().map_err(|e| live(e.into()))?;
         for table in Table::ALL {
