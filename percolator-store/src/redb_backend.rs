@@ -79,7 +79,8 @@ pub struct RedbConfig {
     /// durable (durability fsync), every second otherwise, where the checkpoint is what makes
     /// them durable and its interval bounds what a crash loses.
     pub checkpoint_every: Option<Duration>,
-    /// Compact the open file when the store has been quiet this long and a quarter of the
+    /// Compact the open file when the store has been quiet (no writes but a host's few; reads
+    /// do not count) this long and a quarter of the
     /// file (at least 16 MiB) is free pages (`docs/design.md`, "GC", compaction when quiet):
     /// redb grows its file in doubling steps and gives freed pages back only by compacting.
     /// The file is copied beside itself (the disk needs room for what it holds), and the copy
@@ -176,11 +177,8 @@ const CACHE_BYTES: usize = 1 << 30;
 /// [`RedbConfig::compact_when_quiet`]'s default.
 const COMPACT_WHEN_QUIET: Duration = Duration::from_secs(30);
 /// The store is quiet while at most this many operations are applied per checkpoint interval
-/// (a host's lease and oracle writes are a few)...
+/// (a host's lease and oracle writes are a few). Reads do not count: none waits for the copy.
 const QUIET_OPS: u64 = 64;
-/// ...and at most this many reads per second are made (a dashboard's few, not a service's
-/// queries, whose disk, cores and redb's page cache the copy of the whole file would take).
-const QUIET_READS_PER_S: f64 = 100.0;
 /// The free pages that make a compaction worth its copy: at least this many bytes...
 const COMPACT_MIN_FREE: u64 = 16 << 20;
 /// ...and at least this fraction of the file (1/4: a file over 4/3 of its pages).
@@ -271,8 +269,6 @@ struct Shared {
     compactions_given_up: AtomicU64,
     /// Syncs of the file by its [`PacedFile`] ([`BackendStats::paced_syncs`]).
     paced_syncs: Arc<AtomicU64>,
-    /// Reads through the layers (for the checkpointer's measure of a quiet store).
-    reads: AtomicU64,
     /// A compaction renamed its copy into the file's place, and the directory was not synced
     /// after: the next checkpoint syncs it before it writes into the file.
     dir_sync_pending: AtomicBool,
@@ -383,29 +379,27 @@ impl KvRead for BaseTable {
 }
 
 /// The checkpointer's measure of a quiet store: how long at most [`QUIET_OPS`] operations were
-/// applied between two of its ticks, and reads made at most [`QUIET_READS_PER_S`].
+/// applied between two of its ticks.
 struct Quiet {
-    /// Operations applied and reads made at the last tick, and when it was.
-    seen: (u64, u64),
-    at: Instant,
+    /// Operations applied at the last tick.
+    seen: u64,
     since: Instant,
     /// A compaction was tried in this quiet spell (one per spell).
     tried: bool,
 }
 
 impl Quiet {
-    fn new(seen: (u64, u64)) -> Quiet {
-        Quiet { seen, at: Instant::now(), since: Instant::now(), tried: false }
+    fn new(seen: u64) -> Quiet {
+        Quiet { seen, since: Instant::now(), tried: false }
     }
 
-    /// A tick with `(ops, reads)` so far: true once per spell that has lasted `after`.
-    fn tick(&mut self, (ops, reads): (u64, u64), after: Duration) -> bool {
-        let reads_allowed = (QUIET_READS_PER_S * self.at.elapsed().as_secs_f64()) as u64;
-        if ops.saturating_sub(self.seen.0) > QUIET_OPS || reads.saturating_sub(self.seen.1) > reads_allowed {
+    /// A tick with `ops` applied so far: true once per spell that has lasted `after`.
+    fn tick(&mut self, ops: u64, after: Duration) -> bool {
+        if ops.saturating_sub(self.seen) > QUIET_OPS {
             self.since = Instant::now();
             self.tried = false;
         }
-        (self.seen, self.at) = ((ops, reads), Instant::now());
+        self.seen = ops;
         if self.tried || self.since.elapsed() < after {
             return false;
         }
@@ -699,7 +693,6 @@ impl RedbBigtable {
                 compactions: AtomicU64::new(0),
                 compactions_given_up: AtomicU64::new(0),
                 paced_syncs,
-                reads: AtomicU64::new(0),
                 dir_sync_pending: AtomicBool::new(false),
             }),
         };
@@ -922,7 +915,7 @@ impl Shared {
     /// a checkpoint — unless the store is failing (the prober makes it then). Ends when the
     /// backend is dropped.
     fn checkpoint_every_so_often(self: Arc<Self>) {
-        let activity = || (self.ops.load(Ordering::Relaxed), self.reads.load(Ordering::Relaxed));
+        let activity = || self.ops.load(Ordering::Relaxed);
         let mut quiet = Quiet::new(activity());
         loop {
             {
@@ -1497,7 +1490,6 @@ impl Shared {
     /// Runs `f` on `table` as readers see it, holding the layers shared (so a call sees
     /// whole rounds).
     fn read<T>(self: &Arc<Self>, table: Table, f: impl FnOnce(&dyn KvRead) -> Result<T>) -> Result<T> {
-        self.reads.fetch_add(1, Ordering::Relaxed);
         self.layered(table, None, f).map_err(|e| self.located(e))
     }
 

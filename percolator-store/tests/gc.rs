@@ -463,9 +463,10 @@ fn an_incremental_pass_removes_what_the_lock_it_rolled_forward_replaced() {
 }
 
 /// A store that GC left with many free pages compacts its open file by itself once it has
-/// been quiet (`RedbConfig::compact_when_quiet`), and not while it is read without a pause: the
-/// file shrinks to about its pages, a reader running throughout reads every row's value
-/// before, during and after, and writes go on after it, also across a reopen.
+/// been quiet (`RedbConfig::compact_when_quiet`: no writes; reads do not count, none waits for
+/// the compaction's copy): the file shrinks to about its pages, a reader running without a pause
+/// throughout reads every row's value before, during and after, and writes go on after it,
+/// also across a reopen.
 #[test]
 fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     use percolator_store::backends::{Bigtable, RedbBigtable};
@@ -489,30 +490,8 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     };
     let (store, redb) = open();
     write_rounds_into(&store, &redb, rows, rounds, value);
-    // Read without a pause (thousands a second) from before GC freed the pages to well after:
-    // not a quiet store.
-    let busy = Arc::new(AtomicBool::new(true));
-    let busy_reader = {
-        let (store, busy) = (store.clone(), busy.clone());
-        std::thread::spawn(move || {
-            let mut n = 0u64;
-            while busy.load(Ordering::SeqCst) {
-                let t = store.begin().unwrap();
-                assert_eq!(t.get("t", "r0000", "c:v").unwrap(), Some(value(0, rounds - 1)));
-                n += 1;
-            }
-            n
-        })
-    };
-    let gc = store.gc().unwrap();
-    assert_eq!(gc.versions_removed, rows * (rounds - 1), "{gc:?}");
-    redb.checkpoint().unwrap();
-    let grown = std::fs::metadata(&path).unwrap().len();
-    std::thread::sleep(Duration::from_millis(1500));
-    busy.store(false, Ordering::SeqCst);
-    let busy_reads = busy_reader.join().unwrap();
-    assert_eq!(redb.stats().compactions, 0, "a store read this much ({busy_reads} reads) is not quiet");
-    // Then a reader from before the compaction to after it.
+    // A reader without a pause (thousands of reads a second), from before GC freed the pages
+    // to after the compaction.
     let (stop, reads) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let reader = {
         let (store, stop, reads) = (store.clone(), stop.clone(), reads.clone());
@@ -522,11 +501,13 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
                 let r = reads.load(Ordering::SeqCst) % rows;
                 assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, rounds - 1)), "row {r}");
                 reads.fetch_add(1, Ordering::SeqCst);
-                // 40 reads a second: still a quiet store (a busier one is not compacted).
-                std::thread::sleep(Duration::from_millis(25));
             }
         })
     };
+    let gc = store.gc().unwrap();
+    assert_eq!(gc.versions_removed, rows * (rounds - 1), "{gc:?}");
+    redb.checkpoint().unwrap();
+    let grown = std::fs::metadata(&path).unwrap().len();
     let deadline = Instant::now() + Duration::from_secs(30);
     while redb.stats().compactions == 0 {
         assert!(Instant::now() < deadline, "no compaction in 30 s of quiet: {:?}", redb.stats());

@@ -759,7 +759,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
                     let start = Instant::now();
                     store.begin()?.get(schema::PAGES, hub.as_bytes(), schema::RAW_HTML)?;
                     longest.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    // 20 reads a second: a store read more is not quiet.
+                    // 20 reads a second, as a dashboard might.
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 Ok(())
