@@ -43,8 +43,9 @@
 //! - with `--compact-when-quiet S` (the store's `RedbConfig::compact_when_quiet`; 0: off), the
 //!   pipeline at rest after the fixed point, GC on as during the load, until the quiet store
 //!   compacted its open file: the file then over the batch tables
-//!   (`quiet_file_over_batch_tables`), and the longest a reader probing every 50 ms waited
-//!   (`quiet_longest_read_ms`);
+//!   (`quiet_file_over_batch_tables`), and the longest a reader probing every 50 ms (every
+//!   `--probe-every-ms M`; 0: without a pause, as a serving host's queries) waited
+//!   (`quiet_longest_read_ms`) and its reads a second (`quiet_reads_per_s`);
 //! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
 //!   linking to it (a new anchor), each from an idle pipeline to its fixed point again:
 //!   observer runs and bytes written. Each page is first updated once to a fixed version, so
@@ -73,7 +74,7 @@
 //! `--workers N` (observer runs in flight; default the configuration's `[scanner] workers`),
 //! `--gc-every S` (seconds between GC passes; default the configuration's `gc_interval_s`),
 //! `--space-every S`,
-//! `--compact-when-quiet S`. Prints `name value` lines; `#`
+//! `--compact-when-quiet S`, `--probe-every-ms M` (50). Prints `name value` lines; `#`
 //! lines are comments.
 
 /// The host's allocator (`host/src/main.rs`), so that what is measured here is what it runs.
@@ -220,6 +221,9 @@ struct Args {
     /// at the end, a wait for the quiet store to compact its file. `None`: the store's default,
     /// no wait.
     compact_when_quiet: Option<Duration>,
+    /// `--probe-every-ms M`: the pause between two reads of the probe while the quiet store
+    /// compacts (zero: none).
+    probe_every: Duration,
 }
 
 fn root() -> PathBuf {
@@ -240,6 +244,7 @@ fn parse_args() -> Res<Args> {
         workers: None,
         space_every: None,
         compact_when_quiet: None,
+        probe_every: Duration::from_millis(50),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -288,9 +293,16 @@ fn parse_args() -> Res<Args> {
                 }
                 args.compact_when_quiet = Some(Duration::from_secs_f64(secs));
             }
+            "--probe-every-ms" => {
+                let ms: u64 = value()?.parse().map_err(|e| format!("--probe-every-ms: {e}"))?;
+                if ms > 60_000 {
+                    return Err(format!("--probe-every-ms {ms}: expected milliseconds, 0 to 60000").into());
+                }
+                args.probe_every = Duration::from_millis(ms);
+            }
             other => {
                 return Err(format!(
-                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --gc-every, --workers, --space-every, --compact-when-quiet)"
+                    "unknown argument {other:?} (expected --pages, --seed, --shape, --durability, --guests, --config, --no-check, --no-gc, --gc-every, --workers, --space-every, --compact-when-quiet, --probe-every-ms)"
                 )
                 .into());
             }
@@ -753,16 +765,23 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         let started = Instant::now();
         let (stop, longest) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
         let probe = {
-            let (store, stop, longest, hub) = (store.clone(), stop.clone(), longest.clone(), hub.clone());
-            std::thread::spawn(move || -> StoreResult<()> {
+            let (store, stop, longest, pause) = (store.clone(), stop.clone(), longest.clone(), args.probe_every);
+            // The pages' documents, all over the table (a query's candidates are).
+            let urls: Vec<String> = crawl.pages.iter().map(|p| p.url.clone()).collect();
+            std::thread::spawn(move || -> StoreResult<u64> {
+                let mut reads = 0u64;
                 while !stop.load(Ordering::Relaxed) {
+                    let url = &urls[(reads as usize).wrapping_mul(7919) % urls.len()];
                     let start = Instant::now();
-                    store.begin()?.get(schema::PAGES, hub.as_bytes(), schema::RAW_HTML)?;
+                    store.begin()?.get(schema::PAGES, url.as_bytes(), schema::DOC_TEXT)?;
                     longest.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    // 20 reads a second, as a dashboard might.
-                    std::thread::sleep(Duration::from_millis(50));
+                    reads += 1;
+                    // By default 20 reads a second, as a dashboard might.
+                    if !pause.is_zero() {
+                        std::thread::sleep(pause);
+                    }
                 }
-                Ok(())
+                Ok(reads)
             })
         };
         let deadline = started + quiet + Duration::from_secs(120);
@@ -770,13 +789,15 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
             std::thread::sleep(Duration::from_millis(50));
         }
         stop.store(true, Ordering::Relaxed);
-        probe.join().map_err(|_| "the read probe panicked")??;
+        let probe_reads = probe.join().map_err(|_| "the read probe panicked")??;
+        let probed_for = started.elapsed();
         drop(gc);
         let file = std::fs::metadata(&config.store_path)?.len();
         figure("quiet_compactions", (redb.stats().compactions - compactions).to_string());
         figure("quiet_compactions_given_up", redb.stats().compactions_given_up.to_string());
         figure("quiet_compaction_after_s", format!("{:.1}", started.elapsed().as_secs_f64()));
         figure("quiet_longest_read_ms", format!("{:.1}", longest.load(Ordering::Relaxed) as f64 / 1e3));
+        figure("quiet_reads_per_s", format!("{:.0}", probe_reads as f64 / probed_for.as_secs_f64()));
         figure("quiet_file_bytes", file.to_string());
         figure("quiet_file_over_input", format!("{:.2}", file as f64 / input_bytes as f64));
         quiet_file = Some(file);
