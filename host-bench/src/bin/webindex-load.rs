@@ -657,6 +657,34 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     // deletions. (The load's bytes written include those of the passes during the load.)
     drop(gc);
     let file = std::fs::metadata(&config.store_path)?.len();
+    // What of the file redb uses (the file grows in large steps and never shrinks while open),
+    // before a compaction when quiet can change it.
+    let at_fixed_point = redb.space()?;
+    // With `--compact-when-quiet`: from the fixed point on, the compactions counted and a probe
+    // reading (the store may compact while the figures below are taken).
+    let compactions_at_fixed_point = redb.stats().compactions;
+    let fixed_at = Instant::now();
+    let (stop_probe, longest) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
+    let probe = args.compact_when_quiet.filter(|d| !d.is_zero()).map(|_| {
+        let (store, stop, longest, pause) = (store.clone(), stop_probe.clone(), longest.clone(), args.probe_every);
+        // The pages' documents, all over the table (a query's candidates are).
+        let urls: Vec<String> = crawl.pages.iter().map(|p| p.url.clone()).collect();
+        std::thread::spawn(move || -> StoreResult<u64> {
+            let mut reads = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let url = &urls[(reads as usize).wrapping_mul(7919) % urls.len()];
+                let start = Instant::now();
+                store.begin()?.get(schema::PAGES, url.as_bytes(), schema::DOC_TEXT)?;
+                longest.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+                reads += 1;
+                // By default 20 reads a second, as a dashboard might.
+                if !pause.is_zero() {
+                    std::thread::sleep(pause);
+                }
+            }
+            Ok(reads)
+        })
+    });
     let figure = |name: &str, value: String| println!("webindex_load_{name} {value}");
     figure("pages", pages.to_string());
     figure("input_bytes", input_bytes.to_string());
@@ -734,8 +762,6 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     figure("bytes_written_over_input", format!("{:.2}", bytes as f64 / input_bytes as f64));
     figure("store_file_bytes", file.to_string());
     figure("store_over_input", format!("{:.2}", file as f64 / input_bytes as f64));
-    // What of the file redb uses (the file grows in large steps and never shrinks while open).
-    let at_fixed_point = redb.space()?;
     figure("store_allocated_bytes", at_fixed_point.allocated_bytes.to_string());
     figure("store_disk_bytes", at_fixed_point.disk_bytes.to_string());
     figure("store_stored_bytes", at_fixed_point.stored_bytes.to_string());
@@ -759,36 +785,14 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     let mut quiet_file = None;
     // The host at rest: GC on as during the load, the store quiet: with `--compact-when-quiet`,
     // the file once the store compacted it, and the longest a reader waited meanwhile.
-    if let Some(quiet) = args.compact_when_quiet.filter(|d| !d.is_zero()) {
+    if let (Some(quiet), Some(probe)) = (args.compact_when_quiet.filter(|d| !d.is_zero()), probe) {
         let gc = gc_every.map(|every| store.start_gc(every));
-        let compactions = redb.stats().compactions;
-        let started = Instant::now();
-        let (stop, longest) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
-        let probe = {
-            let (store, stop, longest, pause) = (store.clone(), stop.clone(), longest.clone(), args.probe_every);
-            // The pages' documents, all over the table (a query's candidates are).
-            let urls: Vec<String> = crawl.pages.iter().map(|p| p.url.clone()).collect();
-            std::thread::spawn(move || -> StoreResult<u64> {
-                let mut reads = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let url = &urls[(reads as usize).wrapping_mul(7919) % urls.len()];
-                    let start = Instant::now();
-                    store.begin()?.get(schema::PAGES, url.as_bytes(), schema::DOC_TEXT)?;
-                    longest.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    reads += 1;
-                    // By default 20 reads a second, as a dashboard might.
-                    if !pause.is_zero() {
-                        std::thread::sleep(pause);
-                    }
-                }
-                Ok(reads)
-            })
-        };
+        let (started, compactions) = (fixed_at, compactions_at_fixed_point);
         let deadline = started + quiet + Duration::from_secs(120);
         while redb.stats().compactions == compactions && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(50));
         }
-        stop.store(true, Ordering::Relaxed);
+        stop_probe.store(true, Ordering::Relaxed);
         let probe_reads = probe.join().map_err(|_| "the read probe panicked")??;
         let probed_for = started.elapsed();
         drop(gc);
