@@ -792,6 +792,22 @@ fn compacted_value(row: u64, round: u64) -> Vec<u8> {
     noise(row << 32 | round, 2048)
 }
 
+/// Waits until `done`, failing the test (`what`, and the backend's counters) once `secs` have
+/// passed since `start`.
+fn wait_for(
+    start: Instant,
+    secs: u64,
+    what: &str,
+    redb: &percolator_store::backends::RedbBigtable,
+    done: impl Fn() -> bool,
+) {
+    use percolator_store::backends::Bigtable;
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(secs), "{what}: {:?}", redb.stats());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Runs `f` on a thread of its own and fails the test if it takes over 20 s (a read or a commit
 /// waiting behind the compaction, which the test holds paused, would wait forever).
 fn within_20_s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
@@ -820,10 +836,7 @@ fn readers_and_rounds_go_on_while_a_compaction_copies_the_file() {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let start = Instant::now();
-    while !copy.exists() {
-        assert!(start.elapsed() < Duration::from_secs(30), "no compaction started: {:?}", redb.stats());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(start, 30, "no compaction started", &redb, || copy.exists());
     // The copy is held at the end of its first run: read everything, commit new rows.
     {
         let store = store.clone();
@@ -840,10 +853,7 @@ fn readers_and_rounds_go_on_while_a_compaction_copies_the_file() {
     }
     assert_eq!(redb.stats().compactions, 0, "the compaction is held");
     fail::remove("redb-compact-copying");
-    while redb.stats().compactions == 0 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the compaction did not end: {:?}", redb.stats());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(start, 60, "the compaction did not end", &redb, || redb.stats().compactions != 0);
     let compacted = std::fs::metadata(&path).unwrap().len();
     assert!(compacted < grown / 2, "the file was {grown} bytes, {compacted} after the compaction");
     assert!(!copy.exists(), "the copy took the file's place");
@@ -885,19 +895,13 @@ fn at_durability_none_a_round_during_the_copy_makes_the_compaction_give_up() {
     fail::cfg("redb-compact-copying", "pause").unwrap();
     let (store, redb, grown) = store_to_compact(&path, Duration::from_millis(400), percolator_store::Durability::None);
     let start = Instant::now();
-    while !copy.exists() {
-        assert!(start.elapsed() < Duration::from_secs(30), "no compaction started: {:?}", redb.stats());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(start, 30, "no compaction started", &redb, || copy.exists());
     {
         let store = store.clone();
         within_20_s("a commit", move || store.run(|t| set_u64(t, "during", "d", "c:v", 7)).unwrap());
     }
     fail::remove("redb-compact-copying");
-    while redb.stats().compactions_given_up == 0 {
-        assert!(start.elapsed() < Duration::from_secs(60), "the compaction went on: {:?}", redb.stats());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(start, 60, "the compaction went on", &redb, || redb.stats().compactions_given_up != 0);
     assert_eq!(redb.stats().compactions, 0);
     assert!(!copy.exists(), "the given-up copy was removed");
     assert_eq!(std::fs::metadata(&path).unwrap().len(), grown, "the file is as it was");
@@ -923,10 +927,7 @@ fn a_compaction_whose_copy_fails_leaves_the_store_as_it_was() {
     let (store, redb, grown) =
         store_to_compact(&path, Duration::from_millis(1500), percolator_store::Durability::Fsync);
     let start = Instant::now();
-    while redb.stats().compactions_given_up == 0 {
-        assert!(start.elapsed() < Duration::from_secs(30), "no compaction was tried: {:?}", redb.stats());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(start, 30, "no compaction was tried", &redb, || redb.stats().compactions_given_up != 0);
     assert!(store.storage_failure().is_none(), "a failed copy is no failure of the store");
     assert!(!dir.file("s.redb.compacting").exists(), "the failed copy was removed");
     assert_eq!(std::fs::metadata(&path).unwrap().len(), grown, "the file is as it was");
@@ -936,10 +937,7 @@ fn a_compaction_whose_copy_fails_leaves_the_store_as_it_was() {
     for i in 0..100u64 {
         store.run(|t| set_u64(t, "t", &format!("w{i:03}"), "c:v", i)).unwrap();
     }
-    while redb.stats().compactions == 0 {
-        assert!(start.elapsed() < Duration::from_secs(60), "no compaction in the next quiet spell: {:?}", redb.stats());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_for(start, 60, "no compaction in the next quiet spell", &redb, || redb.stats().compactions != 0);
     assert!(std::fs::metadata(&path).unwrap().len() < grown / 2);
     let t = store.begin().unwrap();
     for r in 0..300 {
