@@ -63,11 +63,12 @@ macro_rules! counters {
         /// A snapshot of the store's counters, from [`Store::metrics`]. Each field is documented
         /// with its help text; [`Metrics::counters`] lists them all with their names.
         ///
-        /// Every counter but `backend_commits`, `backend_ops` and `oracle_timestamps` is a
+        /// Every counter but the backend's (`backend_commits`, `backend_ops`, `file_compactions`,
+        /// `file_compactions_given_up`) and `oracle_timestamps` is a
         /// **total over the store's life**: what earlier opens of the same store saved (when
         /// they closed, or at [`Store::persist_metrics`]) plus what this store counted since it
-        /// opened. A process that crashes loses its counts since its last save. Those three
-        /// count from when this store opened.
+        /// opened. A process that crashes loses its counts since its last save. Those count from
+        /// when this store opened.
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
         #[non_exhaustive]
         pub struct Metrics {
@@ -149,6 +150,10 @@ counters! {
         backend_commits = commits:
             "Underlying backend commits (for redb: write transactions, each one fsync when durable).",
         backend_ops = ops: "Operations applied in those backend commits.",
+        file_compactions = compactions:
+            "For redb: compactions of the open file while the store was quiet (a copy of it that took its place).",
+        file_compactions_given_up = compactions_given_up:
+            "For redb: compactions given up, the file left as it was (the store stopped being quiet, or the copy failed: the log says why).",
     }
     oracle {
         oracle_timestamps: "Timestamps the oracle handed out to this store (the oracle's rate: their rate).",
@@ -348,7 +353,7 @@ mod tests {
     fn counters_list_every_field_once_with_its_name() {
         let m = Metrics { commits: 1, teleports: 2, backend_ops: 3, oracle_timestamps: 4, ..Metrics::default() };
         let list: Vec<Counter> = m.counters().collect();
-        assert_eq!(list.len(), 23);
+        assert_eq!(list.len(), 25);
         let names: std::collections::BTreeSet<&str> = list.iter().map(|c| c.name).collect();
         assert_eq!(names.len(), list.len(), "names are unique");
         let value = |name: &str| list.iter().find(|c| c.name == name).unwrap().value;
