@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -160,6 +161,19 @@ pub struct Pipeline {
     /// when a reload last read them ([`Pipeline::note_inputs`]): while they differ, a reload is
     /// coming ([`Pipeline::reload_pending`]).
     inputs: Mutex<Option<(PathBuf, PathBuf, Inputs)>>,
+    /// Reloads under way, from before they note their inputs to after they applied (or
+    /// rejected) them ([`Pipeline::begin_reload`]): `applying` alone leaves a gap between the
+    /// two, where a reload has read the inputs but not yet applied them.
+    reloads: AtomicUsize,
+}
+
+/// A reload under way ([`Pipeline::begin_reload`]), until dropped.
+pub struct ReloadUnderWay<'a>(&'a AtomicUsize);
+
+impl Drop for ReloadUnderWay<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// The component being compiled: binding, file, since when, its index (1-based) among how
@@ -235,7 +249,16 @@ impl Pipeline {
             sinks: OnceLock::new(),
             changes_keep: Mutex::new(crate::config::DEFAULT_CHANGES_KEEP),
             inputs: Mutex::new(None),
+            reloads: AtomicUsize::new(0),
         }
+    }
+
+    /// Marks a reload under way until the guard is dropped: taken before the reload notes its
+    /// inputs and held until it applied or rejected them, so that [`Pipeline::reload_pending`]
+    /// says true throughout (the inputs match what was noted before the new version is in).
+    pub fn begin_reload(&self) -> ReloadUnderWay<'_> {
+        self.reloads.fetch_add(1, Ordering::SeqCst);
+        ReloadUnderWay(&self.reloads)
     }
 
     /// True once a configuration was loaded (the host's first load is done).
@@ -256,7 +279,7 @@ impl Pipeline {
     /// waits for the writes to settle first). What `wait` waits for besides the notifications,
     /// so that work retried after a fix runs on the fixed version.
     pub fn reload_pending(&self) -> bool {
-        if self.applying.try_lock().is_err() {
+        if self.reloads.load(Ordering::SeqCst) > 0 || self.applying.try_lock().is_err() {
             return true;
         }
         let noted = self.inputs.lock().unwrap_or_else(PoisonError::into_inner).clone();

@@ -122,6 +122,9 @@ pub fn watch(
 
 /// One reload: read the configuration, check what may not change, apply.
 fn reload(pipeline: &Pipeline, config_file: &Path, initial: &Config) {
+    // Under way from before the inputs are noted to after they are applied: `wait` must not
+    // find the inputs unchanged and no reload running in between.
+    let _under_way = pipeline.begin_reload();
     pipeline.note_inputs(config_file, &initial.observers_dir);
     match Config::load(config_file) {
         Ok(config) if !config.same_host_settings(initial) => {

@@ -163,3 +163,21 @@ fn a_truncated_component_is_rejected_on_hot_reload_and_the_watcher_lives_on() {
     drop(_watch);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A reload is pending from before it notes its inputs to after it applied them: in between,
+/// the inputs it noted match the files and no apply holds the pipeline yet, which `wait` took
+/// for "no reload coming" and returned before the new version was in (`host/tests/cli.rs`'s
+/// `wait_waits_for_a_pending_reload` failed so on a loaded machine).
+#[test]
+fn a_reload_is_pending_from_before_it_notes_its_inputs_until_it_ends() {
+    let (dir, pipeline, config) = setup("reload-pending", b"not read");
+    pipeline.note_inputs(&config.file, &config.observers_dir);
+    assert!(!pipeline.reload_pending(), "nothing changed since the inputs were noted");
+    {
+        let _under_way = pipeline.begin_reload();
+        pipeline.note_inputs(&config.file, &config.observers_dir);
+        assert!(pipeline.reload_pending(), "a reload that read its inputs and has not applied them yet");
+    }
+    assert!(!pipeline.reload_pending(), "the reload ended");
+    let _ = std::fs::remove_dir_all(dir);
+}
