@@ -45,7 +45,8 @@
 //!   compacted its open file: the file then over the batch tables
 //!   (`quiet_file_over_batch_tables`), and the longest a reader probing every 50 ms (every
 //!   `--probe-every-ms M`; 0: without a pause, as a serving host's queries) waited
-//!   (`quiet_longest_read_ms`) and its reads a second (`quiet_reads_per_s`);
+//!   (`quiet_longest_read_ms`) and its reads a second (`quiet_reads_per_s`; without a pause,
+//!   also those of its median and its slowest tenth of a second, `quiet_reads_per_s_*_tenth`);
 //! - one update of the crawl's first hub (new title, text and links) and one of a leaf page
 //!   linking to it (a new anchor), each from an idle pipeline to its fixed point again:
 //!   observer runs and bytes written. Each page is first updated once to a fixed version, so
@@ -669,20 +670,29 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         let (store, stop, longest, pause) = (store.clone(), stop_probe.clone(), longest.clone(), args.probe_every);
         // The pages' documents, all over the table (a query's candidates are).
         let urls: Vec<String> = crawl.pages.iter().map(|p| p.url.clone()).collect();
-        std::thread::spawn(move || -> StoreResult<u64> {
+        std::thread::spawn(move || -> StoreResult<(u64, Vec<u32>)> {
             let mut reads = 0u64;
+            // Reads by 100 ms from the start: the rate's dip while the store compacts.
+            let (began, mut by_tenth) = (Instant::now(), Vec::<u32>::new());
             while !stop.load(Ordering::Relaxed) {
                 let url = &urls[(reads as usize).wrapping_mul(7919) % urls.len()];
                 let start = Instant::now();
                 store.begin()?.get(schema::PAGES, url.as_bytes(), schema::DOC_TEXT)?;
                 longest.fetch_max(start.elapsed().as_micros() as u64, Ordering::Relaxed);
                 reads += 1;
+                let tenth = (began.elapsed().as_millis() / 100) as usize;
+                if by_tenth.len() <= tenth {
+                    by_tenth.resize(tenth + 1, 0);
+                }
+                by_tenth[tenth] += 1;
                 // By default 20 reads a second, as a dashboard might.
                 if !pause.is_zero() {
                     std::thread::sleep(pause);
                 }
             }
-            Ok(reads)
+            // The last tenth is cut short.
+            by_tenth.pop();
+            Ok((reads, by_tenth))
         })
     });
     let figure = |name: &str, value: String| println!("webindex_load_{name} {value}");
@@ -793,7 +803,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
             std::thread::sleep(Duration::from_millis(50));
         }
         stop_probe.store(true, Ordering::Relaxed);
-        let probe_reads = probe.join().map_err(|_| "the read probe panicked")??;
+        let (probe_reads, mut by_tenth) = probe.join().map_err(|_| "the read probe panicked")??;
         let probed_for = started.elapsed();
         drop(gc);
         let file = std::fs::metadata(&config.store_path)?.len();
@@ -802,6 +812,13 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
         figure("quiet_compaction_after_s", format!("{:.1}", started.elapsed().as_secs_f64()));
         figure("quiet_longest_read_ms", format!("{:.1}", longest.load(Ordering::Relaxed) as f64 / 1e3));
         figure("quiet_reads_per_s", format!("{:.0}", probe_reads as f64 / probed_for.as_secs_f64()));
+        // Without a pause: the reads a second of the median tenth of a second, and of the
+        // slowest one (the copy's share of the disk and cores).
+        if args.probe_every.is_zero() && !by_tenth.is_empty() {
+            by_tenth.sort_unstable();
+            figure("quiet_reads_per_s_median_tenth", (by_tenth[by_tenth.len() / 2] * 10).to_string());
+            figure("quiet_reads_per_s_slowest_tenth", (by_tenth[0] * 10).to_string());
+        }
         figure("quiet_file_bytes", file.to_string());
         figure("quiet_file_over_input", format!("{:.2}", file as f64 / input_bytes as f64));
         quiet_file = Some(file);
