@@ -515,13 +515,14 @@ fn compacting_path(path: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// Makes the entries of the directory holding `path` durable (a rename into it).
-fn sync_dir_of(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, &e))
+/// Removes the copy a compaction left beside the store file at `path` (given up, failed, or cut
+/// short by a crash), if there is one.
+fn remove_copy_of(path: &Path) -> Result<()> {
+    let copy = compacting_path(path);
+    match std::fs::remove_file(&copy) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&copy, &e)),
+        _ => Ok(()),
+    }
 }
 
 /// The bytes an unprivileged writer may still take on the file system holding `path`.
@@ -641,10 +642,7 @@ impl RedbBigtable {
         let db = open_database(path, config.cache_bytes, &paced_syncs)?;
         // A compaction's copy that a crash cut short (this handle holds the file's lock now, so
         // no other compacts it).
-        match std::fs::remove_file(compacting_path(path)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&compacting_path(path), &e)),
-            _ => {}
-        }
+        remove_copy_of(path)?;
         let created = || -> Result<()> {
             let tx = db.begin_write()?;
             tx.open_table(CELLS)?;
@@ -731,10 +729,7 @@ impl RedbBigtable {
             e => Error::Storage(format!("opening {}: {e}", path.display())),
         })?;
         // A copy a compaction when quiet left, cut short by a crash (the file's lock is held).
-        match std::fs::remove_file(compacting_path(path)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&compacting_path(path), &e)),
-            _ => {}
-        }
+        remove_copy_of(path)?;
         // Each call moves what it can; a later one may find more to move. Bounded, in case a
         // version of redb kept reporting progress.
         for _ in 0..16 {
@@ -966,8 +961,7 @@ impl Shared {
                 None => return Ok(()),
             }
         };
-        let copy = self.copy_file(hints, scan_next);
-        let (new_db, new_base, before, allocated) = match copy {
+        let (new_db, new_base, before, allocated) = match self.copy_file(hints, scan_next) {
             Ok(Some(copied)) => copied,
             Ok(None) => return Ok(()),
             Err(Copy::Live(e)) => {
@@ -985,8 +979,7 @@ impl Shared {
                     }
                     e => e,
                 };
-                self.remove_copy();
-                self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
+                self.give_up_copy();
                 tracing::warn!(error = %e, "compacting the store's file by a copy failed; the file is as it was");
                 return Ok(());
             }
@@ -997,16 +990,14 @@ impl Shared {
             let mut layers = self.layers.write().unwrap_or_else(PoisonError::into_inner);
             if self.failing.load(Ordering::Acquire) {
                 drop((layers, db, new_base, new_db));
-                self.remove_copy();
-                self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
+                self.give_up_copy();
                 return Ok(());
             }
             self.dir_sync_pending.store(true, Ordering::SeqCst);
             if let Err(e) = std::fs::rename(&copy, &self.path) {
                 self.dir_sync_pending.store(false, Ordering::SeqCst);
                 drop((layers, db, new_base, new_db));
-                self.remove_copy();
-                self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
+                self.give_up_copy();
                 tracing::warn!(error = %e, "compacting the store's file: the copy could not take its place; the file is as it was");
                 return Ok(());
             }
@@ -1018,7 +1009,7 @@ impl Shared {
         }
         // Before the next checkpoint writes into the new file and a redo file is emptied, the
         // rename is made durable: a checkpoint syncs the directory itself while this is pending.
-        match sync_dir_of(&self.path) {
+        match redo::sync_dir_of(&self.path) {
             Ok(()) => self.dir_sync_pending.store(false, Ordering::SeqCst),
             Err(e) => {
                 tracing::warn!(error = %e, "syncing the store's directory after a compaction failed; the next checkpoint tries again")
@@ -1045,7 +1036,7 @@ impl Shared {
     /// if not worth it, or given up (the copy then removed) because a checkpoint is wanted (the
     /// memtable grew), the store fails or the backend is being dropped.
     fn copy_file(
-        self: &Arc<Self>,
+        &self,
         hints: Option<BaseHints>,
         scan_next: bool,
     ) -> std::result::Result<Option<(Database, Base, u64, u64)>, Copy> {
@@ -1059,7 +1050,8 @@ impl Shared {
             tx.set_durability(redb::Durability::Immediate).map_err(|e| live(e.into()))?;
             tx.commit().map_err(|e| live(e.into()))?;
         }
-        let before = std::fs::metadata(&self.path).map_err(|e| Copy::Live(e.into()))?.len();
+        let file = std::fs::metadata(&self.path).map_err(|e| Copy::Live(e.into()))?;
+        let before = file.len();
         let allocated = {
             let tx = database.begin_write().map_err(|e| live(e.into()))?;
             let stats = tx.stats().map_err(|e| live(e.into()))?;
@@ -1092,16 +1084,14 @@ impl Shared {
         self.remove_copy();
         let new = open_database(&path, self.config.cache_bytes, &self.paced_syncs).map_err(copying)?;
         // The copy takes the file's place: with its permissions (its owner is this process's).
-        let permissions = std::fs::metadata(&self.path).map_err(|e| Copy::Live(e.into()))?.permissions();
-        std::fs::set_permissions(&path, permissions).map_err(|e| copying(Error::io(&path, &e)))?;
+        std::fs::set_permissions(&path, file.permissions()).map_err(|e| copying(Error::io(&path, &e)))?;
         let snapshot = database.begin_read().map_err(|e| live(e.into()))?;
         for table in Table::ALL {
             let def = TABLES[table as usize];
             let from = snapshot.open_table(def).map_err(|e| live(e.into()))?;
             if !self.copy_table(&from, &new, def).map_err(copying)? {
                 drop(new);
-                self.remove_copy();
-                self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
+                self.give_up_copy();
                 tracing::info!("gave up compacting the store's file: it is not quiet any more");
                 return Ok(None);
             }
@@ -1208,15 +1198,18 @@ impl Shared {
         logged || self.layers.read().unwrap_or_else(PoisonError::into_inner).active.is_empty()
     }
 
-    /// Removes a copy of the file left by a compaction (given up, failed, or cut short by a
-    /// crash), if there is one.
+    /// Removes a copy of the file left by a compaction, if there is one (a failure is logged:
+    /// the next compaction or open removes it).
     fn remove_copy(&self) {
-        let path = compacting_path(&self.path);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(error = %e, path = %path.display(), "removing a copy of the store's file failed"),
+        if let Err(e) = remove_copy_of(&self.path) {
+            tracing::warn!(error = %e, "removing a copy of the store's file failed");
         }
+    }
+
+    /// A compaction given up, the file as it was: its copy removed, and counted.
+    fn give_up_copy(&self) {
+        self.remove_copy();
+        self.compactions_given_up.fetch_add(1, Ordering::Relaxed);
     }
 
     /// One checkpoint (`docs/design.md`, "A memtable in front of redb", 3.): freezes the
@@ -1259,7 +1252,7 @@ impl Shared {
             let mut write = || -> Result<Base> {
                 if self.dir_sync_pending.load(Ordering::SeqCst) {
                     // The compaction's rename, durable before anything is written after it.
-                    sync_dir_of(&self.path)?;
+                    redo::sync_dir_of(&self.path)?;
                     self.dir_sync_pending.store(false, Ordering::SeqCst);
                 }
                 let mut tx = db.begin_write()?;

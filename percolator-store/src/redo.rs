@@ -181,6 +181,15 @@ pub(crate) fn path_of(store: &Path) -> PathBuf {
     first
 }
 
+/// Makes the entries of the directory holding `path` durable (a file created or renamed into it).
+pub(crate) fn sync_dir_of(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(dir, &e))
+}
+
 /// Whether the store at `store` has log files beside it.
 pub(crate) fn exists(store: &Path) -> bool {
     paths_of(store).iter().any(|p| p.exists())
@@ -194,9 +203,7 @@ fn open_segment(path: PathBuf, store: &Path, store_id: u64) -> Result<(Segment, 
     let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
     if created {
         // The new file's name must be durable with its first record's fsync.
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
-        }
+        sync_dir_of(&path)?;
     }
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).map_err(io)?;
