@@ -379,32 +379,64 @@ impl KvRead for BaseTable {
 }
 
 /// The checkpointer's measure of a quiet store: how long at most [`QUIET_OPS`] operations were
-/// applied between two of its ticks.
+/// applied between two of its ticks, and when in such a spell a compaction is tried: once it
+/// has lasted `after`, and again after a back-off if that one was given up.
 struct Quiet {
     /// Operations applied at the last tick.
     seen: u64,
     since: Instant,
-    /// A compaction was tried in this quiet spell (one per spell).
-    tried: bool,
+    /// How long into the spell the next compaction is tried; `None`: not in this spell.
+    next: Option<Duration>,
+    /// Compactions given up in a row: the back-off is `after` times 2 to this power (at most
+    /// [`QUIET_MAX_BACKOFF`]).
+    given_up: u32,
+}
+
+/// The longest back-off after compactions given up in a row: `after` times 2 to this power.
+const QUIET_MAX_BACKOFF: u32 = 6;
+
+/// What a compaction when quiet came to, for [`Quiet::tried`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Compaction {
+    /// Compacted, or not worth it (or no room on the disk): not again in this spell.
+    Done,
+    /// Given up, or its copy failed: tried again after a back-off.
+    GivenUp,
 }
 
 impl Quiet {
-    fn new(seen: u64) -> Quiet {
-        Quiet { seen, since: Instant::now(), tried: false }
+    /// The first spell, from `now`: a compaction is tried once it has lasted `after`.
+    fn new(seen: u64, after: Duration, now: Instant) -> Quiet {
+        Quiet { seen, since: now, next: Some(after), given_up: 0 }
     }
 
-    /// A tick with `ops` applied so far: true once per spell that has lasted `after`.
-    fn tick(&mut self, ops: u64, after: Duration) -> bool {
+    /// A tick at `now` with `ops` applied so far: true when a compaction is to be tried, once
+    /// the spell has lasted `after` (or its back-off, [`Quiet::tried`]).
+    fn tick(&mut self, ops: u64, after: Duration, now: Instant) -> bool {
         if ops.saturating_sub(self.seen) > QUIET_OPS {
-            self.since = Instant::now();
-            self.tried = false;
+            self.since = now;
+            self.next = Some(after);
         }
         self.seen = ops;
-        if self.tried || self.since.elapsed() < after {
-            return false;
+        match self.next {
+            Some(at) if now.saturating_duration_since(self.since) >= at => {
+                self.next = None;
+                true
+            }
+            _ => false,
         }
-        self.tried = true;
-        true
+    }
+
+    /// What the compaction [`Quiet::tick`] asked for at `now` came to.
+    fn tried(&mut self, outcome: Compaction, after: Duration, now: Instant) {
+        match outcome {
+            Compaction::Done => self.given_up = 0,
+            Compaction::GivenUp => {
+                self.given_up = (self.given_up + 1).min(QUIET_MAX_BACKOFF);
+                let backoff = after.saturating_mul(1 << self.given_up);
+                self.next = Some(now.saturating_duration_since(self.since).saturating_add(backoff));
+            }
+        }
     }
 }
 
@@ -501,10 +533,12 @@ fn write_layer(
 }
 
 /// How a compaction's copy failed: on the open file (an error of the store, as a failed
-/// checkpoint's), or in the copy (which is removed; the store goes on as it was).
+/// checkpoint's), or in the copy (which is removed; the store goes on as it was); or why it
+/// was given up (the store is not quiet any more, [`Shared::copy_wanted`]).
 enum Copy {
     Live(Error),
     Copying(Error),
+    GivenUp,
 }
 
 /// Where a compaction when quiet writes its copy of the store file at `path`: beside it, on the
@@ -911,7 +945,8 @@ impl Shared {
     /// backend is dropped.
     fn checkpoint_every_so_often(self: Arc<Self>) {
         let activity = || self.ops.load(Ordering::Relaxed);
-        let mut quiet = Quiet::new(activity());
+        let after = self.config.compact_when_quiet.unwrap_or_default();
+        let mut quiet = Quiet::new(activity(), after, Instant::now());
         loop {
             {
                 let h = self.health.lock().unwrap_or_else(PoisonError::into_inner);
@@ -933,10 +968,14 @@ impl Shared {
                 continue;
             }
             if let Some(after) = self.config.compact_when_quiet
-                && quiet.tick(activity(), after)
-                && let Err(e) = self.compact_if_worth_it()
+                && quiet.tick(activity(), after, Instant::now())
             {
-                tracing::debug!(error = %e, "compacting the store's file failed");
+                let outcome = self.compact_if_worth_it().unwrap_or_else(|e| {
+                    // The store's failure (the prober takes over): tried again in a later spell.
+                    tracing::debug!(error = %e, "compacting the store's file failed");
+                    Compaction::Done
+                });
+                quiet.tried(outcome, after, Instant::now());
             }
         }
     }
@@ -946,24 +985,30 @@ impl Shared {
     /// the readers' base, is written in key order into a new file beside it, which then takes
     /// the file's place. Readers and rounds go on meanwhile (no checkpoint is made: what rounds
     /// publish stays in the memtable); they wait only while the two files swap. A copy that
-    /// fails or is given up leaves the store as it was.
-    fn compact_if_worth_it(self: &Arc<Self>) -> Result<()> {
+    /// fails or is given up leaves the store as it was ([`Compaction::GivenUp`]: tried again
+    /// after a back-off); an error is the open file's own (the store fails).
+    fn compact_if_worth_it(self: &Arc<Self>) -> Result<Compaction> {
         let _one = self.checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
         let started = Instant::now();
         let (hints, scan_next) = {
             let layers = self.layers.read().unwrap_or_else(PoisonError::into_inner);
             if self.failing.load(Ordering::Acquire) || layers.frozen.is_some() {
                 // A failed checkpoint: the prober's.
-                return Ok(());
+                return Ok(Compaction::Done);
             }
             match &layers.base {
                 Some(b) => (b.hints().cloned(), b.scan_next),
-                None => return Ok(()),
+                None => return Ok(Compaction::Done),
             }
         };
         let (new_db, new_base, before, allocated) = match self.copy_file(hints, scan_next) {
             Ok(Some(copied)) => copied,
-            Ok(None) => return Ok(()),
+            Ok(None) => return Ok(Compaction::Done),
+            Err(Copy::GivenUp) => {
+                self.give_up_copy();
+                tracing::info!("gave up compacting the store's file: it is not quiet any more");
+                return Ok(Compaction::GivenUp);
+            }
             Err(Copy::Live(e)) => {
                 // An error of the open file's own (its empty commits): as a failed checkpoint's.
                 return Err(match self.located(e) {
@@ -981,7 +1026,7 @@ impl Shared {
                 };
                 self.give_up_copy();
                 tracing::warn!(error = %e, "compacting the store's file by a copy failed; the file is as it was");
-                return Ok(());
+                return Ok(Compaction::GivenUp);
             }
         };
         let copy = compacting_path(&self.path);
@@ -991,7 +1036,7 @@ impl Shared {
             if self.failing.load(Ordering::Acquire) {
                 drop((layers, db, new_base, new_db));
                 self.give_up_copy();
-                return Ok(());
+                return Ok(Compaction::GivenUp);
             }
             self.dir_sync_pending.store(true, Ordering::SeqCst);
             if let Err(e) = std::fs::rename(&copy, &self.path) {
@@ -999,7 +1044,7 @@ impl Shared {
                 drop((layers, db, new_base, new_db));
                 self.give_up_copy();
                 tracing::warn!(error = %e, "compacting the store's file: the copy could not take its place; the file is as it was");
-                return Ok(());
+                return Ok(Compaction::GivenUp);
             }
             let old_base = layers.base.replace(new_base);
             let old_db = db.replace(new_db);
@@ -1024,7 +1069,7 @@ impl Shared {
             ms = started.elapsed().as_millis() as u64,
             "compacted the store's file while the store was quiet"
         );
-        Ok(())
+        Ok(Compaction::Done)
     }
 
     /// The copy of [`Shared::compact_if_worth_it`], under the checkpoint lock: checks that it is
@@ -1033,8 +1078,8 @@ impl Shared {
     /// [`compacting_path`], each table in key order through one cursor at its end (so that its
     /// leaves are full), and makes that durable. Returns the new database, its base (with the
     /// old base's facts: the same keys), the file's size and the pages it had allocated; `None`
-    /// if not worth it, or given up (the copy then removed) because a checkpoint is wanted (the
-    /// memtable grew), the store fails or the backend is being dropped.
+    /// if not worth it; [`Copy::GivenUp`] (the caller removes the copy) once a checkpoint is
+    /// wanted (the memtable grew), the store fails or the backend is being dropped.
     fn copy_file(
         &self,
         hints: Option<BaseHints>,
@@ -1090,10 +1135,7 @@ impl Shared {
             let def = TABLES[table as usize];
             let from = snapshot.open_table(def).map_err(|e| live(e.into()))?;
             if !self.copy_table(&from, &new, def).map_err(copying)? {
-                drop(new);
-                self.give_up_copy();
-                tracing::info!("gave up compacting the store's file: it is not quiet any more");
-                return Ok(None);
+                return Err(Copy::GivenUp);
             }
             // The same content: as many keys (redb counts them).
             let had = from.len().map_err(|e| live(e.into()))?;
@@ -1725,6 +1767,49 @@ mod tests {
     use super::*;
     use percolator_testkit::TempDir;
     use std::collections::BTreeMap;
+
+    /// A quiet spell asks for one compaction once it has lasted `after`; one that ended is not
+    /// asked for again in that spell, one given up is, after a back-off of 2, 4, … times
+    /// `after` (at most 64), reset by one that ends; more than `QUIET_OPS` operations between
+    /// two ticks start a new spell, fewer do not. Before, a spell asked once: a store quiet
+    /// after a failed copy was never compacted (the official CI's run of
+    /// `failpoints::a_compaction_whose_copy_fails_leaves_the_store_as_it_was`).
+    #[test]
+    fn a_quiet_spell_tries_once_and_again_after_a_give_up() {
+        let after = Duration::from_secs(10);
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let mut q = Quiet::new(0, after, t0);
+        // Ticks every second with a trickle of operations (at most QUIET_OPS per tick).
+        let ticks = |q: &mut Quiet, ops: &mut u64, from: u64, to: u64| -> Vec<u64> {
+            (from..=to)
+                .filter(|&s| {
+                    *ops += QUIET_OPS;
+                    q.tick(*ops, after, at(s))
+                })
+                .collect()
+        };
+        let mut ops = 0;
+        assert_eq!(ticks(&mut q, &mut ops, 1, 12), vec![10], "once the spell has lasted `after`");
+        q.tried(Compaction::GivenUp, after, at(10));
+        assert_eq!(ticks(&mut q, &mut ops, 11, 40), vec![30], "again 2 × `after` later");
+        q.tried(Compaction::GivenUp, after, at(30));
+        assert_eq!(ticks(&mut q, &mut ops, 31, 80), vec![70], "then 4 × `after` later");
+        q.tried(Compaction::Done, after, at(70));
+        assert_eq!(ticks(&mut q, &mut ops, 71, 2000), Vec::<u64>::new(), "not again in the spell it ended in");
+        // A burst starts a new spell: tried `after` later, and a give-up backs off from 2 ×.
+        ops += QUIET_OPS + 1;
+        assert!(!q.tick(ops, after, at(2001)));
+        assert_eq!(ticks(&mut q, &mut ops, 2002, 2012), vec![2011]);
+        let mut asked = 2011;
+        for n in 1..=8u32 {
+            q.tried(Compaction::GivenUp, after, at(asked));
+            let backoff = 10 << n.min(QUIET_MAX_BACKOFF);
+            let next = ticks(&mut q, &mut ops, asked + 1, asked + backoff + 1);
+            assert_eq!(next, vec![asked + backoff], "the back-off after {n} given up in a row");
+            asked += backoff;
+        }
+    }
 
     fn key(n: u32) -> Vec<u8> {
         // Long shared prefixes, as the cells table's keys have.
