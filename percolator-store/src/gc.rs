@@ -70,8 +70,9 @@ impl Store {
     /// this process has the store open — nothing is changed then — and with
     /// [`Error::NotFound`] if there is no file at `path` (none is created), with
     /// [`Error::InvalidArgument`] for an empty file (not made a store). After another
-    /// failure the store is whole: the GC pass and each step of redb's compaction are durable
-    /// on their own.
+    /// failure the store is whole: the GC pass is durable on its own, and the compaction's
+    /// copy takes the file's place only once it is whole (or redb's compaction in place, when
+    /// the disk has no room for a copy, moves pages in durable steps).
     ///
     /// [`RedbBigtable::compact`]: crate::backends::RedbBigtable::compact
     pub fn compact(path: impl AsRef<Path>) -> Result<Compaction> {

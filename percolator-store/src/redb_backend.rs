@@ -737,33 +737,47 @@ impl RedbBigtable {
         Ok(backend)
     }
 
-    /// Compacts the store file at `path` in place: redb moves the pages in use to the start of
-    /// the file and gives the rest back to the file system (it never does while the file is
-    /// open for use). Offline: fails with [`Error::AlreadyOpen`] if another process or handle
-    /// has the file open, and with [`Error::NotFound`] if there is no file (none is created).
-    /// Returns the file's size before and after. Old versions must be collected first to free
-    /// their pages ([`Store::compact`](crate::Store::compact) does both).
+    /// Compacts the store file at `path`, offline. Opens it as a store (which replays a redo
+    /// log and holds the file's lock), then copies its content into a new file beside it that
+    /// takes its place, as a compaction when quiet does (`docs/design.md`, "GC"): each table in
+    /// key order, its leaves full. Then redb compacts that file in place, moving the pages in
+    /// use to its start and giving back the rest. If the disk has no room for the copy, or the
+    /// copy is no smaller, only the latter is done (leaves as full as they were).
+    /// Fails with [`Error::AlreadyOpen`] if another process or handle has the file open, with
+    /// [`Error::NotFound`] if there is no file (none is created), and with
+    /// [`Error::InvalidArgument`] for an empty one. Returns the file's size before and after.
+    /// Old versions must be collected first to free their pages
+    /// ([`Store::compact`](crate::Store::compact) does both).
     ///
     /// # After a failure
-    /// redb compacts in durable steps: the file is whole, and as large or smaller.
+    /// The file is whole: the copy takes its place by a rename once it is durable (a copy cut
+    /// short is removed by the next open), and redb compacts in place in durable steps.
     pub fn compact(path: impl AsRef<Path>) -> Result<(u64, u64)> {
         let path = path.as_ref();
         let size = || -> Result<u64> { Ok(std::fs::metadata(path)?.len()) };
         if !path.is_file() {
             return Err(Error::NotFound(format!("no store file at {}", path.display())));
         }
-        if redo::exists(path) {
-            // Rounds after the last checkpoint are only in the log: a clean open and close
-            // puts them into the file (and removes the log) before the file is compacted.
-            drop(RedbBigtable::open(path, RedbConfig::default())?);
-        }
         let before = size()?;
+        if before == 0 {
+            // redb would make a new store of it.
+            return Err(Error::InvalidArgument(format!("{} is empty: not a store file", path.display())));
+        }
+        {
+            // Rounds after the last checkpoint, only in the log, are written into the file
+            // first; the clean close at the end removes the log.
+            let config = RedbConfig { compact_when_quiet: None, ..RedbConfig::default() };
+            let store = RedbBigtable::open(path, config)?;
+            store.shared.checkpoint_all()?;
+            store.shared.compact_if_worth_it(true)?;
+        }
+        // Then in place, on the copy if there is one: redb gives back the tail of the last
+        // region a new file grows by (a small store's copy is larger than its file compacted
+        // in place), and else the pages in use move to the file's start.
         let mut db = Database::builder().open(path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
             e => Error::Storage(format!("opening {}: {e}", path.display())),
         })?;
-        // A copy a compaction when quiet left, cut short by a crash (the file's lock is held).
-        remove_copy_of(path)?;
         // Each call moves what it can; a later one may find more to move. Bounded, in case a
         // version of redb kept reporting progress.
         for _ in 0..16 {
@@ -970,7 +984,7 @@ impl Shared {
             if let Some(after) = self.config.compact_when_quiet
                 && quiet.tick(activity(), after, Instant::now())
             {
-                let outcome = self.compact_if_worth_it().unwrap_or_else(|e| {
+                let outcome = self.compact_if_worth_it(false).unwrap_or_else(|e| {
                     // The store's failure (the prober takes over): tried again in a later spell.
                     tracing::debug!(error = %e, "compacting the store's file failed");
                     Compaction::Done
@@ -986,8 +1000,9 @@ impl Shared {
     /// the file's place. Readers and rounds go on meanwhile (no checkpoint is made: what rounds
     /// publish stays in the memtable); they wait only while the two files swap. A copy that
     /// fails or is given up leaves the store as it was ([`Compaction::GivenUp`]: tried again
-    /// after a back-off); an error is the open file's own (the store fails).
-    fn compact_if_worth_it(self: &Arc<Self>) -> Result<Compaction> {
+    /// after a back-off); an error is the open file's own (the store fails). `asked` (offline,
+    /// [`RedbBigtable::compact`]): whatever its free pages.
+    fn compact_if_worth_it(self: &Arc<Self>, asked: bool) -> Result<Compaction> {
         let _one = self.checkpointing.lock().unwrap_or_else(PoisonError::into_inner);
         let started = Instant::now();
         let (hints, scan_next) = {
@@ -1001,7 +1016,7 @@ impl Shared {
                 None => return Ok(Compaction::Done),
             }
         };
-        let (new_db, new_base, before, allocated) = match self.copy_file(hints, scan_next) {
+        let (new_db, new_base, before, allocated) = match self.copy_file(hints, scan_next, asked) {
             Ok(Some(copied)) => copied,
             Ok(None) => return Ok(Compaction::Done),
             Err(Copy::GivenUp) => {
@@ -1078,12 +1093,14 @@ impl Shared {
     /// [`compacting_path`], each table in key order through one cursor at its end (so that its
     /// leaves are full), and makes that durable. Returns the new database, its base (with the
     /// old base's facts: the same keys), the file's size and the pages it had allocated; `None`
-    /// if not worth it; [`Copy::GivenUp`] (the caller removes the copy) once a checkpoint is
+    /// if not worth it (unless `asked`), if the disk has no room for it, or if the copy is no
+    /// smaller than the file; [`Copy::GivenUp`] (the caller removes the copy) once a checkpoint is
     /// wanted (the memtable grew), the store fails or the backend is being dropped.
     fn copy_file(
         &self,
         hints: Option<BaseHints>,
         scan_next: bool,
+        asked: bool,
     ) -> std::result::Result<Option<(Database, Base, u64, u64)>, Copy> {
         let db = self.db.read().unwrap_or_else(PoisonError::into_inner);
         let Some(database) = db.as_ref() else { return Ok(None) };
@@ -1104,7 +1121,7 @@ impl Shared {
             stats.allocated_pages() * stats.page_size() as u64
         };
         let free = before.saturating_sub(allocated);
-        if free < COMPACT_MIN_FREE || free < before / COMPACT_MIN_FREE_PART {
+        if !asked && (free < COMPACT_MIN_FREE || free < before / COMPACT_MIN_FREE_PART) {
             return Ok(None);
         }
         // The copy takes at most what the content takes now; rounds keep room for their log.
@@ -1156,6 +1173,14 @@ impl Shared {
             Ok(())
         };
         durable().map_err(|e| copying(e.into()))?;
+        // A file with few free pages (a compaction asked for) may not be made smaller by its
+        // copy: kept then.
+        let copied = std::fs::metadata(&path).map_err(|e| copying(Error::io(&path, &e)))?.len();
+        if copied >= before {
+            drop(new);
+            self.remove_copy();
+            return Ok(None);
+        }
         let base = Base::open(&new, hints, scan_next).map_err(copying)?;
         Ok(Some((new, base, before, allocated)))
     }

@@ -238,3 +238,48 @@ fn at_durability_none_a_full_disk_keeps_every_acknowledged_commit_and_recovers_b
         assert_eq!(store.run(|t| t.get("t", row(*i), "in:v")).unwrap().as_ref(), Some(v), "row {i} reopened");
     }
 }
+
+/// Offline compaction (`Store::compact`) copies the store's content into a new file that takes
+/// its place, each table in key order with its leaves full, where the disk has room for the
+/// copy; on a disk without that room (what the file has allocated and 256 MiB) it falls back to
+/// redb's compaction in place, which needs none but leaves the leaves as full as they were. The
+/// same store compacted both ways: both read back every row, and the copy is the smaller file.
+#[test]
+fn an_offline_compaction_copies_the_file_where_the_disk_has_room_and_else_compacts_in_place() {
+    let Some(disk) = SmallDisk::mount("compact", 128) else { return };
+    let roomy = percolator_testkit::TempDir::new("compact-roomy");
+    // Small cells, many to a leaf, whose leaves GC leaves sparse.
+    let (rows, rounds) = (8_000u64, 5u64);
+    let value = |r: u64, round: u64| noise(r << 32 | round, 40 + (r % 7) as usize * 20);
+    let compact = |file: &Path| {
+        {
+            let store = Store::open(file, StoreConfig::default(), RedbConfig::default()).unwrap();
+            for round in 0..rounds {
+                store
+                    .run(|t| {
+                        for r in 0..rows {
+                            t.set("t", row(r), "in:v", value(r, round))?;
+                        }
+                        Ok(())
+                    })
+                    .unwrap();
+            }
+        }
+        let c = Store::compact(file).unwrap();
+        assert!(!Path::new(&format!("{}.compacting", file.display())).exists(), "no copy left");
+        let store = Store::open(file, StoreConfig::default(), RedbConfig::default()).unwrap();
+        for r in 0..rows {
+            let v = store.run(|t| t.get("t", row(r), "in:v")).unwrap();
+            assert_eq!(v, Some(value(r, rounds - 1)), "{}: row {r}", file.display());
+        }
+        c
+    };
+    let copied = compact(&roomy.file("store.redb"));
+    let in_place = compact(&disk.dir.join("store.redb"));
+    // Measured: 1.27 MB and 2.11 MB (0.60×).
+    assert!(
+        copied.bytes_after * 5 < in_place.bytes_after * 4,
+        "the copy {copied:?}, compacted in place only {in_place:?}"
+    );
+    assert!(copied.bytes_after < copied.bytes_before / 4, "{copied:?}");
+}
