@@ -765,27 +765,20 @@ fn a_failed_checkpoint_keeps_every_acknowledged_transfer() {
 
 /// The store of the compaction tests: checkpoints every 50 ms, quiet after `quiet`, and 18 MB of
 /// versions of 300 rows written into redb, all but the last collected (over the 16 MiB of free
-/// pages a compaction needs). Returns the store, its backend and the file's size then.
+/// pages a compaction needs), before its compaction when quiet is on
+/// ([`percolator_testkit::grown_store`]). Returns the store, its backend and the file's size.
 fn store_to_compact(
     path: &std::path::Path,
     quiet: Duration,
     durability: percolator_store::Durability,
 ) -> (TestStore, Arc<percolator_store::backends::RedbBigtable>, u64) {
-    use percolator_store::RedbConfig;
-    use percolator_store::backends::RedbBigtable;
-    let config = RedbConfig {
+    let config = percolator_store::RedbConfig {
         durability,
         checkpoint_every: Some(Duration::from_millis(50)),
         compact_when_quiet: Some(quiet),
-        ..RedbConfig::default()
+        ..percolator_store::RedbConfig::default()
     };
-    let redb = Arc::new(RedbBigtable::open(path, config).unwrap());
-    let store = TestStore::new(redb.clone(), StoreConfig::default());
-    write_rounds_into(&store, &redb, 300, 30, compacted_value);
-    store.gc().unwrap();
-    redb.checkpoint().unwrap();
-    let size = std::fs::metadata(path).unwrap().len();
-    (store, redb, size)
+    percolator_testkit::grown_store(path, config, 300, 30, compacted_value)
 }
 
 fn compacted_value(row: u64, round: u64) -> Vec<u8> {
@@ -926,10 +919,7 @@ fn a_compaction_whose_copy_fails_leaves_the_store_as_it_was() {
     let dir = TempDir::new("compaction-failed");
     let path = dir.file("s.redb");
     fail::cfg("redb-compact-copying", "return").unwrap();
-    // Quiet for 1.5 s: on a loaded machine a pause of 300 ms between two of the writes of the
-    // set-up let a compaction start before the set-up was done.
-    let (store, redb, grown) =
-        store_to_compact(&path, Duration::from_millis(1500), percolator_store::Durability::Fsync);
+    let (store, redb, grown) = store_to_compact(&path, Duration::from_millis(400), percolator_store::Durability::Fsync);
     let start = Instant::now();
     wait_for(start, 30, "no compaction was tried", &redb, || redb.stats().compactions_given_up != 0);
     assert!(store.storage_failure().is_none(), "a failed copy is no failure of the store");

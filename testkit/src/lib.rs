@@ -339,3 +339,35 @@ pub fn write_rounds_into(
         redb.checkpoint().unwrap();
     }
 }
+
+/// A store for compaction tests: `rounds` versions of `rows` rows written into the redb file at
+/// `path` ([`write_rounds_into`]) and all but the newest collected, with no compaction when
+/// quiet; then the store closed and opened again with `config`, whose compaction when quiet
+/// begins its first quiet spell there. (Compacting from the start, a store whose machine was
+/// slow enough to leave it quiet between the last round and GC's deletions compacted before
+/// GC freed the pages: the test then saw a file already small.) Returns the store, its
+/// backend and the file's size.
+pub fn grown_store(
+    path: &Path,
+    config: RedbConfig,
+    rows: u64,
+    rounds: u64,
+    value: impl Fn(u64, u64) -> Vec<u8>,
+) -> (TestStore, Arc<RedbBigtable>, u64) {
+    {
+        let setup = RedbConfig { compact_when_quiet: None, ..config.clone() };
+        let redb = Arc::new(RedbBigtable::open(path, setup).unwrap());
+        // No lease heartbeat during the set-up: one mid-beat would hold the store, and the
+        // file, open a moment past its drop below.
+        let quiet_lease = StoreConfig { worker_lease: Duration::from_secs(3600), ..StoreConfig::default() };
+        let store = TestStore::new(redb.clone(), quiet_lease);
+        write_rounds_into(&store, &redb, rows, rounds, &value);
+        let gc = store.gc().unwrap();
+        assert_eq!(gc.versions_removed, rows * (rounds - 1), "{gc:?}");
+        redb.checkpoint().unwrap();
+    }
+    let redb = Arc::new(RedbBigtable::open(path, config).unwrap());
+    let store = TestStore::new(redb.clone(), StoreConfig::default());
+    let size = std::fs::metadata(path).unwrap().len();
+    (store, redb, size)
+}
