@@ -61,7 +61,8 @@
 //! running (each cell keeps its newest version), what is left by table and column (cells,
 //! write records, locks, notify cells, key and value bytes, values compressed and not), and the
 //! file's size after the store is closed and compacted (`RedbBigtable::compact`) over the
-//! input's size (`compacted_over_input`).
+//! input's size (`compacted_over_input`) and over the batch tables
+//! (`compacted_over_batch_tables`).
 //!
 //! ```text
 //! scripts/build-guests
@@ -978,6 +979,7 @@ fn run(args: &Args, dir: &Path) -> Res<()> {
     figure("store_file_bytes_before_compaction", before.to_string());
     figure("compacted_file_bytes", after.to_string());
     figure("compacted_over_input", format!("{:.2}", after as f64 / input_bytes as f64));
+    figure("compacted_over_batch_tables", format!("{:.2}", after as f64 / batch_bytes as f64));
     Ok(())
 }
 
