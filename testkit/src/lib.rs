@@ -30,9 +30,20 @@ impl TestStore {
         TestStore { store: Store::with_backend(backend.clone(), config).unwrap(), backend }
     }
 
-    /// The redb store at `path`, with `durability`.
+    /// The redb store at `path`, with `durability`. A store of this process dropped just
+    /// before may hold the file a moment longer (its lease heartbeat, mid-beat, holds it until
+    /// the beat ends, and the close then runs on that thread, as `Store::compact` allows for):
+    /// the open is tried again for up to 10 s while the file is refused as already open.
     pub fn open(path: &Path, config: StoreConfig, durability: Durability) -> TestStore {
-        let redb = RedbBigtable::open(path, RedbConfig { durability, ..RedbConfig::default() }).unwrap();
+        let start = std::time::Instant::now();
+        let redb = loop {
+            match RedbBigtable::open(path, RedbConfig { durability, ..RedbConfig::default() }) {
+                Err(percolator_store::Error::AlreadyOpen { .. }) if start.elapsed() < Duration::from_secs(10) => {
+                    std::thread::sleep(Duration::from_millis(5))
+                }
+                other => break other.unwrap(),
+            }
+        };
         TestStore::new(Arc::new(redb), config)
     }
 }
