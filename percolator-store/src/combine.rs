@@ -352,7 +352,7 @@ const COLLECT_SAFEPOINT_AGE: Duration = Duration::from_secs(1);
 /// remove, done by the folder so that reads of a hot cell do not step over thousands of
 /// deleted deltas between two GC passes.
 fn collect_folded(txn: &Transaction, spec: &CombineSpec, row: &[u8]) -> Result<()> {
-    let store = Store { inner: txn.inner.clone() };
+    let store = Store::of(txn.inner.clone());
     let safepoint = store.recent_safepoint(COLLECT_SAFEPOINT_AGE)?;
     if safepoint == Timestamp::ZERO {
         return Ok(());

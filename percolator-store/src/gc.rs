@@ -85,29 +85,15 @@ impl Store {
             // redb would make a new store of it.
             return Err(Error::InvalidArgument(format!("{} is empty: not a store file", path.display())));
         }
-        let (gc, backend) = {
+        let gc = {
             let store = Store::open(path, StoreConfig::default(), RedbConfig::default())?;
             let stats = store.gc()?;
             store.flush_secondaries();
-            (stats, Arc::downgrade(&store.inner.backend))
-            // Closed here: redb compacts only a file nobody has open.
+            stats
+            // Closed here, before the drop returns (a lease beat under way included:
+            // `worker::Beat`): redb compacts only a file nobody has open.
         };
-        // A thread of the store (the lease heartbeat, mid-beat) may hold it a moment longer:
-        // the file is closed when the backend is gone. (A compaction that still finds it
-        // open — the last drop under way — is tried again, briefly.)
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while backend.strong_count() > 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let closing = Instant::now() + Duration::from_secs(1);
-        let (_, bytes_after) = loop {
-            match RedbBigtable::compact(path) {
-                Err(Error::AlreadyOpen { .. }) if backend.strong_count() == 0 && Instant::now() < closing => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                other => break other?,
-            }
-        };
+        let (_, bytes_after) = RedbBigtable::compact(path)?;
         Ok(Compaction { gc, bytes_before, bytes_after })
     }
 

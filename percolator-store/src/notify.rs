@@ -839,7 +839,7 @@ fn dead_letter(
     {
         // Acknowledge the change so the observer stops running on it; a retry forgets the ack.
         let ack = CellRef::new(cell.table.clone(), cell.row.clone(), ack_column(&b.spec.name));
-        Store { inner: inner.clone() }.run(|txn| {
+        Store::of(inner.clone()).run(|txn| {
             txn.set_reserved(ack.clone(), Some(ack_ts.raw().to_be_bytes().to_vec()));
             Ok(())
         })?;

@@ -449,9 +449,32 @@ impl Drop for Inner {
 #[derive(Clone)]
 pub struct Store {
     pub(crate) inner: Arc<Inner>,
+    /// Shared by the clones of the handle [`Store::open`] or [`Store::with_backend`] returned
+    /// (`None` in a store the library makes from a transaction's): dropped after `inner`, with
+    /// the last of them it waits for a lease beat under way ([`worker::Beat`]).
+    _handle: Option<Arc<Handle>>,
+}
+
+/// See `Store::_handle`.
+struct Handle {
+    beat: Arc<worker::Beat>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // The user's last handle is gone (its `inner` went first): a beat that holds the store
+        // now ends, and closes it if it held the last reference, before this returns.
+        drop(self.beat.0.lock().unwrap_or_else(PoisonError::into_inner));
+    }
 }
 
 impl Store {
+    /// The store a transaction of it belongs to, for the library's own use: no user's handle
+    /// (its drop waits for nothing).
+    pub(crate) fn of(inner: Arc<Inner>) -> Store {
+        Store { inner, _handle: None }
+    }
+
     /// Opens (or creates) the embedded redb store at `path`. Fails with
     /// [`Error::AlreadyOpen`] if another process, or another open [`Store`] of this process,
     /// has the file open.
@@ -562,8 +585,9 @@ impl Store {
         if !inner.backend.exclusive() {
             registry::spawn_watcher(Arc::downgrade(&inner), stop.clone(), poll);
         }
-        worker::spawn_heartbeat(Arc::downgrade(&inner), stop, lease);
-        Ok(Store { inner })
+        let beat = Arc::new(worker::Beat::default());
+        worker::spawn_heartbeat(Arc::downgrade(&inner), stop, lease, beat.clone());
+        Ok(Store { inner, _handle: Some(Arc::new(Handle { beat })) })
     }
 
     /// Starts a snapshot-isolation transaction. Its reads see every transaction that committed

@@ -8,7 +8,7 @@
 //! store alone, etcd for hosts sharing a backend); this file is what the protocol does with it.
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use crate::coordination::Published;
@@ -97,16 +97,30 @@ impl Stop {
     }
 }
 
-/// Spawns the lease heartbeat. It holds only a weak reference, so it never keeps a store alive.
-pub(crate) fn spawn_heartbeat(inner: Weak<Inner>, stop: Arc<Stop>, lease: Duration) {
+/// Held by the lease heartbeat while a beat holds the store, and taken by the drop of the last
+/// of the user's handles of the store (`store::Handle`): that drop returns only once a beat
+/// under way let go of the store — and closed it, if the beat held the last reference — so
+/// that a file the store had open opens again at once. (Until it was, an open right after the
+/// drop could meet the file still held and fail with `AlreadyOpen`.)
+#[derive(Default)]
+pub(crate) struct Beat(pub(crate) Mutex<()>);
+
+/// Spawns the lease heartbeat. It holds only a weak reference, so it never keeps a store alive,
+/// and holds it only within `beat` ([`Beat`]).
+pub(crate) fn spawn_heartbeat(inner: Weak<Inner>, stop: Arc<Stop>, lease: Duration, beat: Arc<Beat>) {
     std::thread::Builder::new()
         .name("percolator-lease".into())
         .spawn(move || {
             while !stop.sleep(lease / 3) {
+                let _beating = beat.0.lock().unwrap_or_else(PoisonError::into_inner);
+                // Dropped before `_beating` (declared after it).
                 let Some(inner) = inner.upgrade() else { return };
                 #[cfg(feature = "failpoints")]
-                if fail::eval("lease-heartbeat", |_| ()).is_some() {
-                    continue;
+                {
+                    fail::fail_point!("lease-heartbeat-beating");
+                    if fail::eval("lease-heartbeat", |_| ()).is_some() {
+                        continue;
+                    }
                 }
                 // A failed refresh is retried at the next beat; the lease has two beats of slack.
                 let _ = renew(&inner);

@@ -947,3 +947,38 @@ fn a_compaction_whose_copy_fails_leaves_the_store_as_it_was() {
     drop(t);
     scenario.teardown();
 }
+
+/// Dropping the last handle of a store while its lease heartbeat is mid-beat (a beat holds the
+/// store, here for 300 ms) closes the store before the drop returns: its file opens again at
+/// once. Before, the beat held the store until it ended, and the open failed with
+/// `AlreadyOpen` (a test that dropped and reopened a store could meet it).
+#[test]
+fn a_store_dropped_while_its_heartbeat_beats_is_closed_when_the_drop_returns() {
+    let scenario = FailScenario::setup();
+    let dir = TempDir::new("drop-mid-beat");
+    let path = dir.file("s.redb");
+    let beats = Arc::new(AtomicU64::new(0));
+    {
+        let beats = beats.clone();
+        fail::cfg_callback("lease-heartbeat-beating", move || {
+            beats.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(300));
+        })
+        .unwrap();
+    }
+    // A beat every 100 ms.
+    let config = StoreConfig { worker_lease: Duration::from_millis(300), ..StoreConfig::default() };
+    let store = Store::open(&path, config, percolator_store::RedbConfig::default()).unwrap();
+    store.run(|t| set_u64(t, "t", "r", "c:v", 1)).unwrap();
+    let start = Instant::now();
+    while beats.load(Ordering::SeqCst) == 0 {
+        assert!(start.elapsed() < Duration::from_secs(20), "no beat in 20 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(store);
+    let again = Store::open(&path, StoreConfig::default(), percolator_store::RedbConfig::default());
+    fail::remove("lease-heartbeat-beating");
+    let again = again.unwrap_or_else(|e| panic!("the file of a store just dropped: {e}"));
+    assert_eq!(get_u64(&again.begin().unwrap(), "t", "r", "c:v").unwrap(), 1);
+    scenario.teardown();
+}

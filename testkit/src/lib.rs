@@ -30,20 +30,9 @@ impl TestStore {
         TestStore { store: Store::with_backend(backend.clone(), config).unwrap(), backend }
     }
 
-    /// The redb store at `path`, with `durability`. A store of this process dropped just
-    /// before may hold the file a moment longer (its lease heartbeat, mid-beat, holds it until
-    /// the beat ends, and the close then runs on that thread, as `Store::compact` allows for):
-    /// the open is tried again for up to 10 s while the file is refused as already open.
+    /// The redb store at `path`, with `durability`.
     pub fn open(path: &Path, config: StoreConfig, durability: Durability) -> TestStore {
-        let start = std::time::Instant::now();
-        let redb = loop {
-            match RedbBigtable::open(path, RedbConfig { durability, ..RedbConfig::default() }) {
-                Err(percolator_store::Error::AlreadyOpen { .. }) if start.elapsed() < Duration::from_secs(10) => {
-                    std::thread::sleep(Duration::from_millis(5))
-                }
-                other => break other.unwrap(),
-            }
-        };
+        let redb = RedbBigtable::open(path, RedbConfig { durability, ..RedbConfig::default() }).unwrap();
         TestStore::new(Arc::new(redb), config)
     }
 }
@@ -368,10 +357,7 @@ pub fn grown_store(
     {
         let setup = RedbConfig { compact_when_quiet: None, ..config.clone() };
         let redb = Arc::new(RedbBigtable::open(path, setup).unwrap());
-        // No lease heartbeat during the set-up: one mid-beat would hold the store, and the
-        // file, open a moment past its drop below.
-        let quiet_lease = StoreConfig { worker_lease: Duration::from_secs(3600), ..StoreConfig::default() };
-        let store = TestStore::new(redb.clone(), quiet_lease);
+        let store = TestStore::new(redb.clone(), StoreConfig::default());
         write_rounds_into(&store, &redb, rows, rounds, &value);
         let gc = store.gc().unwrap();
         assert_eq!(gc.versions_removed, rows * (rounds - 1), "{gc:?}");
