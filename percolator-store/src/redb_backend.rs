@@ -1025,7 +1025,9 @@ impl Shared {
                 return Ok(Compaction::GivenUp);
             }
             Err(Copy::Live(e)) => {
-                // An error of the open file's own (its empty commits): as a failed checkpoint's.
+                // An error of the open file's own (its empty commits, or reading it for the
+                // copy): as a failed checkpoint's; a copy begun goes.
+                self.remove_copy();
                 return Err(match self.located(e) {
                     e if self.failing.load(Ordering::Acquire) => e,
                     e => self.fail(e),

@@ -69,7 +69,9 @@ impl Default for ScannerConfig {
 
 /// Running scanner threads; stopped (and joined) by [`Scanner::stop`] or on drop.
 pub struct Scanner {
-    inner: Arc<Inner>,
+    /// The store's user handle (not a bare `Arc<Inner>`): dropped after the threads are
+    /// joined, it closes the store if it is the last (`worker::Beat`).
+    store: Store,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
     runs: Option<Arc<Runs>>,
@@ -266,7 +268,7 @@ impl Store {
                     .expect("spawning a scanner thread")
             })
             .collect();
-        Scanner { inner: self.inner.clone(), stop, threads, runs, workers }
+        Scanner { store: self.clone(), stop, threads, runs, workers }
     }
 }
 
@@ -280,7 +282,7 @@ impl Scanner {
         if self.stop.swap(true, Ordering::SeqCst) {
             return;
         }
-        self.inner.signal.bump();
+        self.store.inner.signal.bump();
         // Closing the queue first frees a scanner waiting for room in it.
         if let Some(runs) = &self.runs {
             runs.close();
@@ -291,9 +293,9 @@ impl Scanner {
                 tracing::warn!(panic = panic_message(&*panic), "a scanner thread had stopped: it panicked");
             }
         }
-        self.inner.scanners.fetch_sub(1, Ordering::SeqCst);
-        if !self.inner.backend.exclusive()
-            && let Err(e) = worker::publish(&self.inner)
+        self.store.inner.scanners.fetch_sub(1, Ordering::SeqCst);
+        if !self.store.inner.backend.exclusive()
+            && let Err(e) = worker::publish(&self.store.inner)
         {
             tracing::debug!(error = %e, "scanner: withdrawing it from the worker lease failed (the heartbeat retries)");
         }

@@ -247,7 +247,9 @@ fn at_durability_none_a_full_disk_keeps_every_acknowledged_commit_and_recovers_b
 #[test]
 fn an_offline_compaction_copies_the_file_where_the_disk_has_room_and_else_compacts_in_place() {
     let Some(disk) = SmallDisk::mount("compact", 128) else { return };
-    let roomy = percolator_testkit::TempDir::new("compact-roomy");
+    // On target/'s disk, which has room for a copy (a full run needs gigabytes there), where
+    // /tmp may be a small tmpfs.
+    let roomy = percolator_testkit::TempDir::new_in(Path::new(env!("CARGO_TARGET_TMPDIR")), "compact-roomy");
     // Small cells, many to a leaf, whose leaves GC leaves sparse.
     let (rows, rounds) = (8_000u64, 5u64);
     let value = |r: u64, round: u64| noise(r << 32 | round, 40 + (r % 7) as usize * 20);

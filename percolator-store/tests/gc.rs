@@ -480,7 +480,8 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     let config = RedbConfig {
         durability: Durability::Fsync,
         checkpoint_every: Some(Duration::from_millis(50)),
-        compact_when_quiet: Some(Duration::from_millis(400)),
+        // Long enough for the reader below to read before the compaction begins.
+        compact_when_quiet: Some(Duration::from_millis(1000)),
         ..RedbConfig::default()
     };
     let (rows, rounds) = (300u64, 30u64);
@@ -490,18 +491,22 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
     };
     // Grown and collected with no compaction when quiet, then opened with it.
     let (store, redb, grown) = percolator_testkit::grown_store(&path, config.clone(), rows, rounds, value);
-    // A reader without a pause (thousands of reads a second), from before the quiet spell
-    // began to after the compaction.
+    // A reader without a pause (thousands of reads a second), from before the compaction
+    // began (its spell began at the reopen, a second before) to after it.
     let (stop, reads) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)));
     let reader = {
-        let (store, stop, reads) = (store.clone(), stop.clone(), reads.clone());
+        let (store, stop, reads, redb) = (store.clone(), stop.clone(), reads.clone(), redb.clone());
         std::thread::spawn(move || {
+            // The compactions made before its first read: none, so that it read throughout.
+            let mut before_first = None;
             while !stop.load(Ordering::SeqCst) {
                 let t = store.begin().unwrap();
                 let r = reads.load(Ordering::SeqCst) % rows;
                 assert_eq!(t.get("t", format!("r{r:04}"), "c:v").unwrap(), Some(value(r, rounds - 1)), "row {r}");
+                before_first.get_or_insert(redb.stats().compactions);
                 reads.fetch_add(1, Ordering::SeqCst);
             }
+            before_first
         })
     };
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -515,7 +520,7 @@ fn a_quiet_store_compacts_its_open_file_and_readers_and_writers_go_on() {
         std::thread::sleep(Duration::from_millis(5));
     }
     stop.store(true, Ordering::SeqCst);
-    reader.join().unwrap();
+    assert_eq!(reader.join().unwrap(), Some(0), "the reader's first read came before the compaction");
     let after = std::fs::metadata(&path).unwrap().len();
     assert!(after < grown / 4, "{grown} bytes before, {after} after");
     // Writes go on, and what was there reads back, also after a reopen.

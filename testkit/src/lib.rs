@@ -188,7 +188,12 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("percolator-{name}-{}-{}", std::process::id(), rand_suffix()));
+        TempDir::new_in(&std::env::temp_dir(), name)
+    }
+    /// A folder under `parent`: for a test that needs a disk with room (an integration test's
+    /// `CARGO_TARGET_TMPDIR`, on target/'s disk, rather than a small /tmp).
+    pub fn new_in(parent: &Path, name: &str) -> TempDir {
+        let p = parent.join(format!("percolator-{name}-{}-{}", std::process::id(), rand_suffix()));
         std::fs::create_dir_all(&p).unwrap();
         TempDir(p)
     }
