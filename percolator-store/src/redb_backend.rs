@@ -541,6 +541,23 @@ enum Copy {
     GivenUp,
 }
 
+/// redb's own compaction of `db`, the file at `path`: it moves the pages in use to the file's
+/// start and gives back the rest. Step by step until redb reports nothing more to move
+/// (bounded, in case a version of redb kept reporting progress), asking `goes_on` after each
+/// step; returns false if that stopped it.
+fn compact_in_place(db: &mut Database, path: &Path, mut goes_on: impl FnMut() -> Result<bool>) -> Result<bool> {
+    for _ in 0..16 {
+        let moved = db.compact().map_err(|e| Error::Storage(format!("compacting {}: {e}", path.display())))?;
+        if !goes_on()? {
+            return Ok(false);
+        }
+        if !moved {
+            break;
+        }
+    }
+    Ok(true)
+}
+
 /// Where a compaction when quiet writes its copy of the store file at `path`: beside it, on the
 /// same file system (so that a rename puts it in the file's place).
 fn compacting_path(path: &Path) -> PathBuf {
@@ -740,9 +757,10 @@ impl RedbBigtable {
     /// Compacts the store file at `path`, offline. Opens it as a store (which replays a redo
     /// log and holds the file's lock), then copies its content into a new file beside it that
     /// takes its place, as a compaction when quiet does (`docs/design.md`, "GC"): each table in
-    /// key order, its leaves full. Then redb compacts that file in place, moving the pages in
-    /// use to its start and giving back the rest. If the disk has no room for the copy, or the
-    /// copy is no smaller, only the latter is done (leaves as full as they were).
+    /// key order, its leaves full, and compacted in place by redb before it takes the file's
+    /// place (the unwritten tail of its last region given back). If the disk has no room for
+    /// the copy, or the copy is no smaller, redb compacts the file in place instead, moving the
+    /// pages in use to its start (leaves as full as they were).
     /// Fails with [`Error::AlreadyOpen`] if another process or handle has the file open, with
     /// [`Error::NotFound`] if there is no file (none is created), and with
     /// [`Error::InvalidArgument`] for an empty one. Returns the file's size before and after.
@@ -770,21 +788,18 @@ impl RedbBigtable {
             let store = RedbBigtable::open(path, config)?;
             store.shared.checkpoint_all()?;
             store.shared.compact_if_worth_it(true)?;
+            if store.shared.compactions.load(Ordering::Relaxed) != 0 {
+                // The copy, already compacted in place, took the file's place.
+                drop(store);
+                return Ok((before, size()?));
+            }
         }
-        // Then in place, on the copy if there is one: redb gives back the tail of the last
-        // region a new file grows by (a small store's copy is larger than its file compacted
-        // in place), and else the pages in use move to the file's start.
+        // No copy (no room for it on the disk, or it was no smaller): in place only.
         let mut db = Database::builder().open(path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => Error::AlreadyOpen { path: path.to_owned() },
             e => Error::Storage(format!("opening {}: {e}", path.display())),
         })?;
-        // Each call moves what it can; a later one may find more to move. Bounded, in case a
-        // version of redb kept reporting progress.
-        for _ in 0..16 {
-            if !db.compact().map_err(|e| Error::Storage(format!("compacting {}: {e}", path.display())))? {
-                break;
-            }
-        }
+        compact_in_place(&mut db, path, || Ok(true))?;
         drop(db);
         Ok((before, size()?))
     }
@@ -1179,15 +1194,8 @@ impl Shared {
         // unwritten tail of the last region the new file grew by (the leaves are full already).
         // At 30,000 pages: 0.68 of the batch tables instead of 0.80 (BENCHMARKS.md).
         let mut new = new;
-        for _ in 0..16 {
-            let moved =
-                new.compact().map_err(|e| copying(Error::Storage(format!("compacting {}: {e}", path.display()))))?;
-            if !self.copy_goes_on().map_err(copying)? {
-                return Err(Copy::GivenUp);
-            }
-            if !moved {
-                break;
-            }
+        if !compact_in_place(&mut new, &path, || self.copy_goes_on()).map_err(copying)? {
+            return Err(Copy::GivenUp);
         }
         // A file with few free pages (a compaction asked for) may not be made smaller by its
         // copy: kept then.
